@@ -1,0 +1,73 @@
+"""jobreg: an event-sourced job registry for highly available coordinators.
+
+Start at :class:`Registry` (read the registry, claim leadership) and
+:class:`Term` (write as the leader). State is only ever
+:func:`registry.fold.replay` over the log; see the README for the guarantees.
+"""
+
+import logging
+from importlib.metadata import PackageNotFoundError, version
+
+from .broker import EmbeddedBroker
+from .client import DEFAULT_INLINE_LIMIT, Receipt, Registry, Term
+from .errors import (
+    BrokerError,
+    BrokerStartError,
+    ClaimRejected,
+    CodecError,
+    ConfigError,
+    Fenced,
+    OutcomeUnknown,
+    RegistryError,
+    UnknownEventTypeError,
+    UnknownJob,
+    UnknownSchemaError,
+    WriteRejected,
+)
+from .events import GraphRef, InlineGraph, JobStatus
+from .fold import fold, replay
+from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
+from .log import DEFAULT_TOPIC, TopicConfig
+
+try:
+    __version__ = version("jobreg")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "DEFAULT_INLINE_LIMIT",
+    "DEFAULT_TOPIC",
+    "BrokerError",
+    "BrokerStartError",
+    "ClaimRejected",
+    "CodecError",
+    "ConfigError",
+    "Decision",
+    "EmbeddedBroker",
+    "Fenced",
+    "GraphRef",
+    "Image",
+    "InlineGraph",
+    "JobStatus",
+    "JobView",
+    "LeaderView",
+    "LogRecord",
+    "Outcome",
+    "OutcomeUnknown",
+    "Receipt",
+    "Registry",
+    "RegistryError",
+    "Term",
+    "TopicConfig",
+    "UnknownEventTypeError",
+    "UnknownJob",
+    "UnknownSchemaError",
+    "WriteRejected",
+    "__version__",
+    "fold",
+    "replay",
+]
+
+# Library convention: silent unless the application configures logging
+# (librdkafka's connection chatter goes to the "registry.kafka" logger).
+logging.getLogger("registry").addHandler(logging.NullHandler())

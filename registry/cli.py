@@ -1,0 +1,113 @@
+"""The ``jobreg`` command line.
+
+A thin layer over the library: commands parse options, call the library and
+print. Errors the library raises on purpose (:class:`RegistryError`) are shown
+as one line on stderr through :func:`registry_errors`, never as a traceback.
+
+To add a command, define it on :func:`main` (``@main.command()`` or a
+``@main.group()`` such as ``bench``) and wrap its body in
+``with registry_errors():``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+import click
+
+from registry.errors import RegistryError
+
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "CliError", "main", "registry_errors"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # the registry or the broker reported an error
+EXIT_USAGE = 2  # bad command line (click's own code), or no broker binary installed
+
+
+class CliError(click.ClickException):
+    """An error for people: click prints ``Error: <message>`` to stderr and exits."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@contextlib.contextmanager
+def registry_errors(exit_code: int = EXIT_ERROR) -> Iterator[None]:
+    """Turn a :class:`RegistryError` into a :class:`CliError` (message, exit code 1).
+
+    Use as ``with registry_errors(): ...`` inside a command, or as a decorator
+    placed below the click decorators.
+    """
+    try:
+        yield
+    except RegistryError as e:
+        raise CliError(str(e), exit_code) from e
+
+
+@click.group(
+    epilog="Exit codes: 0 ok; 1 error reported by the registry or the broker; "
+    "2 usage error (or the broker binary is not installed)."
+)
+@click.version_option(package_name="jobreg", prog_name="jobreg")
+def main() -> None:
+    """jobreg: an event-sourced job registry on a compacted Kafka log."""
+
+
+@main.command()
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port to listen on (127.0.0.1 only). Default: a free port.",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Append the broker's output to this file. Default: a temporary file removed on stop.",
+)
+def broker(port: int | None, log_file: str | None) -> None:
+    """Run an embedded Kafka broker (Tansu) in the foreground until Ctrl-C.
+
+    For development and tests only: it listens on 127.0.0.1 and keeps everything
+    in memory, so all topics and records are lost when it stops.
+    """
+    from registry.broker import EmbeddedBroker, find_tansu_binary
+
+    with registry_errors(EXIT_USAGE):
+        binary = find_tansu_binary()
+
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop_requested.set()
+
+    # Handlers go in before the broker starts: a SIGTERM with the default action
+    # would end this process without stopping the broker.
+    previous = {
+        sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        with registry_errors():
+            embedded = EmbeddedBroker(port=port, binary=binary, log_file=log_file).start()
+            try:
+                click.echo("Embedded Kafka broker (Tansu, in memory: data is lost on stop)")
+                click.echo(f"bootstrap: {embedded.bootstrap}")
+                click.echo("Ctrl-C to stop")
+                while not stop_requested.wait(0.5):
+                    embedded.ensure_running()
+                click.echo("stopping...", err=True)
+            finally:
+                embedded.stop()
+            click.echo("stopped", err=True)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+if __name__ == "__main__":
+    main(prog_name="jobreg")

@@ -1,0 +1,481 @@
+"""The producer client API: :class:`Registry` (read, claim) and :class:`Term` (write as leader).
+
+A :class:`Registry` folds one namespace's records from the topic with
+:mod:`registry.fold`; it never decides anything itself. A :class:`Term` is
+the right to write that a granted leadership gives. Every write:
+
+1. prepends a :class:`~registry.events.JobReasserted` for every key that a
+   refused record is the newest record of (so compaction cannot change the
+   answer, README "Compaction");
+2. sends its records in one transaction of the namespace's transactional
+   producer (a newer term's producer fences this one at the broker);
+3. reads the log until the fold has decided every record it sent; if the
+   transaction failed or timed out, it reads to the end of the log instead
+   and takes what the fold decided, never a guess: records the log does not
+   hold are re-sent (same event ids, so a copy that landed after all has no
+   second effect) while this term is still current, else the write is
+   :class:`~registry.errors.Fenced`;
+4. returns a :class:`Receipt` per accepted record, or raises
+   :class:`~registry.errors.WriteRejected` / :class:`~registry.errors.Fenced`
+   with the fold's reason and both epochs.
+
+What happens when the broker is lost: calls raise
+:class:`~registry.errors.BrokerError` after their timeout, the term is not
+given up (only a newer grant or :meth:`Term.revoke` ends it), and the next
+call resolves any write whose fate was unknown by reading the log.
+
+Leaders must reassert refused keys within ``min.compaction.lag.ms`` (7 days
+by default); every write does it, and :meth:`Term.reassert` does it alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .codec import Codec, default_codec
+from .errors import (
+    BrokerError,
+    ClaimRejected,
+    ConfigError,
+    Fenced,
+    OutcomeUnknown,
+    UnknownJob,
+    WriteRejected,
+)
+from .events import (
+    Event,
+    GraphRef,
+    InlineGraph,
+    JobAdopted,
+    JobCancelled,
+    JobLockReleased,
+    JobStatus,
+    JobSubmitted,
+    JobTerminated,
+    LeadershipGranted,
+    LeadershipRevoked,
+    new_event_id,
+    now_ms,
+)
+from .fold import Delta, plan_reassertions
+from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
+from .keys import check_id, partition_for, record_key
+from .log import (
+    DEFAULT_TOPIC,
+    LogReader,
+    PlainWriter,
+    TopicConfig,
+    TransactionalWriter,
+    TransactionFailed,
+    ensure_topic,
+)
+
+__all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
+
+DEFAULT_INLINE_LIMIT = 256 * 1024
+"""Graphs up to this many bytes travel inside the JobSubmitted event."""
+
+_FENCING_REASONS = frozenset({"stale_epoch", "term_revoked", "not_leader", "future_epoch",
+                              "no_leader"})
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """Proof that the fold accepted a record: its ``offset``, the writer's ``epoch``
+    and the record's ``event_id``."""
+
+    offset: int
+    epoch: int
+    event_id: str
+
+
+def _rejection(d: Decision) -> WriteRejected:
+    cls = (Fenced if d.reason in _FENCING_REASONS
+           else ClaimRejected if d.reason == "cas_failed" else WriteRejected)
+    return cls(d.reason or "rejected", d.detail, expected_epoch=d.expected_epoch,
+               actual_epoch=d.actual_epoch, leader=d.leader, offset=d.offset,
+               event_id=d.event_id)
+
+
+class Registry:
+    """A namespace's view of the registry log, kept current by folding it.
+
+    Create one with :meth:`connect`. Reads (:meth:`jobs`, :meth:`leader`,
+    :meth:`rejected`, ...) first catch up to the end of the log. Not for use
+    by several threads at once without the caller's own care; it guards its
+    own state with a lock, so sharing is safe but serialised.
+    """
+
+    def __init__(self, bootstrap: str, namespace: str, *, topic: str = DEFAULT_TOPIC,
+                 partitions: int, codec: Codec | None = None, timeout: float = 10.0,
+                 fetch_wait_ms: int = 5, inline_limit: int = DEFAULT_INLINE_LIMIT) -> None:
+        self.bootstrap = bootstrap
+        self.namespace = check_id("namespace", namespace)
+        self.topic = topic
+        self.partition = partition_for(namespace, partitions)
+        self.timeout = timeout
+        self.inline_limit = inline_limit
+        self._codec = codec or default_codec()
+        self._lock = threading.RLock()
+        self._image = Image.empty(namespace)
+        self._reader = LogReader(bootstrap, topic, self.partition, fetch_wait_ms=fetch_wait_ms)
+        self._waiting: dict[str, Decision | None] = {}
+        self._plain: PlainWriter | None = None
+
+    @classmethod
+    def connect(cls, bootstrap: str, namespace: str, *, topic: str = DEFAULT_TOPIC,
+                topic_config: TopicConfig | None = None, codec: Codec | None = None,
+                timeout: float = 10.0, fetch_wait_ms: int = 5,
+                inline_limit: int = DEFAULT_INLINE_LIMIT) -> Registry:
+        """Connect to ``bootstrap``, create the topic if needed, and fold the namespace's log.
+
+        Raises :class:`~registry.errors.BrokerError` if the broker does not
+        answer within ``timeout`` seconds, :class:`~registry.errors.ConfigError`
+        for a malformed namespace or an unusable topic.
+        """
+        check_id("namespace", namespace)
+        check_id("topic", topic)
+        partitions = ensure_topic(bootstrap, topic, topic_config, timeout)
+        reg = cls(bootstrap, namespace, topic=topic, partitions=partitions, codec=codec,
+                  timeout=timeout, fetch_wait_ms=fetch_wait_ms, inline_limit=inline_limit)
+        reg.sync()
+        return reg
+
+    # -- folding -----------------------------------------------------------------
+
+    def _fold(self, batches: Iterable[list[LogRecord]]) -> None:
+        for batch in batches:
+            delta = Delta(self._image, self._codec)
+            waiting = self._waiting
+            for record in batch:
+                d = delta.replay(record)
+                if waiting and d.event_id is not None and d.event_id in waiting \
+                        and waiting[d.event_id] is None:
+                    waiting[d.event_id] = d
+            self._image = delta.apply()
+
+    def sync(self, timeout: float | None = None) -> Image:
+        """Fold every record committed before this call; return the image."""
+        with self._lock:
+            self._fold(self._reader.sync(timeout or self.timeout))
+            return self._image
+
+    @property
+    def image(self) -> Image:
+        """The image as last folded (no catching up; see :meth:`sync`)."""
+        return self._image
+
+    # -- reads -------------------------------------------------------------------
+
+    def jobs(self, *, include_terminal: bool = False) -> dict[str, JobView]:
+        """Job id -> :class:`JobView` of the live jobs (or all, terminal included)."""
+        image = self.sync()
+        return dict(image.jobs.items()) if include_terminal else image.live_jobs()
+
+    def job(self, job_id: str) -> JobView:
+        """One job's view; :class:`~registry.errors.UnknownJob` if never submitted."""
+        view = self.sync().jobs.get(check_id("job id", job_id))
+        if view is None:
+            raise UnknownJob(self.namespace, job_id)
+        return view
+
+    def leader(self) -> LeaderView | None:
+        """The current leader (epoch, contender), or ``None`` if none holds an unrevoked term."""
+        return self.sync().active_leader
+
+    def epoch(self) -> int:
+        """The current fencing epoch (0 before the first grant)."""
+        return self.sync().epoch
+
+    def rejected(self) -> list[Decision]:
+        """Every record the fold refused, in log order, with reason and epochs."""
+        return list(self.sync().rejected)
+
+    def quarantined(self) -> list[Decision]:
+        """Every record the fold could not decode, in log order."""
+        return list(self.sync().quarantined)
+
+    def timeline(self, job_id: str) -> list[Decision]:
+        """Every record about ``job_id`` in log order, with the fold's verdict on each.
+
+        Reads the namespace's log from the start (a forensic read: it costs a
+        full scan) and folds it afresh.
+        """
+        check_id("job id", job_id)
+        out: list[Decision] = []
+        reader = LogReader(self.bootstrap, self.topic, self.partition)
+        try:
+            delta = Delta(Image.empty(self.namespace), self._codec)
+            for batch in reader.sync(self.timeout):
+                for record in batch:
+                    d = delta.replay(record)
+                    if d.job_id == job_id:
+                        out.append(d)
+        finally:
+            reader.close()
+        return out
+
+    # -- leadership --------------------------------------------------------------
+
+    def claim_leadership(self, contender: str, *, lease_ms: int | None = None) -> Term:
+        """Append a compare-and-set grant for the next epoch; return the :class:`Term`.
+
+        For an external election (ZooKeeper, Kubernetes) that has just chosen
+        ``contender``. Raises :class:`~registry.errors.ClaimRejected` if
+        another grant got into the log first (the fold's CAS decides).
+        """
+        check_id("contender", contender)
+        with self._lock:
+            image = self.sync()
+            grant = LeadershipGranted(
+                event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
+                writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
+                lease_ms=lease_ms)
+            if self._plain is None:
+                self._plain = PlainWriter(self.bootstrap, self.timeout)
+            self._waiting[grant.event_id] = None
+            try:
+                try:
+                    offset = self._plain.write(
+                        self.topic, self.partition,
+                        [(record_key(grant).encode(), self._codec.encode(grant))])[0]
+                    self._fold(self._reader.read_until(offset, self.timeout))
+                except BrokerError:
+                    self.sync()  # the grant may have landed: read, don't guess
+                decision = self._waiting.get(grant.event_id)
+            finally:
+                self._waiting.pop(grant.event_id, None)
+            if decision is None:
+                raise OutcomeUnknown(f"the grant to {contender!r} for epoch {grant.epoch} was "
+                                     "not confirmed and is not in the log (yet)",
+                                     (grant.event_id,))
+            if not decision.accepted:
+                raise _rejection(decision)
+            term = Term(self, grant.epoch, contender)
+            term._start()
+            return term
+
+    def close(self) -> None:
+        """Release the broker connections of this client."""
+        with self._lock:
+            self._reader.close()
+            if self._plain is not None:
+                self._plain._producer.flush(1.0)
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Registry({self.bootstrap!r}, namespace={self.namespace!r}, "
+                f"topic={self.topic!r}, offset={self._image.provenance.last_offset})")
+
+
+class Term:
+    """One leadership term: the only way to write job events.
+
+    Obtained from :meth:`Registry.claim_leadership`. Every method returns
+    once the fold has decided on its records (see the module docstring for
+    the steps). A term ends when a newer grant is accepted or it is revoked;
+    its later writes raise :class:`~registry.errors.Fenced` naming the
+    expected and the actual epoch and the leader.
+    """
+
+    _MAX_RESENDS = 3
+
+    def __init__(self, registry: Registry, epoch: int, contender: str) -> None:
+        self.registry = registry
+        self.epoch = epoch
+        self.contender = contender
+        self.namespace = registry.namespace
+        self._writer: TransactionalWriter | None = None
+
+    def __repr__(self) -> str:
+        return f"Term(namespace={self.namespace!r}, epoch={self.epoch}, contender={self.contender!r})"
+
+    # -- commands ------------------------------------------------------------------
+
+    def submit(self, job_id: str, graph: bytes | InlineGraph | GraphRef) -> Receipt:
+        """Submit a new job with its graph; a known or terminal id is refused by the fold."""
+        return self.submit_many([(job_id, graph)])[0]
+
+    def submit_many(self, jobs: Iterable[tuple[str, bytes | InlineGraph | GraphRef]]
+                    | Mapping[str, bytes | InlineGraph | GraphRef]) -> list[Receipt]:
+        """Submit several jobs in one transaction; one receipt per job, in order."""
+        items = jobs.items() if isinstance(jobs, Mapping) else jobs
+        return self._write([self._event(JobSubmitted, job_id, graph=self._graph(graph))
+                            for job_id, graph in items])
+
+    def adopt(self, *job_ids: str) -> list[Receipt]:
+        """Take the lock of the given live jobs for this term (one transaction)."""
+        return self._write([self._event(JobAdopted, self._known(j)) for j in job_ids])
+
+    def release(self, job_id: str) -> Receipt:
+        """Let go of a job's lock; the job stays in the registry."""
+        return self._write([self._event(JobLockReleased, self._known(job_id))])[0]
+
+    def cancel(self, job_id: str, reason: str = "") -> Receipt:
+        """Cancel a job: terminal for ever (it can never be recovered or resubmitted)."""
+        return self._write([self._event(JobCancelled, self._known(job_id), reason=reason)])[0]
+
+    def terminate(self, job_id: str, state: str, reason: str = "") -> Receipt:
+        """Record that a job reached a terminal ``state`` (``FINISHED`` or ``FAILED``)."""
+        if state not in (JobStatus.FINISHED, JobStatus.FAILED):
+            raise ConfigError(f"terminal state must be FINISHED or FAILED, not {state!r}")
+        return self._write([self._event(JobTerminated, self._known(job_id), state=state,
+                                        reason=reason)])[0]
+
+    def revoke(self, reason: str = "") -> Receipt:
+        """Give this term up; no later write of it is accepted."""
+        return self._write([LeadershipRevoked(
+            event_id=new_event_id(), namespace=self.namespace, epoch=self.epoch,
+            writer=self.contender, created_at=now_ms(), reason=reason)])[0]
+
+    def reassert(self) -> int:
+        """Catch up, then reassert every key a refused record is the newest record of.
+
+        Returns how many keys were reasserted. Writes do this on their own; a
+        leader that may stay idle calls it at least once per
+        ``min.compaction.lag.ms``.
+        """
+        with self.registry._lock:
+            image = self.registry.sync()
+            planned = len(plan_reassertions(image, self.epoch, self.contender))
+            if planned:
+                self._write([])
+            return planned
+
+    def close(self) -> None:
+        """Drop this term's producer (the term itself goes on until fenced or revoked)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def __enter__(self) -> Term:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------
+
+    def _event(self, cls: type[Event], job_id: str, **payload: object) -> Event:
+        return cls(event_id=new_event_id(), namespace=self.namespace, epoch=self.epoch,
+                   writer=self.contender, created_at=now_ms(),
+                   job_id=check_id("job id", job_id), **payload)
+
+    def _graph(self, graph: bytes | InlineGraph | GraphRef) -> InlineGraph | GraphRef:
+        if isinstance(graph, (InlineGraph, GraphRef)):
+            data = graph
+        elif isinstance(graph, (bytes, bytearray, memoryview)):
+            data = InlineGraph(bytes(graph))
+        else:
+            raise ConfigError(f"a job graph is bytes, InlineGraph or GraphRef, not "
+                              f"{type(graph).__name__}")
+        if isinstance(data, InlineGraph) and len(data.data) > self.registry.inline_limit:
+            raise ConfigError(f"graph of {len(data.data)} bytes exceeds the inline limit of "
+                              f"{self.registry.inline_limit} bytes; store it as a blob and "
+                              "submit a GraphRef")
+        return data
+
+    def _known(self, job_id: str) -> str:
+        # A guard against typos, not a rule: the fold would accept a cancel of an
+        # unknown id (after compaction it cannot tell "unknown" from "compacted").
+        check_id("job id", job_id)
+        if job_id not in self.registry.image.jobs and job_id not in self.registry.sync().jobs:
+            raise UnknownJob(self.namespace, job_id)
+        return job_id
+
+    def _start(self) -> None:
+        # Step 1 of a term: fence the previous term's producer at the broker,
+        # then settle whatever refused records the log holds.
+        self._writer = TransactionalWriter(self.registry.bootstrap, self.registry.topic,
+                                           self.namespace, self.registry.partition,
+                                           self.registry.timeout)
+        self.reassert()
+
+    def _fenced_by_image(self) -> Fenced | None:
+        image = self.registry.image
+        if image.epoch != self.epoch or image.revoked or image.leader != self.contender:
+            reason = "term_revoked" if image.epoch == self.epoch and image.revoked \
+                else "stale_epoch"
+            return Fenced(reason, f"expected epoch {image.epoch}, actual {self.epoch}: term "
+                          f"{self.epoch} of {self.contender!r} is over; the leader is "
+                          f"{image.leader!r}", expected_epoch=image.epoch,
+                          actual_epoch=self.epoch, leader=image.leader)
+        return None
+
+    def _write(self, events: list[Event], _depth: int = 0) -> list[Receipt]:
+        reg = self.registry
+        with reg._lock:
+            # Step 1: settle refused keys first (compaction safety).
+            pairs = plan_reassertions(reg.image, self.epoch, self.contender)
+            pairs += [(record_key(e), e) for e in events]
+            if not pairs:
+                return []
+            encoded = [(key, reg._codec.encode(e)) for key, e in pairs]
+            ids = [e.event_id for _, e in pairs]
+            for i in ids:
+                reg._waiting[i] = None
+            try:
+                decisions = self._send(encoded, ids)
+            finally:
+                for i in ids:
+                    reg._waiting.pop(i, None)
+            # Step 4: settle any key a refused record landed on meanwhile (ours
+            # or anyone's) while we still lead, then report the verdict.
+            mine = decisions[len(pairs) - len(events):]
+            refused = [d for d in mine if not d.accepted]
+            if _depth < 2 and reg.image.unsettled and self._fenced_by_image() is None \
+                    and plan_reassertions(reg.image, self.epoch, self.contender):
+                self._write([], _depth + 1)
+            if refused:
+                raise _rejection(refused[0])
+            return [Receipt(d.offset, self.epoch, d.event_id or "") for d in mine]
+
+    def _send(self, encoded: list[tuple[str, bytes]], ids: list[str]) -> list[Decision]:
+        reg = self.registry
+        for _attempt in range(self._MAX_RESENDS + 1):
+            todo = [(kv, i) for kv, i in zip(encoded, ids, strict=True) if reg._waiting[i] is None]
+            failure: Exception | None = None
+            try:
+                # Step 2: one transaction.
+                if self._writer is None:
+                    fenced = self._fenced_by_image()
+                    if fenced is not None:
+                        raise fenced
+                    self._writer = TransactionalWriter(reg.bootstrap, reg.topic, self.namespace,
+                                                       reg.partition, reg.timeout)
+                offsets = self._writer.write([kv for kv, _ in todo])
+                # Step 3: read until the fold has decided them.
+                reg._fold(reg._reader.read_until(max(offsets), reg.timeout))
+            except TransactionFailed as e:
+                failure = e
+                if e.fatal and self._writer is not None:
+                    self._writer.close()
+                    self._writer = None
+                reg.sync()  # read, don't guess
+            except BrokerError as e:
+                failure = e
+                try:
+                    reg.sync()
+                except BrokerError:
+                    raise OutcomeUnknown(f"{len(todo)} record(s) of term {self.epoch} may or "
+                                         f"may not be in the log: {e}", tuple(ids)) from e
+            decided = [reg._waiting[i] for i in ids]
+            if all(d is not None for d in decided):
+                return [d for d in decided if d is not None]
+            fenced = self._fenced_by_image()
+            if fenced is not None:
+                raise fenced from failure
+            if failure is None:
+                raise OutcomeUnknown("records were written but the fold did not see them",
+                                     tuple(ids))
+            time.sleep(0.05 * (_attempt + 1))
+        raise OutcomeUnknown(f"records of term {self.epoch} could not be written after "
+                             f"{self._MAX_RESENDS} re-sends", tuple(ids))

@@ -1,0 +1,129 @@
+"""The one exception tree of jobreg.
+
+Every error the library raises on purpose derives from :class:`RegistryError`;
+third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
+``raise ... from e`` so callers catch one root::
+
+    RegistryError
+    ├── ConfigError            bad argument, malformed id, bad configuration
+    ├── CodecError             bytes that are not a jobreg event
+    │   ├── UnknownSchemaError     the header names a schema this reader cannot find
+    │   └── UnknownEventTypeError  the schema is not one of our event types
+    ├── BrokerError            the broker cannot be reached or started
+    │   └── BrokerStartError       the embedded broker did not come up
+    ├── UnknownJob             a command names a job the registry has never seen
+    ├── OutcomeUnknown         a write's fate could not be read back from the log in time
+    └── WriteRejected          the fold refused the record (reason, expected/actual epoch)
+        ├── Fenced                 a newer term exists, or the term was revoked
+        └── ClaimRejected          a leadership grant lost its compare-and-set
+
+Rejections are not exceptions inside the fold: the fold records them in the
+image. :class:`WriteRejected` is how the *client* reports the fold's verdict on
+its own record to the caller.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "BrokerStartError",
+    "ClaimRejected",
+    "CodecError",
+    "ConfigError",
+    "Fenced",
+    "OutcomeUnknown",
+    "RegistryError",
+    "UnknownEventTypeError",
+    "UnknownJob",
+    "UnknownSchemaError",
+    "WriteRejected",
+]
+
+
+class RegistryError(Exception):
+    """Root of every error jobreg raises on purpose."""
+
+
+class ConfigError(RegistryError, ValueError):
+    """A bad argument, a malformed identifier or an invalid configuration."""
+
+
+class CodecError(RegistryError):
+    """Bytes that cannot be decoded into a jobreg event (or an event that cannot be encoded)."""
+
+
+class UnknownSchemaError(CodecError):
+    """The record header names a writer schema this reader does not know."""
+
+
+class UnknownEventTypeError(CodecError):
+    """The writer schema decodes, but it is not one of jobreg's event types."""
+
+
+class BrokerError(RegistryError):
+    """The Kafka broker cannot be reached, or refused an operation."""
+
+
+class BrokerStartError(BrokerError):
+    """The embedded broker binary is missing or did not come up."""
+
+
+class UnknownJob(RegistryError, KeyError):
+    """A command names a job id that the registry has never seen."""
+
+    def __init__(self, namespace: str, job_id: str) -> None:
+        super().__init__(f"namespace {namespace!r} has no job {job_id!r}")
+        self.namespace = namespace
+        self.job_id = job_id
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class OutcomeUnknown(RegistryError):
+    """A write was sent, but its fate could not be read back from the log in time.
+
+    The record may still land; the log, not this exception, is the truth. Read
+    ``Registry.timeline()`` for the event id in ``event_ids`` to find out.
+    """
+
+    def __init__(self, message: str, event_ids: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.event_ids = event_ids
+
+
+class WriteRejected(RegistryError):
+    """The fold refused a record this client wrote.
+
+    Attributes mirror the :class:`registry.image.Rejection` the fold recorded:
+    ``reason`` (a stable code), ``detail`` (for people), ``expected_epoch``,
+    ``actual_epoch``, ``leader`` and the record's ``offset`` and ``event_id``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        detail: str,
+        *,
+        expected_epoch: int | None = None,
+        actual_epoch: int | None = None,
+        leader: str | None = None,
+        offset: int | None = None,
+        event_id: str | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.expected_epoch = expected_epoch
+        self.actual_epoch = actual_epoch
+        self.leader = leader
+        self.offset = offset
+        self.event_id = event_id
+
+
+class Fenced(WriteRejected):
+    """The writer's term is over: a newer epoch exists, or the term was revoked."""
+
+
+class ClaimRejected(WriteRejected):
+    """A leadership grant lost its compare-and-set (another claim came first)."""

@@ -1,0 +1,320 @@
+"""The fold: the only code that turns log records into registry state.
+
+``replay(image, record) -> image`` is pure and total: it never raises because
+of what a record contains. Records that cannot be decoded (or have an unknown
+type) are quarantined; records that break a rule are rejected with a reason;
+both are kept in the image. Everything that shows state calls this module.
+
+Rules, in the order the fold applies them to one record of this namespace:
+
+0. Records whose key names another namespace are skipped (namespaces share
+   partitions). A record without a value (tombstone) or that does not decode
+   is quarantined.
+1. A duplicate ``event_id`` has no second effect (outcome ``DUPLICATE``).
+2. The event must name this namespace and sit under the key its type
+   belongs to (``namespace_mismatch``, ``wrong_key``).
+3. ``LeadershipGranted`` is a compare-and-set: accepted iff ``prev_epoch`` is
+   the current epoch (``cas_failed``) and it claims ``prev_epoch + 1``
+   (``bad_epoch``).
+4. Every other event is accepted only from the current term: ``no_leader``,
+   ``stale_epoch``, ``future_epoch``, ``not_leader`` (right epoch, wrong
+   writer), ``term_revoked``. Fencing rejections carry the expected
+   (current) and actual (record) epoch and the current leader.
+5. Jobs: a new id may be submitted; a known id may not (``job_exists``), a
+   terminal one never again (``terminal_job``). Cancel and terminate make a
+   job terminal for ever, whether or not its submit is still in the log
+   (compaction may have removed it). Adopt sets the owner to the current
+   term, release clears it; neither applies to unknown (``unknown_job``) or
+   terminal jobs.
+   A reassertion sets the job's whole state, except that it can never make a
+   terminal job live again.
+
+After each record the fold notes whether the newest record of a known job's
+key was accepted; keys where it was not are ``unsettled`` until the leader
+reasserts them (:func:`plan_reassertions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from .codec import Codec, default_codec
+from .errors import CodecError
+from .events import (
+    Event,
+    JobAdopted,
+    JobCancelled,
+    JobEvent,
+    JobLockReleased,
+    JobReasserted,
+    JobStatus,
+    JobSubmitted,
+    JobTerminated,
+    LeadershipGranted,
+    LeadershipRevoked,
+    new_event_id,
+    now_ms,
+)
+from .image import Decision, Image, JobView, LogRecord, Outcome, Provenance, TermInfo
+from .keys import allowed_keys, parse_key
+
+__all__ = ["Delta", "fold", "plan_reassertions", "replay"]
+
+
+class _Verdict(Exception):
+    """Internal: a rejection raised inside a rule and turned into a Decision."""
+
+    def __init__(self, reason: str, detail: str, expected: int | None = None,
+                 actual: int | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.expected = expected
+        self.actual = actual
+
+
+class Delta:
+    """Accumulates the effect of records on an image (KRaft's ``MetadataDelta``).
+
+    ``Delta(image).replay(r1) ... .apply()`` gives the same image as replaying
+    the records one by one; it exists so a batch costs one copy of each
+    touched collection instead of one per record.
+    """
+
+    def __init__(self, image: Image, codec: Codec | None = None) -> None:
+        self._base = image
+        self._codec = codec or default_codec()
+        self._ns = image.provenance.namespace
+        self._prefix = self._ns + "/"
+        self.epoch = image.epoch
+        self.leader = image.leader
+        self.revoked = image.revoked
+        self._jobs = image.jobs.mutate()
+        self._terms = image.terms.mutate()
+        self._unsettled = image.unsettled.mutate()
+        self._seen = image.seen.mutate()
+        self._rejected: list[Decision] = []
+        self._quarantined: list[Decision] = []
+        self._duplicates = image.duplicates
+        self._last_offset = image.provenance.last_offset
+        self._log_time = image.provenance.log_time
+
+    # -- the one entry point -------------------------------------------------
+
+    def replay(self, record: LogRecord) -> Decision:
+        """Fold one record; return the verdict. Never raises for record content."""
+        self._last_offset = record.offset
+        if record.timestamp is not None:
+            self._log_time = record.timestamp
+        key: str | None = None
+        if record.key is not None:
+            try:
+                key = record.key.decode("utf-8")
+            except UnicodeDecodeError:
+                key = None
+        parsed = parse_key(key) if key is not None else None
+        if parsed is not None and parsed.namespace != self._ns:
+            return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
+        if record.value is None:
+            return self._quarantine(record, key, "tombstone",
+                                    "a record without a value (tombstone): jobreg never writes one")
+        try:
+            event = self._codec.decode(record.value)
+        except CodecError as e:
+            return self._quarantine(record, key, "undecodable", str(e))
+        if parsed is None and event.namespace != self._ns:
+            return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
+        decision = self._decide(record, key, event)
+        if parsed is not None and parsed.job_id is not None:
+            self._note_settlement(key, parsed.job_id, decision)
+        return decision
+
+    def apply(self) -> Image:
+        """The image with every replayed record applied."""
+        base = self._base
+        return Image(
+            provenance=Provenance(self._ns, self._last_offset, self.epoch, self._log_time),
+            epoch=self.epoch,
+            leader=self.leader,
+            revoked=self.revoked,
+            jobs=self._jobs.finish(),
+            terms=self._terms.finish(),
+            rejected=base.rejected + tuple(self._rejected) if self._rejected else base.rejected,
+            quarantined=(base.quarantined + tuple(self._quarantined)
+                         if self._quarantined else base.quarantined),
+            unsettled=self._unsettled.finish(),
+            seen=self._seen.finish(),
+            duplicates=self._duplicates,
+        )
+
+    # -- internals -----------------------------------------------------------
+
+    def _quarantine(self, record: LogRecord, key: str | None, reason: str, detail: str) -> Decision:
+        d = Decision(record.offset, Outcome.QUARANTINED, record.timestamp, key,
+                     reason=reason, detail=detail)
+        self._quarantined.append(d)
+        parsed = parse_key(key) if key is not None else None
+        if parsed is not None and parsed.job_id is not None and key is not None:
+            self._note_settlement(key, parsed.job_id, d)
+        return d
+
+    def _note_settlement(self, key: str, job_id: str, decision: Decision) -> None:
+        # ``key`` is a job key of this namespace (``parse_key`` said so).
+        if decision.outcome == Outcome.ACCEPTED:
+            if key in self._unsettled:
+                del self._unsettled[key]
+        elif job_id in self._jobs:
+            self._unsettled[key] = decision.offset
+
+    def _decide(self, record: LogRecord, key: str | None, event: Event) -> Decision:
+        common = dict(
+            timestamp=record.timestamp, key=key, event_type=event.TYPE,
+            event_id=event.event_id, job_id=getattr(event, "job_id", None),
+            epoch=event.epoch, writer=event.writer,
+        )
+        if event.event_id in self._seen:
+            self._duplicates += 1
+            return Decision(record.offset, Outcome.DUPLICATE, reason="duplicate",
+                            detail=f"event {event.event_id} was already folded; no second effect",
+                            **common)
+        self._seen[event.event_id] = None
+        try:
+            if event.namespace != self._ns:
+                raise _Verdict("namespace_mismatch",
+                               f"event names namespace {event.namespace!r}, its key {key!r}")
+            if key not in allowed_keys(event):
+                raise _Verdict("wrong_key", f"a {event.TYPE} must be keyed "
+                               f"{' or '.join(allowed_keys(event))}, not {key!r}")
+            if isinstance(event, LeadershipGranted):
+                self._grant(event, record.offset)
+            else:
+                self._fence(event)
+                self._apply(event, record.offset)
+        except _Verdict as v:
+            d = Decision(record.offset, Outcome.REJECTED, reason=v.reason, detail=v.detail,
+                         expected_epoch=v.expected, actual_epoch=v.actual, leader=self.leader,
+                         **common)
+            self._rejected.append(d)
+            return d
+        return Decision(record.offset, Outcome.ACCEPTED, leader=self.leader, **common)
+
+    def _grant(self, e: LeadershipGranted, offset: int) -> None:
+        if e.prev_epoch != self.epoch:
+            raise _Verdict("cas_failed",
+                           f"grant to {e.writer!r} expected epoch {e.prev_epoch} to be current, "
+                           f"but epoch {self.epoch} is (leader {self.leader!r})",
+                           expected=self.epoch, actual=e.prev_epoch)
+        if e.epoch != e.prev_epoch + 1:
+            raise _Verdict("bad_epoch", f"a grant after epoch {e.prev_epoch} must claim epoch "
+                           f"{e.prev_epoch + 1}, not {e.epoch}",
+                           expected=e.prev_epoch + 1, actual=e.epoch)
+        self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
+        self._terms[e.epoch] = TermInfo(e.epoch, e.writer, offset)
+
+    def _fence(self, e: Event) -> None:
+        cur, leader = self.epoch, self.leader
+        if leader is None:
+            raise _Verdict("no_leader", f"no term has been granted; {e.writer!r} wrote "
+                           f"with epoch {e.epoch}", expected=cur, actual=e.epoch)
+        if e.epoch < cur:
+            raise _Verdict("stale_epoch", f"expected epoch {cur}, actual {e.epoch}: "
+                           f"{e.writer!r} writes for an old term; the leader is {leader!r}",
+                           expected=cur, actual=e.epoch)
+        if e.epoch > cur:
+            raise _Verdict("future_epoch", f"expected epoch {cur}, actual {e.epoch}: "
+                           f"no grant for epoch {e.epoch} was accepted", expected=cur,
+                           actual=e.epoch)
+        if e.writer != leader:
+            raise _Verdict("not_leader", f"epoch {cur} belongs to {leader!r}, not "
+                           f"{e.writer!r}", expected=cur, actual=e.epoch)
+        if self.revoked:
+            raise _Verdict("term_revoked", f"term {cur} of {leader!r} was revoked; "
+                           f"no write of it is accepted", expected=cur, actual=e.epoch)
+
+    def _apply(self, e: Event, offset: int) -> None:
+        if isinstance(e, LeadershipRevoked):
+            self.revoked = True
+            info = self._terms.get(self.epoch)
+            if info is not None:
+                self._terms[self.epoch] = replace(info, revoked_offset=offset)
+            return
+        assert isinstance(e, JobEvent)
+        job: JobView | None = self._jobs.get(e.job_id)
+        if isinstance(e, JobSubmitted):
+            if job is not None:
+                if not job.live:
+                    raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                                   "terminal id can never be submitted again")
+                raise _Verdict("job_exists", f"job {e.job_id!r} already exists")
+            self._jobs[e.job_id] = JobView(e.job_id, JobStatus.ACTIVE, e.epoch, e.graph)
+        elif isinstance(e, (JobCancelled, JobTerminated)):
+            status = JobStatus.CANCELLED if isinstance(e, JobCancelled) else e.state
+            if status not in (JobStatus.CANCELLED, JobStatus.FINISHED, JobStatus.FAILED):
+                raise _Verdict("bad_state", f"a job can terminate as FINISHED or FAILED, "
+                               f"not {status!r}")
+            if job is not None and not job.live:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
+            self._jobs[e.job_id] = JobView(e.job_id, status, None, None)
+        elif isinstance(e, JobReasserted):
+            if e.status not in JobStatus.ALL:
+                raise _Verdict("bad_state", f"unknown job status {e.status!r}")
+            if job is not None and not job.live and e.status == JobStatus.ACTIVE:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                               "reassertion cannot make it live again")
+            if e.status in JobStatus.TERMINAL:
+                self._jobs[e.job_id] = JobView(e.job_id, e.status, None, None)
+            else:
+                self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph)
+        else:  # JobAdopted, JobLockReleased
+            if job is None:
+                raise _Verdict("unknown_job", f"job {e.job_id!r} was never submitted")
+            if not job.live:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}")
+            # Neither checks who holds the lock now: fencing already limits both to
+            # the current leader, and a precondition on the lock key's earlier
+            # records would flip once the cleaner removed them.
+            owner = e.epoch if isinstance(e, JobAdopted) else None
+            self._jobs[e.job_id] = replace(job, owner_epoch=owner)
+
+
+def replay(image: Image, record: LogRecord, codec: Codec | None = None) -> Image:
+    """The image after one more record. Pure and total."""
+    delta = Delta(image, codec)
+    delta.replay(record)
+    return delta.apply()
+
+
+def fold(records: Iterable[LogRecord], image: Image | str, codec: Codec | None = None) -> Image:
+    """Fold ``records`` (in log order) onto ``image`` (or onto the empty image of a namespace)."""
+    if isinstance(image, str):
+        image = Image.empty(image)
+    delta = Delta(image, codec)
+    for record in records:
+        delta.replay(record)
+    return delta.apply()
+
+
+def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, JobReasserted]]:
+    """The (key, event) pairs the leader of ``epoch`` must write to settle the log.
+
+    One :class:`JobReasserted` per unsettled key of a known job, carrying the
+    job's whole accepted state, written on that same key so that it becomes
+    the key's newest record again. Pure: the client and the model-based
+    tests both call it.
+    """
+    out: list[tuple[str, JobReasserted]] = []
+    ns = image.namespace
+    for key in sorted(image.unsettled.keys()):
+        parsed = parse_key(key)
+        if parsed is None or parsed.job_id is None:
+            continue
+        job = image.jobs.get(parsed.job_id)
+        if job is None:
+            continue
+        out.append((key, JobReasserted(
+            event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
+            created_at=now_ms(), job_id=job.job_id, status=job.status,
+            owner_epoch=job.owner_epoch, graph=job.graph,
+        )))
+    return out

@@ -1,0 +1,202 @@
+"""The image: the registry's state as the fold left it, immutable, with provenance.
+
+An :class:`Image` is never changed in place; :func:`registry.fold.replay` makes
+a new one. Large collections are persistent maps (``immutables.Map``) so a new
+image shares everything the record did not touch.
+
+Equality that compaction must preserve (README, "Compaction") is
+:meth:`Image.answer`: the job set, the epoch, the leader and whether its term
+is revoked. Provenance, rejections and quarantine describe *this* log and
+legitimately differ between a log and its compacted form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import immutables
+
+from .events import GraphRef, InlineGraph, JobStatus
+
+__all__ = [
+    "Decision",
+    "Image",
+    "JobView",
+    "LeaderView",
+    "LogRecord",
+    "Outcome",
+    "Provenance",
+    "TermInfo",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One record as read from the topic (or from a model of it in tests).
+
+    ``value`` is the encoded event (``None`` for a tombstone); ``timestamp`` is
+    the broker's timestamp in ms (LogAppendTime on the topics we create).
+    """
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None = None
+    partition: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Which log position an image reflects (as KRaft's ``MetadataProvenance``)."""
+
+    namespace: str
+    last_offset: int = -1
+    epoch: int = 0
+    log_time: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """One job as the fold sees it.
+
+    ``owner_epoch`` is the term holding the job's lock (``None`` once released
+    or terminal); ``graph`` is ``None`` for terminal jobs (their graph may be
+    garbage-collected).
+    """
+
+    job_id: str
+    status: str
+    owner_epoch: int | None
+    graph: InlineGraph | GraphRef | None
+
+    @property
+    def live(self) -> bool:
+        """True unless the job is terminal (cancelled, finished or failed)."""
+        return self.status not in JobStatus.TERMINAL
+
+
+@dataclass(frozen=True, slots=True)
+class TermInfo:
+    """One leadership term: who got it, where it began and (if so) where it was revoked."""
+
+    epoch: int
+    leader: str
+    granted_offset: int
+    revoked_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderView:
+    """The current leader: ``epoch`` and ``contender`` name."""
+
+    epoch: int
+    contender: str
+
+
+class Outcome:
+    """What the fold did with a record."""
+
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+    DUPLICATE = "DUPLICATE"
+    QUARANTINED = "QUARANTINED"
+    SKIPPED = "SKIPPED"  # another namespace's record on the same partition
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The fold's verdict on one record.
+
+    ``reason`` is a stable code (``stale_epoch``, ``cas_failed``,
+    ``terminal_job``, ...; see :mod:`registry.fold`), ``detail`` says it for
+    people. For fencing rejections ``expected_epoch`` is the epoch the fold
+    holds, ``actual_epoch`` the record's, and ``leader`` the current leader.
+    """
+
+    offset: int
+    outcome: str
+    timestamp: int | None = None
+    key: str | None = None
+    event_type: str | None = None
+    event_id: str | None = None
+    job_id: str | None = None
+    epoch: int | None = None
+    writer: str | None = None
+    reason: str | None = None
+    detail: str = ""
+    expected_epoch: int | None = None
+    actual_epoch: int | None = None
+    leader: str | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """True if the record changed (or confirmed) state."""
+        return self.outcome == Outcome.ACCEPTED
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain dict (stable field names, for JSON output)."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+_EMPTY_MAP: immutables.Map = immutables.Map()
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """The registry's state after folding a log prefix.
+
+    Build the empty image of a namespace with :meth:`empty`; change it only
+    with :func:`registry.fold.replay` / :func:`registry.fold.fold`.
+
+    * ``epoch``/``leader``/``revoked``: the current term (epoch 0: never led).
+    * ``jobs``: job id -> :class:`JobView`, terminal jobs included (a terminal
+      id is remembered for ever so it can never be submitted again).
+    * ``terms``: epoch -> :class:`TermInfo`.
+    * ``rejected`` / ``quarantined``: every refused and every undecodable record.
+    * ``unsettled``: job-record keys whose newest record was not accepted, and
+      so must be reasserted by the leader before the cleaner could see them
+      (key -> offset of that record).
+    * ``seen``: every event id folded (duplicates have no second effect).
+    """
+
+    provenance: Provenance
+    epoch: int = 0
+    leader: str | None = None
+    revoked: bool = False
+    jobs: immutables.Map = field(default=_EMPTY_MAP)
+    terms: immutables.Map = field(default=_EMPTY_MAP)
+    rejected: tuple[Decision, ...] = ()
+    quarantined: tuple[Decision, ...] = ()
+    unsettled: immutables.Map = field(default=_EMPTY_MAP)
+    seen: immutables.Map = field(default=_EMPTY_MAP)
+    duplicates: int = 0
+
+    @classmethod
+    def empty(cls, namespace: str) -> Image:
+        """The image of a namespace before any record (KRaft's ``EMPTY``)."""
+        return cls(provenance=Provenance(namespace))
+
+    @property
+    def namespace(self) -> str:
+        """The namespace this image folds."""
+        return self.provenance.namespace
+
+    @property
+    def active_leader(self) -> LeaderView | None:
+        """The leader whose term is current and not revoked, or ``None``."""
+        if self.leader is None or self.revoked:
+            return None
+        return LeaderView(self.epoch, self.leader)
+
+    def live_jobs(self) -> dict[str, JobView]:
+        """Job id -> view, for the jobs that are not terminal."""
+        return {k: v for k, v in self.jobs.items() if v.live}
+
+    def answer(self) -> tuple[Any, ...]:
+        """What compaction must not change: (jobs, epoch, leader, revoked)."""
+        return (dict(self.jobs.items()), self.epoch, self.leader, self.revoked)
+
+    def with_provenance(self, **changes: Any) -> Image:
+        """A copy with provenance fields replaced (used by snapshots)."""
+        return replace(self, provenance=replace(self.provenance, **changes))

@@ -1,0 +1,117 @@
+"""Identifiers, record keys and the namespace -> partition map.
+
+Compaction keeps the newest record *per key*, so the key layout is part of the
+correctness argument (README, "Compaction"):
+
+* ``<ns>/job/<id>``          the job's definition and its end (submit, cancel, terminate)
+* ``<ns>/job/<id>/lock``     which term holds the job (adopt, release)
+* ``<ns>/term/<epoch>/<event_id>``  every leadership record, under a key of its own,
+  so the cleaner never removes a grant or a revoke.
+
+A :class:`~registry.events.JobReasserted` may land on either job key. Ids may
+not contain ``/`` so a key parses one way only.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+from .errors import ConfigError
+from .events import Event, JobAdopted, JobEvent, JobLockReleased, JobReasserted
+
+__all__ = [
+    "ParsedKey",
+    "allowed_keys",
+    "check_id",
+    "job_key",
+    "lock_key",
+    "parse_key",
+    "partition_for",
+    "record_key",
+    "term_key",
+]
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}")
+
+
+def check_id(kind: str, value: object) -> str:
+    """Return ``value`` if it is a well-formed id, else raise :class:`ConfigError`.
+
+    Ids are 1 to 200 characters: letters, digits and ``. _ : @ + = -``,
+    starting with a letter or digit (no ``/``, no spaces).
+    """
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise ConfigError(
+            f"malformed {kind} {value!r}: use 1-200 characters from "
+            "letters, digits and . _ : @ + = -, starting with a letter or digit"
+        )
+    return value
+
+
+def job_key(namespace: str, job_id: str) -> str:
+    """The key of a job's definition records."""
+    return f"{namespace}/job/{job_id}"
+
+
+def lock_key(namespace: str, job_id: str) -> str:
+    """The key of a job's lock records (adopt, release)."""
+    return f"{namespace}/job/{job_id}/lock"
+
+
+def term_key(namespace: str, epoch: int, event_id: str) -> str:
+    """The key of one leadership record: never shared, so never compacted away."""
+    return f"{namespace}/term/{epoch}/{event_id}"
+
+
+def record_key(event: Event) -> str:
+    """The key a well-behaved writer uses for ``event``."""
+    if isinstance(event, (JobAdopted, JobLockReleased)):
+        return lock_key(event.namespace, event.job_id)
+    if isinstance(event, JobEvent):
+        return job_key(event.namespace, event.job_id)
+    return term_key(event.namespace, event.epoch, event.event_id)
+
+
+def allowed_keys(event: Event) -> tuple[str, ...]:
+    """Every key under which the fold accepts ``event`` (a reassertion may use either job key)."""
+    if isinstance(event, JobReasserted):
+        return (job_key(event.namespace, event.job_id), lock_key(event.namespace, event.job_id))
+    return (record_key(event),)
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedKey:
+    """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``term`` or ``other``."""
+
+    namespace: str
+    kind: str
+    job_id: str | None = None
+
+
+def parse_key(key: str) -> ParsedKey | None:
+    """Split a record key; ``None`` if it is not of the form ``<ns>/...``."""
+    ns, sep, rest = key.partition("/")
+    if not sep or not ns:
+        return None
+    parts = rest.split("/")
+    if len(parts) == 2 and parts[0] == "job":
+        return ParsedKey(ns, "job", parts[1])
+    if len(parts) == 3 and parts[0] == "job" and parts[2] == "lock":
+        return ParsedKey(ns, "lock", parts[1])
+    if len(parts) == 3 and parts[0] == "term":
+        return ParsedKey(ns, "term")
+    return ParsedKey(ns, "other")
+
+
+def partition_for(namespace: str, partitions: int) -> int:
+    """The partition that holds every record of ``namespace``.
+
+    CRC-32 of the UTF-8 name, modulo the partition count: stable across
+    processes, Python versions and machines (unlike ``hash()``). The topic's
+    partition count must therefore never change once namespaces live on it.
+    """
+    if partitions < 1:
+        raise ConfigError(f"a topic needs at least one partition, not {partitions}")
+    return zlib.crc32(namespace.encode("utf-8")) % partitions

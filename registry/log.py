@@ -1,0 +1,352 @@
+"""The registry log on Kafka: topic settings, a reader that knows when it has caught up, writers.
+
+Nothing here interprets records; that is :mod:`registry.fold`'s job. This
+module only moves bytes and turns confluent-kafka errors into
+:class:`~registry.errors.BrokerError`.
+
+Catching up without ListOffsets: some brokers (the embedded Tansu among them)
+under-report the "latest" offset while producers batch. :meth:`LogReader.sync`
+instead seeks the consumer to its own position, which makes librdkafka issue
+a fresh fetch, and reads until that fetch reports end-of-partition
+(``enable.partition.eof``). The fetch is issued after ``sync`` was called, so
+everything committed before the call is folded when it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from .errors import BrokerError, ConfigError
+from .image import LogRecord
+
+__all__ = [
+    "DEFAULT_TOPIC",
+    "LogReader",
+    "PlainWriter",
+    "TopicConfig",
+    "TransactionFailed",
+    "TransactionalWriter",
+    "ensure_topic",
+    "transactional_id",
+    "write_raw",
+]
+
+DEFAULT_TOPIC = "jobreg"
+
+# Latency-sensitive defaults measured on the embedded broker: Nagle off, short
+# fetch waits (the broker answers a long poll only when it expires).
+_LOG = logging.getLogger("registry.kafka")
+_CLIENT_DEFAULTS = {"socket.nagle.disable": True, "logger": _LOG}
+
+_DAY_MS = 24 * 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """The topic settings the compaction argument rests on (README, "Compaction").
+
+    * ``cleanup.policy=compact``: the log keeps the newest record per key for ever.
+    * ``min.compaction.lag.ms`` (7 days): no record younger than this is ever
+      cleaned, so the forensics window sees every record and a leader has that
+      long to reassert a key after a refused write landed on it.
+    * ``delete.retention.ms`` (1 day): how long a tombstone stays readable.
+      jobreg writes no tombstones; a reader whose position is older than this
+      must rebuild from the start.
+    * ``message.timestamp.type=LogAppendTime``: the broker stamps records, so a
+      writer with a skewed clock cannot make a fresh record look old to the
+      cleaner's lag check.
+    * ``partitions``: fixed for the topic's life (namespaces hash onto them).
+    """
+
+    partitions: int = 8
+    replication_factor: int = 1
+    min_compaction_lag_ms: int = 7 * _DAY_MS
+    delete_retention_ms: int = _DAY_MS
+    timestamp_type: str = "LogAppendTime"
+
+    def kafka_config(self) -> dict[str, str]:
+        """The topic-level configuration as Kafka names it."""
+        return {
+            "cleanup.policy": "compact",
+            "min.compaction.lag.ms": str(self.min_compaction_lag_ms),
+            "delete.retention.ms": str(self.delete_retention_ms),
+            "message.timestamp.type": self.timestamp_type,
+        }
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, **_CLIENT_DEFAULTS})
+
+
+def ensure_topic(bootstrap: str, topic: str, config: TopicConfig | None = None,
+                 timeout: float = 10.0) -> int:
+    """Create the registry topic if it is missing; return its partition count.
+
+    Always explicit: some brokers auto-create missing topics without
+    compaction. An existing topic must have ``cleanup.policy=compact``.
+    Raises :class:`BrokerError` if the broker does not answer within
+    ``timeout`` seconds and :class:`ConfigError` for a topic we cannot use.
+    """
+    config = config or TopicConfig()
+    admin = _admin(bootstrap)
+    meta = _list_topics(admin, bootstrap, timeout)
+    if topic not in meta.topics or meta.topics[topic].error is not None:
+        futures = admin.create_topics([NewTopic(topic, num_partitions=config.partitions,
+                                                replication_factor=config.replication_factor,
+                                                config=config.kafka_config())],
+                                      request_timeout=timeout)
+        try:
+            futures[topic].result(timeout)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise BrokerError(f"could not create topic {topic!r} on {bootstrap}: "
+                                  f"{e.args[0].str()}") from e
+        meta = _list_topics(admin, bootstrap, timeout)
+    partitions = len(meta.topics[topic].partitions)
+    try:
+        described = admin.describe_configs([ConfigResource("topic", topic)])
+        entries = next(iter(described.values())).result(timeout)
+        policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else None
+    except Exception:  # a broker that cannot describe configs: trust creation
+        policy = None
+    if policy is not None and "compact" not in policy:
+        raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; jobreg needs a "
+                          "compacted topic (create it with cleanup.policy=compact)")
+    return partitions
+
+
+def _list_topics(admin: AdminClient, bootstrap: str, timeout: float):
+    try:
+        return admin.list_topics(timeout=timeout)
+    except KafkaException as e:
+        raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
+                          f"({e.args[0].str()})") from e
+
+
+def transactional_id(topic: str, namespace: str) -> str:
+    """The ``transactional.id`` of a namespace's leader: one per namespace, so a new
+    term's ``init_transactions()`` fences the previous term at the broker."""
+    return f"jobreg.{topic}.{namespace}"
+
+
+class LogReader:
+    """Reads one partition from an offset, in order, read_committed; never commits offsets."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, *, start_offset: int = 0,
+                 fetch_wait_ms: int = 5, batch_size: int = 1000) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partition = partition
+        self.position = start_offset
+        self._batch_size = batch_size
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap,
+            "group.id": f"jobreg-reader-{uuid.uuid4()}",  # required by librdkafka; never used
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": fetch_wait_ms,
+            "fetch.error.backoff.ms": 10,
+            "auto.offset.reset": "earliest",
+            **_CLIENT_DEFAULTS,
+        })
+        self._consumer.assign([TopicPartition(topic, partition, start_offset)])
+        self._eof = False
+
+    def poll(self, timeout: float) -> list[LogRecord]:
+        """Whatever records arrive within ``timeout`` seconds (possibly none)."""
+        out: list[LogRecord] = []
+        try:
+            msgs = self._consumer.consume(self._batch_size, timeout)
+        except KafkaException as e:
+            raise BrokerError(f"reading {self.topic}[{self.partition}] failed: "
+                              f"{e.args[0].str()}") from e
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self._eof = True  # in order: records after it clear it again
+                    continue
+                if err.fatal():
+                    raise BrokerError(f"reading {self.topic}[{self.partition}] failed: "
+                                      f"{err.str()}")
+                continue  # transient (broker down, retrying): the caller's deadline bounds it
+            ts_type, ts = m.timestamp()
+            out.append(LogRecord(m.offset(), m.key(), m.value(),
+                                 ts if ts_type != 0 else None, self.partition))
+            self._eof = False
+        if out:
+            self.position = out[-1].offset + 1
+        return out
+
+    def read_until(self, offset: int, timeout: float) -> Iterable[list[LogRecord]]:
+        """Yield batches until a record at or past ``offset`` was read.
+
+        Raises :class:`BrokerError` after ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while self.position <= offset:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrokerError(f"offset {offset} of {self.topic}[{self.partition}] was not "
+                                  f"readable from {self.bootstrap} within {timeout:g} s")
+            batch = self.poll(min(left, 0.2))
+            if batch:
+                yield batch
+
+    def sync(self, timeout: float) -> Iterable[list[LogRecord]]:
+        """Yield batches until the end of the partition as of a fetch issued now.
+
+        Raises :class:`BrokerError` if no end was seen within ``timeout`` s
+        (an unreachable broker, for instance).
+        """
+        deadline = time.monotonic() + timeout
+        self._eof = False
+        try:
+            # A seek to our own position discards prefetched data and forces a
+            # fresh fetch, whose end-of-partition event then means "caught up
+            # as of now" (see the module docstring).
+            self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
+        except KafkaException:
+            pass  # not yet fetching: the first fetch is fresh anyway
+        while not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrokerError(f"could not read to the end of {self.topic}"
+                                  f"[{self.partition}] at {self.bootstrap} within "
+                                  f"{timeout:g} s (is the broker reachable?)")
+            batch = self.poll(min(left, 0.2))
+            if batch:
+                yield batch
+
+    def close(self) -> None:
+        """Leave the broker; the reader cannot be used afterwards."""
+        self._consumer.close()
+
+
+class TransactionFailed(BrokerError):
+    """A transaction did not commit; whether its records landed must be read from the log.
+
+    ``fatal`` means the producer is unusable (fenced by a newer producer with
+    the same ``transactional.id``) and must be re-created.
+    """
+
+    def __init__(self, message: str, *, fatal: bool) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+
+
+class _Delivery:
+    __slots__ = ("error", "offsets")
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.error: KafkaError | None = None
+
+    def __call__(self, err, msg) -> None:
+        if err is not None:
+            self.error = err
+        else:
+            self.offsets.append(msg.offset())
+
+
+class TransactionalWriter:
+    """The leader's producer: every write is one transaction on the namespace's partition."""
+
+    def __init__(self, bootstrap: str, topic: str, namespace: str, partition: int,
+                 timeout: float = 10.0) -> None:
+        self.topic, self.partition = topic, partition
+        self._timeout = timeout
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id(topic, namespace),
+            "linger.ms": 0,
+            "transaction.timeout.ms": 60_000,
+            **_CLIENT_DEFAULTS,
+        })
+        try:
+            self._producer.init_transactions(timeout)
+        except KafkaException as e:
+            raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
+                                    fatal=True) from e
+
+    def write(self, records: list[tuple[str, bytes]]) -> list[int]:
+        """Write ``(key, value)`` records in one transaction; return their offsets."""
+        p, delivery = self._producer, _Delivery()
+        try:
+            p.begin_transaction()
+            for key, value in records:
+                p.produce(self.topic, value=value, key=key.encode("utf-8"),
+                          partition=self.partition, on_delivery=delivery)
+            p.commit_transaction(self._timeout)
+        except KafkaException as e:
+            err: KafkaError = e.args[0]
+            fatal = err.fatal() or not err.txn_requires_abort()
+            if err.txn_requires_abort():
+                try:
+                    p.abort_transaction(self._timeout)
+                except KafkaException:
+                    fatal = True
+            raise TransactionFailed(f"transaction failed: {err.name()} ({err.str()})",
+                                    fatal=fatal) from e
+        if delivery.error is not None or len(delivery.offsets) != len(records):
+            raise TransactionFailed(f"delivery failed: {delivery.error}", fatal=False)
+        return delivery.offsets
+
+    def close(self) -> None:
+        """Flush and drop the producer (the ``transactional.id`` stays ours until fenced)."""
+        self._producer.flush(1.0)
+
+
+class PlainWriter:
+    """An idempotent, non-transactional producer: for grants and for raw writes in tests."""
+
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+        self._timeout = timeout
+        self._bootstrap = bootstrap
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 0,
+            "message.timeout.ms": int(timeout * 1000),
+            **_CLIENT_DEFAULTS,
+        })
+
+    def write(self, topic: str, partition: int, records: list[tuple[bytes | None, bytes | None]]
+              ) -> list[int]:
+        """Write raw ``(key, value)`` records; return their offsets, or raise BrokerError."""
+        delivery = _Delivery()
+        try:
+            for key, value in records:
+                self._producer.produce(topic, value=value, key=key, partition=partition,
+                                       on_delivery=delivery)
+        except (KafkaException, BufferError) as e:
+            raise BrokerError(f"could not send to {topic}[{partition}]: {e}") from e
+        left = self._producer.flush(self._timeout)
+        if left or delivery.error is not None or len(delivery.offsets) != len(records):
+            raise BrokerError(f"write to {topic}[{partition}] at {self._bootstrap} not "
+                              f"confirmed within {self._timeout:g} s: "
+                              f"{delivery.error or 'no delivery report'}")
+        return delivery.offsets
+
+
+def write_raw(bootstrap: str, topic: str, partition: int, key: bytes | str | None,
+              value: bytes | None, timeout: float = 10.0) -> int:
+    """Write one record straight to the topic, bypassing every check: a zombie's write.
+
+    For tests and drills. ``value`` may be any bytes (``registry.codec.encode``
+    of an event, or garbage). Returns the record's offset.
+    """
+    if isinstance(key, str):
+        key = key.encode("utf-8")
+    if partition < 0:
+        raise ConfigError(f"partition must be >= 0, not {partition}")
+    return PlainWriter(bootstrap, timeout).write(topic, partition, [(key, value)])[0]

@@ -1,0 +1,1 @@
+"""The Avro schemas of jobreg events (installed as ``registry.schemas``)."""

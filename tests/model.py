@@ -1,0 +1,220 @@
+"""Models for the property tests: Kafka's log cleaner, and a log written by simulated clients.
+
+The cleaner model (:func:`compact`) follows Kafka's ``LogCleaner``:
+
+* it cleans a prefix of the log, ``[0, U)``, where ``U`` is no later than the
+  first record younger than ``min.compaction.lag.ms`` (segment boundaries can
+  only make ``U`` earlier, so any smaller ``U`` is also a legal cleaning);
+* within that prefix a record is removed if a later record with the same key
+  exists in the prefix (the offset map is built from the cleanable range);
+* records of aborted transactions are removed and never enter the offset
+  map (``Cleaner.buildOffsetMapForSegment``: "If the batch is aborted, do not
+  bother populating the offset map");
+* a tombstone in the prefix is removed once older than ``delete.retention.ms``;
+* nothing at or after ``U`` is touched.
+
+The simulated clients (:class:`Sim`) write through the same pure code the real
+client uses (event construction, :func:`registry.fold.plan_reassertions`) and
+read the log as read_committed consumers do (aborted records invisible).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from registry.codec import encode
+from registry.events import (
+    JobAdopted,
+    JobCancelled,
+    JobLockReleased,
+    JobSubmitted,
+    JobTerminated,
+    LeadershipGranted,
+    LeadershipRevoked,
+    InlineGraph,
+    new_event_id,
+)
+from registry.fold import fold, plan_reassertions
+from registry.image import Image, LogRecord
+from registry.keys import job_key, lock_key, record_key, term_key
+from registry.log import TopicConfig
+
+NS = "prod"
+TOPIC = TopicConfig()
+
+
+@dataclass(frozen=True)
+class Rec:
+    """A record in the modelled partition."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    aborted: bool = False
+
+    def as_log_record(self) -> LogRecord:
+        return LogRecord(self.offset, self.key, self.value, self.timestamp)
+
+
+def visible(log: list[Rec]) -> list[LogRecord]:
+    """What a read_committed consumer reads."""
+    return [r.as_log_record() for r in log if not r.aborted]
+
+
+def cleanable_limit(log: list[Rec], now: int, config: TopicConfig = TOPIC) -> int:
+    """The largest legal ``U``: index of the first record younger than the lag."""
+    for i, r in enumerate(log):
+        if r.timestamp > now - config.min_compaction_lag_ms:
+            return i
+    return len(log)
+
+
+def compact(log: list[Rec], now: int, upto: int | None = None,
+            config: TopicConfig = TOPIC) -> list[Rec]:
+    """One cleaner pass at time ``now`` over ``[0, upto)`` (default: the largest legal prefix)."""
+    limit = cleanable_limit(log, now, config)
+    u = limit if upto is None else min(upto, limit)
+    newest: dict[bytes | None, int] = {}
+    for r in log[:u]:
+        if not r.aborted and r.key is not None:
+            newest[r.key] = r.offset
+    out: list[Rec] = []
+    for r in log[:u]:
+        if r.aborted:
+            continue
+        if r.key is not None and newest[r.key] != r.offset:
+            continue
+        if r.value is None and r.timestamp < now - config.delete_retention_ms:
+            continue
+        out.append(r)
+    return out + log[u:]
+
+
+# -- simulated clients -----------------------------------------------------------
+
+JOBS = ("a", "b", "c", "d")
+CONTENDERS = ("jm-1", "jm-2", "jm-3")
+
+
+@dataclass
+class Actor:
+    """A client: the prefix of the log it has read, and the term it believes it holds."""
+
+    name: str
+    seen: int = 0
+    term: int | None = None
+
+
+@dataclass
+class Sim:
+    """Builds a log by interpreting ops; every client write mirrors :class:`registry.Term`."""
+
+    log: list[Rec] = field(default_factory=list)
+    now: int = 1_000_000
+    next_offset: int = 0
+    actors: dict[str, Actor] = field(default_factory=lambda: {c: Actor(c) for c in CONTENDERS})
+    reassert: bool = True  # switch off to show the hazard the reassertions prevent
+
+    def image(self, upto: int | None = None) -> Image:
+        return fold(visible(self.log[:upto]), NS)
+
+    def append(self, key: str | bytes | None, value: bytes | None, aborted: bool = False) -> int:
+        if isinstance(key, str):
+            key = key.encode()
+        off = self.next_offset
+        self.log.append(Rec(off, key, value, self.now, aborted))
+        # transaction markers and other partitions' gaps: offsets are not dense
+        self.next_offset += 2
+        self.now += 1
+        return off
+
+    # ops ----------------------------------------------------------------------
+    def sync(self, who: str) -> None:
+        self.actors[who].seen = len(self.log)
+
+    def tick(self, ms: int) -> None:
+        self.now += ms
+
+    def claim(self, who: str) -> None:
+        """claim_leadership from the actor's (possibly stale) view, then read to its grant."""
+        a = self.actors[who]
+        view = self.image(a.seen)
+        g = LeadershipGranted(event_id=new_event_id(), namespace=NS, epoch=view.epoch + 1,
+                              writer=who, created_at=0, prev_epoch=view.epoch)
+        self.append(record_key(g), encode(g))
+        a.seen = len(self.log)
+        img = self.image()
+        if img.epoch == g.epoch and img.leader == who:
+            a.term = g.epoch
+            self.write(who, None, None)  # Term._start(): reassert
+
+    def write(self, who: str, cmd: str | None, job: str | None, aborted: bool = False) -> None:
+        """A Term command by ``who`` (with the epoch it believes it holds)."""
+        a = self.actors[who]
+        if a.term is None:
+            return
+        view = self.image(a.seen)
+        pairs = plan_reassertions(view, a.term, who) if self.reassert else []
+        common = dict(event_id=new_event_id(), namespace=NS, epoch=a.term, writer=who,
+                      created_at=0)
+        ev = None
+        if cmd == "submit":
+            ev = JobSubmitted(job_id=job, graph=InlineGraph(f"graph-{job}".encode()), **common)
+        elif cmd == "revoke":
+            ev = LeadershipRevoked(**common)
+        elif cmd is not None and view.jobs:
+            # commands on known jobs (the client refuses unknown ids before writing);
+            # the drawn name picks one of the jobs this client knows
+            known = sorted(view.jobs)
+            job = known[JOBS.index(job) % len(known)]
+            ev = {"cancel": lambda: JobCancelled(job_id=job, **common),
+                  "finish": lambda: JobTerminated(job_id=job, state="FINISHED", **common),
+                  "fail": lambda: JobTerminated(job_id=job, state="FAILED", **common),
+                  "adopt": lambda: JobAdopted(job_id=job, **common),
+                  "release": lambda: JobLockReleased(job_id=job, **common)}[cmd]()
+        if ev is not None:
+            pairs.append((record_key(ev), ev))
+        for key, e in pairs:
+            self.append(key, encode(e), aborted)
+        a.seen = len(self.log)
+        if self.reassert and not aborted:
+            img = self.image()
+            if img.epoch == a.term and img.leader == who and not img.revoked and img.unsettled \
+                    and plan_reassertions(img, a.term, who):
+                self.write(who, None, None)  # the client settles after a refusal
+
+    def raw(self, kind: str, epoch: int, writer: str, job: str, key_choice: int) -> None:
+        """A zombie that ignores fencing: any event, any epoch, on some job key."""
+        keys = [job_key(NS, job), lock_key(NS, job), job_key(NS, JOBS[(JOBS.index(job) + 1) % len(JOBS)])]
+        key = keys[key_choice % len(keys)]
+        common = dict(event_id=new_event_id(), namespace=NS, epoch=epoch, writer=writer,
+                      created_at=0)
+        if kind == "garbage":
+            self.append(key, b"\x00\x00\x00\x00\x63not avro at all")
+            return
+        if kind == "tombstone":
+            self.append(key, None)
+            return
+        ev = {"submit": lambda: JobSubmitted(job_id=job, graph=InlineGraph(b"zombie"), **common),
+              "cancel": lambda: JobCancelled(job_id=job, **common),
+              "release": lambda: JobLockReleased(job_id=job, **common),
+              "adopt": lambda: JobAdopted(job_id=job, **common),
+              "revoke": lambda: LeadershipRevoked(**common)}[kind]()
+        if kind == "revoke":
+            key = term_key(NS, epoch, ev.event_id)
+        self.append(key, encode(ev))
+
+    def duplicate(self, index: int) -> None:
+        """Re-send an earlier job record verbatim (a client retry whose first copy landed)."""
+        job_recs = [r for r in self.log if r.key is not None and b"/job/" in r.key
+                    and r.value is not None and not r.aborted]
+        if job_recs:
+            r = job_recs[index % len(job_recs)]
+            self.append(r.key, r.value)
+
+    def settle(self) -> None:
+        """A leader is back within the lag: it catches up and claims (which reasserts)."""
+        who = CONTENDERS[0]
+        self.sync(who)
+        self.claim(who)

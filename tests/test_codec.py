@@ -1,0 +1,824 @@
+"""Unit tests of the Avro schemas, the schema catalog and the codec (no broker)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import io
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import types
+import typing
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from registry import codec as codec_mod
+from registry.codec import (
+    Catalog,
+    Codec,
+    check_catalog,
+    decode,
+    default_codec,
+    encode,
+    fingerprint,
+    main,
+    plan_catalog_update,
+    resolved_schemas,
+)
+from registry.errors import CodecError, ConfigError, UnknownEventTypeError, UnknownSchemaError
+from registry.events import (
+    EVENT_TYPES,
+    Event,
+    GraphRef,
+    InlineGraph,
+    JobAdopted,
+    JobCancelled,
+    JobEvent,
+    JobLockReleased,
+    JobReasserted,
+    JobStatus,
+    JobSubmitted,
+    JobTerminated,
+    LeadershipGranted,
+    LeadershipRevoked,
+)
+
+SCHEMAS = files("registry.schemas")
+CATALOG = Catalog.load()
+CODEC = Codec(CATALOG)
+ENVELOPE_NAMES = [f.name for f in dataclasses.fields(Event)]
+EVENT_ID = "6f1c2c1e-1111-4111-8111-111111111111"
+
+# --------------------------------------------------------------------------- strategies
+
+texts = st.text(max_size=30)  # any unicode except lone surrogates (not UTF-8 encodable)
+longs = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+graphs = st.one_of(
+    st.builds(InlineGraph, st.binary(max_size=200)),
+    st.builds(GraphRef, texts, texts, longs),
+)
+ENVELOPE = {
+    "event_id": st.one_of(st.uuids().map(str), texts),
+    "namespace": texts,
+    "epoch": longs,
+    "writer": texts,
+    "created_at": longs,
+    "schema_version": st.integers(min_value=-5, max_value=5),  # overwritten by the codec
+}
+PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
+    LeadershipGranted: {"prev_epoch": longs, "lease_ms": st.none() | longs},
+    LeadershipRevoked: {"reason": texts},
+    JobSubmitted: {"job_id": texts, "graph": graphs},
+    JobAdopted: {"job_id": texts},
+    JobLockReleased: {"job_id": texts},
+    JobCancelled: {"job_id": texts, "reason": texts},
+    JobTerminated: {
+        "job_id": texts,
+        "state": st.sampled_from(["FINISHED", "FAILED"]) | texts,
+        "reason": texts,
+    },
+    JobReasserted: {
+        "job_id": texts,
+        "status": st.sampled_from(JobStatus.ALL) | texts,
+        "owner_epoch": st.none() | longs,
+        "graph": st.none() | graphs,
+    },
+}
+
+
+def events_of(cls: type[Event]) -> st.SearchStrategy[Event]:
+    """Events of one type with arbitrary field values."""
+    return st.fixed_dictionaries({**ENVELOPE, **PAYLOAD[cls]}).map(lambda kw: cls(**kw))
+
+
+any_event = st.sampled_from(list(EVENT_TYPES.values())).flatmap(events_of)
+
+
+def envelope(**over: Any) -> dict[str, Any]:
+    """Fixed envelope kwargs for hand-written events."""
+    kw: dict[str, Any] = {
+        "event_id": EVENT_ID,
+        "namespace": "ns",
+        "epoch": 7,
+        "writer": "w1",
+        "created_at": 1_700_000_000_000,
+    }
+    kw.update(over)
+    return kw
+
+
+def submitted(graph: Any = None, **over: Any) -> JobSubmitted:
+    """A JobSubmitted with a 100-byte inline graph by default."""
+    return JobSubmitted(
+        **envelope(**over), job_id="job-1", graph=graph or InlineGraph(bytes(range(100)))
+    )
+
+
+def as_written(event: Event, catalog: Catalog = CATALOG) -> Event:
+    """``event`` as a reader sees it: schema_version is the writer schema's version."""
+    return dataclasses.replace(event, schema_version=catalog.current_version(event.TYPE))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def catalog_dict(catalog: Catalog = CATALOG) -> dict[str, Any]:
+    """A deep copy of a catalog's JSON object (safe to modify)."""
+    return copy.deepcopy(catalog.to_dict())
+
+
+def with_entries(*entries: dict[str, Any], base: Catalog = CATALOG) -> Catalog:
+    """``base`` plus extra catalog entries."""
+    data = catalog_dict(base)
+    data["schemas"].extend(entries)
+    return Catalog.from_dict(data)
+
+
+def codec_over(*entries: dict[str, Any], schema_registry: Any = None) -> Codec:
+    """A codec over the installed catalog plus ``entries`` (e.g. a v2 of a type)."""
+    return Codec(with_entries(*entries), schema_registry=schema_registry)
+
+
+EXTRA_FIELD = {
+    "name": "cancelled_by",
+    "type": "string",
+    "default": "unknown",
+    "doc": "Who cancelled the job (added in v2).",
+}
+
+
+def cancelled_v2(schema_id: int = 9) -> dict[str, Any]:
+    """Catalog entry: JobCancelled v2 = v1 plus a string field with a default."""
+    schema = copy.deepcopy(CATALOG.current("JobCancelled").schema)
+    schema["fields"].append(dict(EXTRA_FIELD))
+    return {"id": schema_id, "type": "JobCancelled", "version": 2, "schema": schema}
+
+
+def frame(schema_id: int, body: bytes) -> bytes:
+    """Confluent wire format: magic 0, 4-byte big-endian id, body."""
+    return struct.pack(">BI", 0, schema_id) + body
+
+
+def avro_body(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    """Schemaless Avro encoding of ``record`` with ``schema``."""
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(schema), record)
+    return buf.getvalue()
+
+
+class NotFound(Exception):
+    """Shaped like confluent_kafka's SchemaRegistryError for a missing schema."""
+
+    http_status_code = 404
+    error_code = 40403
+
+
+class FakeRegistry:
+    """In-memory schema registry with the two methods the codec uses.
+
+    The real mock (``confluent_kafka.schema_registry`` ``mock://`` client) is
+    tested too, but needs the ``schemaregistry`` extras of confluent-kafka.
+    """
+
+    def __init__(self, first_id: int = 100) -> None:
+        self.by_id: dict[int, Any] = {}
+        self.ids: dict[tuple[str, str], int] = {}
+        self.next_id = first_id
+        self.registrations: list[str] = []
+
+    def register_schema(self, subject: str, schema: Any, normalize_schemas: bool = False) -> int:
+        self.registrations.append(subject)
+        key = (subject, schema.schema_str)
+        if key not in self.ids:
+            self.ids[key] = self.next_id
+            self.by_id[self.next_id] = schema
+            self.next_id += 1
+        return self.ids[key]
+
+    def get_schema(self, schema_id: int) -> Any:
+        if schema_id not in self.by_id:
+            raise NotFound(f"schema {schema_id} not found")
+        return self.by_id[schema_id]
+
+
+def mock_registry() -> Any:
+    """confluent-kafka's in-memory mock registry client, or skip if unavailable.
+
+    In confluent-kafka 2.16 ``SchemaRegistryClient({"url": "mock://..."})`` is a
+    real HTTP client; the mock is ``SchemaRegistryClient.new_client`` and its
+    store belongs to the client instance, so codecs share the client object.
+    """
+    sr = pytest.importorskip(
+        "confluent_kafka.schema_registry",
+        reason="confluent-kafka[schemaregistry] extras (httpx, attrs, certifi...) missing",
+    )
+    return sr.SchemaRegistryClient.new_client({"url": "mock://jobreg-test"})
+
+
+# --------------------------------------------------------------------------- round trips
+
+
+def test_strategies_cover_every_event_type() -> None:
+    assert set(PAYLOAD) == set(EVENT_TYPES.values())
+    for cls, fields in PAYLOAD.items():
+        assert set(ENVELOPE) | set(fields) == {f.name for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("type_name", list(EVENT_TYPES))
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_round_trip_every_event_type(type_name: str, data: st.DataObject) -> None:
+    event = data.draw(events_of(EVENT_TYPES[type_name]))
+    raw = CODEC.encode(event)
+    assert raw[0] == 0
+    assert int.from_bytes(raw[1:5], "big") == CATALOG.writer_id(type_name)
+    assert CODEC.decode(raw) == as_written(event)
+
+
+@settings(max_examples=100, deadline=None)
+@given(event=any_event)
+def test_round_trip_through_module_shortcuts(event: Event) -> None:
+    assert decode(encode(event)) == as_written(event)
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [InlineGraph(b""), InlineGraph(b"\x00\xff" * 50), GraphRef("s3://b/k", "ab" * 32, 2**40)],
+    ids=["empty-inline", "inline", "ref"],
+)
+def test_job_submitted_graph_branches(graph: InlineGraph | GraphRef) -> None:
+    event = submitted(graph)
+    decoded = CODEC.decode(CODEC.encode(event))
+    assert decoded == event
+    assert type(decoded.graph) is type(graph)
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [None, InlineGraph(b"g"), GraphRef("file:///x", "00" * 32, 0)],
+    ids=["none", "inline", "ref"],
+)
+@pytest.mark.parametrize("owner_epoch", [None, 0, 2**63 - 1])
+def test_job_reasserted_optional_fields(graph: Any, owner_epoch: int | None) -> None:
+    event = JobReasserted(
+        **envelope(), job_id="j", status="ACTIVE", owner_epoch=owner_epoch, graph=graph
+    )
+    decoded = CODEC.decode(CODEC.encode(event))
+    assert decoded == event
+    assert type(decoded.graph) is type(graph)
+
+
+def test_graph_union_is_written_by_name_not_by_shape() -> None:
+    # A GraphRef and an InlineGraph must never be confused, even when empty.
+    ref = CODEC.encode(submitted(GraphRef("", "", 0)))
+    inline = CODEC.encode(submitted(InlineGraph(b"")))
+    assert ref != inline
+    assert isinstance(CODEC.decode(ref).graph, GraphRef)
+    assert isinstance(CODEC.decode(inline).graph, InlineGraph)
+
+
+def test_schema_version_is_the_writer_schema_version() -> None:
+    event = LeadershipRevoked(**envelope(), schema_version=42, reason="bye")
+    decoded = CODEC.decode(CODEC.encode(event))
+    assert decoded.schema_version == CATALOG.current_version("LeadershipRevoked") == 1
+    assert decoded == dataclasses.replace(event, schema_version=1)
+
+
+def test_decoded_events_are_normal_frozen_dataclasses() -> None:
+    event = submitted()
+    decoded = CODEC.decode(CODEC.encode(event))
+    assert decoded == event and hash(decoded) == hash(event) and repr(decoded) == repr(event)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decoded.epoch = 8  # type: ignore[misc]
+    assert dataclasses.asdict(decoded) == dataclasses.asdict(event)
+
+
+def test_decode_accepts_any_bytes_like() -> None:
+    raw = CODEC.encode(submitted())
+    assert CODEC.decode(bytearray(raw)) == CODEC.decode(memoryview(raw)) == submitted()
+
+
+def test_default_codec_is_a_singleton_over_the_installed_catalog() -> None:
+    assert default_codec() is default_codec()
+    assert default_codec().catalog.to_dict() == CATALOG.to_dict()
+    assert default_codec().schema_registry is None
+
+
+def test_decode_record_gives_the_avro_dict() -> None:
+    type_name, rec = CODEC.decode_record(CODEC.encode(submitted()))
+    assert type_name == "JobSubmitted"
+    assert rec["envelope"]["epoch"] == 7
+    assert rec["graph"] == ("jobreg.InlineGraph", {"data": bytes(range(100))})
+
+
+# --------------------------------------------------------------------------- encode errors
+
+
+@pytest.mark.parametrize(
+    ("event", "match"),
+    [
+        (submitted(epoch="7"), "epoch"),  # a str where an int belongs
+        (submitted(epoch=7.5), "epoch"),  # would be silently truncated by fastavro
+        (submitted(created_at=True), "created_at"),  # bools are not ints
+        (submitted(epoch=2**63), None),  # out of the Avro long range
+        (submitted(epoch=-(2**63) - 1), None),
+        (submitted(GraphRef("u", "s", "3")), "size"),
+        (submitted(GraphRef("u", "s", 2**64)), None),
+        (submitted(InlineGraph("not bytes")), None),  # type: ignore[arg-type]
+        (submitted({"data": b"x"}), "InlineGraph or a GraphRef"),
+        (JobSubmitted(**envelope(), job_id="j", graph=None), None),  # type: ignore[arg-type]
+        (JobAdopted(**envelope(), job_id=5), "job_id"),  # type: ignore[arg-type]
+        (JobAdopted(**envelope(), job_id=None), "job_id"),  # type: ignore[arg-type]
+        (JobAdopted(**envelope(), job_id="\ud800"), None),  # not UTF-8 encodable
+        (LeadershipGranted(**envelope(), prev_epoch=1, lease_ms="1"), "lease_ms"),
+        (JobReasserted(**envelope(), job_id="j", status=1, owner_epoch=None, graph=None), None),
+    ],
+)
+def test_encode_rejects_events_that_do_not_fit_the_schema(event: Event, match: str | None) -> None:
+    with pytest.raises(CodecError, match=match) as info:
+        CODEC.encode(event)
+    assert not isinstance(info.value, UnknownSchemaError)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        Event(**envelope()),
+        JobEvent(**envelope(), job_id="j"),
+        object(),
+        {"job_id": "j"},
+    ],
+)
+def test_encode_rejects_what_is_not_an_event_type(obj: Any) -> None:
+    with pytest.raises(UnknownEventTypeError):
+        CODEC.encode(obj)
+
+
+# --------------------------------------------------------------------------- schemas and catalog
+
+
+def _avsc_files() -> list[Any]:
+    return sorted((p for p in SCHEMAS.iterdir() if p.name.endswith(".avsc")), key=lambda p: p.name)
+
+
+def test_every_avsc_parses_and_is_named_after_its_file() -> None:
+    texts_by_name = {
+        p.name[: -len(".avsc")]: json.loads(p.read_text("utf-8")) for p in _avsc_files()
+    }
+    expected = {"jobreg.Envelope", "jobreg.InlineGraph", "jobreg.GraphRef"}
+    expected |= {f"jobreg.{t}" for t in EVENT_TYPES}
+    assert set(texts_by_name) == expected
+    named: dict[str, Any] = {}
+    for name in ("jobreg.Envelope", "jobreg.InlineGraph", "jobreg.GraphRef"):
+        fastavro.parse_schema(texts_by_name[name], named)
+    for name, schema in texts_by_name.items():
+        assert schema["namespace"] == "jobreg" and f"jobreg.{schema['name']}" == name
+        parsed = fastavro.parse_schema(schema, dict(named))
+        assert parsed["name"] == name
+    assert list(resolved_schemas()) == list(EVENT_TYPES)
+
+
+def test_every_record_and_field_has_a_doc() -> None:
+    for path in _avsc_files():
+        schema = json.loads(path.read_text("utf-8"))
+        assert schema.get("doc"), path.name
+        for field in schema["fields"]:
+            assert field.get("doc"), f"{path.name}: {field['name']}"
+
+
+def test_catalog_is_up_to_date() -> None:
+    assert check_catalog() == []
+    assert main(["--check"]) == 0
+
+
+def test_catalog_is_one_to_one_with_event_types() -> None:
+    assert CATALOG.types() == list(EVENT_TYPES)
+    first = {e.type: e.id for e in CATALOG.entries() if e.version == 1}
+    assert first == {t: i for i, t in enumerate(EVENT_TYPES, start=1)}
+    for type_name in EVENT_TYPES:
+        assert CATALOG.type_of(CATALOG.writer_id(type_name)) == type_name
+        assert CATALOG.schema(CATALOG.writer_id(type_name))["name"] == f"jobreg.{type_name}"
+
+
+def _avro_type_of(annotation: Any, name: str) -> Any:
+    """The Avro type a dataclass annotation must have in the schema."""
+    if name == "schema_version":
+        return "int"
+    simple = {str: "string", int: "long", bytes: "bytes"}
+    if annotation in simple:
+        return simple[annotation]
+    if annotation in (InlineGraph, GraphRef):
+        return f"jobreg.{annotation.__name__}"
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = typing.get_args(annotation)
+        branches = [_avro_type_of(a, name) for a in args if a is not type(None)]
+        return ["null", *branches] if type(None) in args else branches
+    raise AssertionError(f"no Avro mapping for {annotation!r} ({name})")
+
+
+def _schema_type(avro_type: Any) -> Any:
+    """A field type with named types reduced to their full name."""
+    if isinstance(avro_type, list):
+        return [_schema_type(b) for b in avro_type]
+    if isinstance(avro_type, dict):
+        return avro_type["name"]
+    return avro_type
+
+
+def _check_fields(cls: type, fields: list[dict[str, Any]], names: list[str]) -> None:
+    hints = typing.get_type_hints(cls)
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    assert [f["name"] for f in fields] == names, cls.__name__
+    for field in fields:
+        name = field["name"]
+        assert _schema_type(field["type"]) == _avro_type_of(hints[name], name), (cls, name)
+        default = by_name[name].default
+        if default is not dataclasses.MISSING and name != "schema_version":
+            assert field.get("default", "<none>") == default, (cls, name)
+        if isinstance(field["type"], list) and field["type"][0] == "null":
+            assert field.get("default", "<none>") is None, (cls, name)
+
+
+@pytest.mark.parametrize("type_name", list(EVENT_TYPES))
+def test_dataclass_and_schema_cannot_drift(type_name: str) -> None:
+    cls = EVENT_TYPES[type_name]
+    schema = CATALOG.current(type_name).schema
+    envelope_field, *payload = schema["fields"]
+    assert envelope_field["name"] == "envelope"
+    assert envelope_field["type"]["name"] == "jobreg.Envelope"
+    _check_fields(cls, envelope_field["type"]["fields"], ENVELOPE_NAMES)
+    payload_names = [f.name for f in dataclasses.fields(cls) if f.name not in ENVELOPE_NAMES]
+    _check_fields(cls, payload, payload_names)
+
+
+def test_graph_records_match_their_dataclasses() -> None:
+    for cls in (InlineGraph, GraphRef):
+        schema = json.loads(SCHEMAS.joinpath(f"jobreg.{cls.__name__}.avsc").read_text("utf-8"))
+        _check_fields(cls, schema["fields"], [f.name for f in dataclasses.fields(cls)])
+
+
+def test_catalog_accessors_and_errors() -> None:
+    assert CATALOG.current_version("JobSubmitted") == 1
+    assert CATALOG.version_of(3) == 1 and CATALOG.type_of(3) == "JobSubmitted"
+    assert len(CATALOG) == len(CATALOG.entries()) >= len(EVENT_TYPES)
+    with pytest.raises(UnknownSchemaError, match="999"):
+        CATALOG.schema(999)
+    with pytest.raises(UnknownEventTypeError):
+        CATALOG.writer_id("NoSuchEvent")
+    assert Catalog.load(catalog_dict()).to_dict() == CATALOG.to_dict()
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda d: d["schemas"].append(dict(d["schemas"][0])),  # duplicate id
+        lambda d: d["schemas"].append({**d["schemas"][0], "id": 50}),  # duplicate version
+        lambda d: d["schemas"][0].update(type="LeadershipRevoked"),  # name mismatch
+        lambda d: d["schemas"][0].update(id=0),
+        lambda d: d["schemas"][0].update(version="1"),
+        lambda d: d["schemas"][0].update(schema={"type": "record", "name": "x"}),
+        lambda d: d.pop("schemas"),
+    ],
+)
+def test_malformed_catalogs_are_config_errors(mutate: Any) -> None:
+    data = catalog_dict()
+    mutate(data)
+    with pytest.raises(ConfigError):
+        Catalog.from_dict(data)
+
+
+def test_missing_catalog_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        Catalog.load(tmp_path / "nope.json")
+
+
+@pytest.fixture
+def schema_tree(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the .avsc files and of the catalog, to run the maintenance CLI on."""
+    schemas = tmp_path / "schemas"
+    schemas.mkdir()
+    for path in _avsc_files():
+        (schemas / path.name).write_text(path.read_text("utf-8"), encoding="utf-8")
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(SCHEMAS.joinpath("catalog.json").read_text("utf-8"), encoding="utf-8")
+    return schemas, catalog
+
+
+def _edit_avsc(schemas: Path, full_name: str, edit: Any) -> None:
+    path = schemas / f"{full_name}.avsc"
+    schema = json.loads(path.read_text("utf-8"))
+    edit(schema)
+    path.write_text(json.dumps(schema, indent=2), encoding="utf-8")
+
+
+def test_update_catalog_appends_a_new_version(schema_tree: tuple[Path, Path]) -> None:
+    schemas, catalog = schema_tree
+    args = ["--catalog", str(catalog), "--schemas-dir", str(schemas)]
+    before = json.loads(catalog.read_text("utf-8"))
+    _edit_avsc(schemas, "jobreg.JobCancelled", lambda s: s["fields"].append(dict(EXTRA_FIELD)))
+    assert main(["--check", *args]) == 1
+    assert main(["--update-catalog", *args]) == 0
+    after = json.loads(catalog.read_text("utf-8"))
+    assert after["schemas"][: len(before["schemas"])] == before["schemas"]  # never renumbered
+    new = after["schemas"][-1]
+    assert (new["id"], new["type"], new["version"]) == (9, "JobCancelled", 2)
+    assert main(["--check", *args]) == 0
+    updated = Catalog.load(catalog)
+    assert updated.writer_id("JobCancelled") == 9 and updated.current_version("JobCancelled") == 2
+    # A change of a shared named type is a new version of every event that uses it.
+    _edit_avsc(
+        schemas,
+        "jobreg.GraphRef",
+        lambda s: s["fields"].append({"name": "mime", "type": "string", "default": "", "doc": "d"}),
+    )
+    assert [c.split(":")[0] for c in check_catalog(catalog, schemas)] == [
+        "JobSubmitted v2",
+        "JobReasserted v2",
+    ]
+    assert main(["--update-catalog", *args]) == 0
+    assert [e["id"] for e in json.loads(catalog.read_text("utf-8"))["schemas"]] == list(
+        range(1, 12)
+    )
+
+
+def test_doc_only_changes_refresh_the_entry_in_place(schema_tree: tuple[Path, Path]) -> None:
+    schemas, catalog = schema_tree
+    _edit_avsc(schemas, "jobreg.JobAdopted", lambda s: s.update(doc="A better doc."))
+    changes = check_catalog(catalog, schemas)
+    assert len(changes) == 1 and "JobAdopted v1 (id 4)" in changes[0]
+    assert main(["--update-catalog", "--catalog", str(catalog), "--schemas-dir", str(schemas)]) == 0
+    updated = Catalog.load(catalog)
+    assert len(updated) == len(CATALOG)
+    assert updated.current("JobAdopted").schema["doc"] == "A better doc."
+    assert updated.current("JobAdopted").fingerprint == CATALOG.current("JobAdopted").fingerprint
+
+
+def test_update_catalog_creates_the_initial_catalog(schema_tree: tuple[Path, Path]) -> None:
+    schemas, catalog = schema_tree
+    catalog.unlink()
+    args = ["--catalog", str(catalog), "--schemas-dir", str(schemas)]
+    assert main(["--check", *args]) == 1
+    assert main(["--update-catalog", *args]) == 0
+    assert json.loads(catalog.read_text("utf-8")) == CATALOG.to_dict()
+
+
+def test_plan_is_idempotent_and_bad_schema_dirs_are_config_errors(tmp_path: Path) -> None:
+    data = catalog_dict()
+    assert plan_catalog_update(data, resolved_schemas()) == (data, [])
+    with pytest.raises(ConfigError):
+        resolved_schemas(tmp_path)
+    shutil.copy(SCHEMAS.joinpath("jobreg.JobAdopted.avsc"), tmp_path / "jobreg.JobAdopted.avsc")
+    with pytest.raises(ConfigError):
+        resolved_schemas(tmp_path)
+
+
+def test_module_entry_point_check() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "registry.codec", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "up to date" in proc.stdout
+
+
+def test_fingerprint_ignores_docs_and_defaults() -> None:
+    schema = copy.deepcopy(CATALOG.current("JobCancelled").schema)
+    base = fingerprint(schema)
+    schema["doc"] = "other"
+    schema["fields"][-1]["default"] = "x"
+    assert fingerprint(schema) == base
+    schema["fields"].append(dict(EXTRA_FIELD))
+    assert fingerprint(schema) != base
+
+
+# --------------------------------------------------------------------------- schema evolution
+
+
+def test_v1_record_decodes_with_a_v2_reader_default_filled() -> None:
+    event = JobCancelled(**envelope(), job_id="j", reason="r")
+    raw = CODEC.encode(event)  # written with v1 (id 6)
+    reader = codec_over(cancelled_v2())
+    assert reader.catalog.writer_id("JobCancelled") == 9
+    assert reader.decode(raw) == event  # schema_version stays the writer's: 1
+    type_name, rec = reader.decode_record(raw)
+    assert type_name == "JobCancelled"
+    assert rec["cancelled_by"] == "unknown" and rec["envelope"]["schema_version"] == 1
+
+
+def test_v2_writer_fills_defaults_for_fields_the_dataclass_lacks() -> None:
+    writer = codec_over(cancelled_v2())
+    raw = writer.encode(JobCancelled(**envelope(), job_id="j", reason="r"))
+    assert int.from_bytes(raw[1:5], "big") == 9
+    decoded = writer.decode(raw)
+    assert decoded.schema_version == 2 and decoded.reason == "r"
+    assert writer.decode_record(raw)[1]["cancelled_by"] == "unknown"
+
+
+def test_v2_record_is_unknown_to_a_v1_catalog_reader() -> None:
+    raw = codec_over(cancelled_v2()).encode(JobCancelled(**envelope(), job_id="j"))
+    with pytest.raises(UnknownSchemaError, match=r"schema id 9 .*upgrade"):
+        CODEC.decode(raw)
+
+
+def test_v2_record_decodes_with_a_v1_reader_through_the_registry() -> None:
+    registry = FakeRegistry()
+    v2 = cancelled_v2()
+    # A newer writer (knows v2) sets the new field; an older reader (v1 only) drops it.
+    writer_id = registry.register_schema(
+        "jobreg.JobCancelled", codec_mod._PlainSchema(json.dumps(v2["schema"]))
+    )
+    event = JobCancelled(**envelope(), job_id="j", reason="r")
+    record = {
+        "envelope": {**envelope(), "schema_version": 2},
+        "job_id": "j",
+        "reason": "r",
+        "cancelled_by": "alice",
+    }
+    raw = frame(writer_id, avro_body(v2["schema"], record))
+    old_reader = Codec(CATALOG, schema_registry=registry)
+    assert old_reader.decode(raw) == dataclasses.replace(event, schema_version=2)
+    assert "cancelled_by" not in old_reader.decode_record(raw)[1]
+    new_reader = codec_over(v2, schema_registry=registry)
+    assert new_reader.decode_record(raw)[1]["cancelled_by"] == "alice"
+
+
+def test_identical_writer_schema_decodes_without_resolution() -> None:
+    raw = CODEC.encode(submitted())
+    CODEC.decode(raw)
+    assert CODEC._readers[CATALOG.writer_id("JobSubmitted")].reader is None
+    reader = codec_over(cancelled_v2())
+    reader.decode(CODEC.encode(JobCancelled(**envelope(), job_id="j")))
+    assert reader._readers[6].reader is not None
+
+
+# --------------------------------------------------------------------------- garbage
+
+
+def _must_raise_only_codec_errors(data: Any, codec: Codec = CODEC) -> None:
+    try:
+        event = codec.decode(data)
+    except CodecError:
+        return
+    assert isinstance(event, Event)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=300))
+def test_arbitrary_bytes_raise_only_codec_errors(data: bytes) -> None:
+    _must_raise_only_codec_errors(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    schema_id=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 9, 2**31, 2**32 - 1]),
+    body=st.binary(max_size=300),
+)
+def test_valid_header_and_random_body_raise_only_codec_errors(schema_id: int, body: bytes) -> None:
+    _must_raise_only_codec_errors(frame(schema_id, body))
+
+
+@settings(max_examples=300, deadline=None)
+@given(event=any_event, data=st.data())
+def test_corrupted_records_raise_only_codec_errors(event: Event, data: st.DataObject) -> None:
+    raw = bytearray(CODEC.encode(event))
+    for _ in range(data.draw(st.integers(1, 4))):
+        pos = data.draw(st.integers(0, len(raw) - 1))
+        raw[pos] = data.draw(st.integers(0, 255))
+    cut = data.draw(st.integers(0, len(raw)))
+    _must_raise_only_codec_errors(bytes(raw[:cut]))
+    _must_raise_only_codec_errors(bytes(raw))
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00", b"\x00\x00\x00\x00", "text", None, 42, [0, 0]])
+def test_not_the_wire_format(data: Any) -> None:
+    with pytest.raises(CodecError) as info:
+        CODEC.decode(data)
+    assert type(info.value) is CodecError
+
+
+def test_wrong_magic_byte() -> None:
+    raw = CODEC.encode(submitted())
+    with pytest.raises(CodecError, match="not in the Confluent wire format"):
+        CODEC.decode(b"\x01" + raw[1:])
+
+
+def test_unknown_schema_id_names_the_id_and_says_upgrade() -> None:
+    raw = CODEC.encode(submitted())
+    with pytest.raises(UnknownSchemaError, match=r"schema id 4242\b.*upgrade"):
+        CODEC.decode(frame(4242, raw[5:]))
+
+
+def test_every_truncation_is_a_codec_error() -> None:
+    for event in (submitted(), submitted(GraphRef("u", "s", 1))):
+        raw = CODEC.encode(event)
+        for cut in range(len(raw)):
+            with pytest.raises(CodecError):
+                CODEC.decode(raw[:cut])
+
+
+def test_trailing_bytes_are_a_codec_error() -> None:
+    raw = CODEC.encode(submitted())
+    with pytest.raises(CodecError, match="trailing"):
+        CODEC.decode(raw + b"\x00")
+
+
+def test_body_of_another_type_is_a_codec_error() -> None:
+    body = CODEC.encode(submitted())[5:]
+    with pytest.raises(CodecError):
+        CODEC.decode(frame(CATALOG.writer_id("LeadershipRevoked"), body))
+    revoked = CODEC.encode(LeadershipRevoked(**envelope(), reason="r"))[5:]
+    with pytest.raises(CodecError):
+        CODEC.decode(frame(CATALOG.writer_id("JobSubmitted"), revoked))
+
+
+def test_invalid_utf8_is_a_codec_error() -> None:
+    raw = CODEC.encode(JobAdopted(**envelope(), job_id="jj"))
+    bad = raw.replace(b"\x04jj", b"\x04\xff\xfe")
+    assert bad != raw
+    with pytest.raises(CodecError):
+        CODEC.decode(bad)
+
+
+def test_catalog_type_that_is_not_an_event_is_unknown_event_type() -> None:
+    schema = copy.deepcopy(CATALOG.current("JobAdopted").schema)
+    schema["name"] = "jobreg.JobTeleported"
+    codec = codec_over({"id": 77, "type": "JobTeleported", "version": 1, "schema": schema})
+    body = CODEC.encode(JobAdopted(**envelope(), job_id="j"))[5:]
+    with pytest.raises(UnknownEventTypeError, match="JobTeleported"):
+        codec.decode(frame(77, body))
+
+
+# --------------------------------------------------------------------------- schema registry
+
+
+def test_registry_mode_registers_once_and_decodes_in_another_codec() -> None:
+    registry = FakeRegistry()
+    writer = Codec(CATALOG, schema_registry=registry)
+    events = [submitted(), JobAdopted(**envelope(), job_id="j"), submitted(epoch=8)]
+    raws = [writer.encode(e) for e in events]
+    assert registry.registrations == ["jobreg.JobSubmitted", "jobreg.JobAdopted"]
+    assert {int.from_bytes(r[1:5], "big") for r in raws} == {100, 101}
+    reader = Codec(CATALOG, schema_registry=registry)
+    assert [reader.decode(r) for r in raws] == events
+    assert reader._readers[100].reader is None  # same schema: no resolution needed
+    with pytest.raises(UnknownSchemaError, match="3"):
+        reader.decode(frame(3, raws[0][5:]))  # a catalog id means nothing to the registry
+
+
+def test_registry_ids_are_not_catalog_ids() -> None:
+    registry = FakeRegistry(first_id=1)  # like the mock: ids from 1, as in the catalog
+    event = JobAdopted(**envelope(), job_id="j")
+    raw = Codec(CATALOG, schema_registry=registry).encode(event)
+    assert int.from_bytes(raw[1:5], "big") == 1 != CATALOG.writer_id("JobAdopted")
+    assert Codec(CATALOG, schema_registry=registry).decode(raw) == event
+    assert isinstance(CODEC.decode(Codec(CATALOG).encode(event)), JobAdopted)
+
+
+def test_registry_subject_prefix() -> None:
+    registry = FakeRegistry()
+    Codec(CATALOG, schema_registry=registry, subject_prefix="acme").encode(submitted())
+    assert registry.registrations == ["acme.JobSubmitted"]
+
+
+def test_registry_schema_that_is_not_an_event_is_unknown_event_type() -> None:
+    registry = FakeRegistry()
+    foreign = {"type": "record", "name": "Other", "namespace": "acme", "fields": []}
+    sid = registry.register_schema("acme.Other", codec_mod._PlainSchema(json.dumps(foreign)))
+    with pytest.raises(UnknownEventTypeError, match="acme.Other"):
+        Codec(CATALOG, schema_registry=registry).decode(frame(sid, b""))
+
+
+def test_registry_failures_are_codec_errors() -> None:
+    class Down:
+        def register_schema(self, subject: str, schema: Any) -> int:
+            raise ConnectionError("registry down")
+
+        def get_schema(self, schema_id: int) -> Any:
+            raise ConnectionError("registry down")
+
+    codec = Codec(CATALOG, schema_registry=Down())
+    with pytest.raises(CodecError, match="registry down"):
+        codec.encode(submitted())
+    with pytest.raises(CodecError, match="registry down") as info:
+        codec.decode(frame(5, b""))
+    assert not isinstance(info.value, UnknownSchemaError)
+
+
+def test_confluent_mock_registry() -> None:
+    registry = mock_registry()
+    writer = Codec(CATALOG, schema_registry=registry)
+    raw = writer.encode(submitted())
+    assert Codec(CATALOG, schema_registry=registry).decode(raw) == submitted()
+    with pytest.raises(UnknownSchemaError):
+        Codec(CATALOG, schema_registry=registry).decode(frame(10_000, raw[5:]))
