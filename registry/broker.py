@@ -137,9 +137,12 @@ def _hostport(host: str, port: int) -> str:
 def _free_port(host: str) -> int:
     """A port that was free on *host* a moment ago (bind to port 0, read, close)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.bind((host, 0))
+            return sock.getsockname()[1]
+    except OSError as e:
+        raise BrokerStartError(f"cannot find a free port on {host}: {e}") from e
 
 
 # -- stopping forgotten brokers at interpreter exit ------------------------------------
@@ -228,6 +231,9 @@ class EmbeddedBroker:
         self._log_offset = 0
         self._log_is_temp = False
         self._owner_pid = os.getpid()
+        self._program = "tansu"
+        #: The cluster id given to the running broker (unique per start; the
+        #: readiness probe checks it, so a stranger on the port is never mistaken for ours).
         self.cluster_id: str | None = None
 
     # -- addresses ---------------------------------------------------------------------
@@ -350,7 +356,9 @@ class EmbeddedBroker:
         code = proc.poll()
         if code is not None:
             raise BrokerError(
-                _with_tail(f"embedded broker pid {proc.pid} exited with code {code}", self.log_tail())
+                _with_tail(
+                    f"embedded broker pid {proc.pid} exited with code {code}", self.log_tail()
+                )
             )
 
     def log_tail(self, lines: int = _LOG_TAIL_LINES) -> str:
@@ -379,6 +387,7 @@ class EmbeddedBroker:
 
     def _spawn(self, binary: pathlib.Path) -> None:
         url = f"tcp://{_hostport(self._host, self.port)}"
+        self._program = binary.name
         self.cluster_id = f"jobreg-embedded-{uuid.uuid4().hex[:12]}"
         argv = [
             os.fspath(binary),
@@ -434,13 +443,13 @@ class EmbeddedBroker:
             code = proc.poll()
             if code is not None:
                 raise _EarlyExit(
-                    f"tansu (pid {proc.pid}) exited with code {code} before answering on "
+                    f"{self._program} (pid {proc.pid}) exited with code {code} before answering on "
                     f"{self.bootstrap}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BrokerStartError(
-                    f"tansu (pid {proc.pid}) did not answer the Kafka protocol on "
+                    f"{self._program} (pid {proc.pid}) did not answer the Kafka protocol on "
                     f"{self.bootstrap} within {self._startup_timeout:g}s"
                 )
             # A cheap TCP probe first keeps librdkafka from logging refused connections.
@@ -454,13 +463,15 @@ class EmbeddedBroker:
                 continue
             admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
             try:
-                metadata = admin.list_topics(timeout=max(0.1, min(2.0, remaining)))
+                metadata = admin.list_topics(timeout=max(0.1, min(0.5, remaining)))
             except KafkaException as e:
                 _log.debug("metadata probe of %s failed: %s", self.bootstrap, e)
                 time.sleep(0.05)
                 continue
             finally:
-                del admin  # drop the connection now: Tansu delays SIGTERM while clients are connected
+                del (
+                    admin
+                )  # drop the connection now: Tansu delays SIGTERM while clients are connected
             if metadata.cluster_id != self.cluster_id:
                 raise BrokerStartError(
                     f"another Kafka broker (cluster {metadata.cluster_id!r}) answers on "

@@ -88,9 +88,7 @@ def broker(port: int | None, log_file: str | None) -> None:
 
     # Handlers go in before the broker starts: a SIGTERM with the default action
     # would end this process without stopping the broker.
-    previous = {
-        sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)
-    }
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with registry_errors():
             embedded = EmbeddedBroker(port=port, binary=binary, log_file=log_file).start()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .codec import Codec, default_codec
 from .errors import (
@@ -61,7 +61,7 @@ from .events import (
     now_ms,
 )
 from .fold import Delta, plan_reassertions
-from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
+from .image import Decision, Image, JobView, LeaderView, LogRecord
 from .keys import check_id, partition_for, record_key
 from .log import (
     DEFAULT_TOPIC,
@@ -414,19 +414,12 @@ class Term:
         reg = self.registry
         with reg._lock:
             # Step 1: settle refused keys first (compaction safety).
-            pairs = plan_reassertions(reg.image, self.epoch, self.contender)
+            pairs: list[tuple[str, Event]] = list(
+                plan_reassertions(reg.image, self.epoch, self.contender))
             pairs += [(record_key(e), e) for e in events]
             if not pairs:
                 return []
-            encoded = [(key, reg._codec.encode(e)) for key, e in pairs]
-            ids = [e.event_id for _, e in pairs]
-            for i in ids:
-                reg._waiting[i] = None
-            try:
-                decisions = self._send(encoded, ids)
-            finally:
-                for i in ids:
-                    reg._waiting.pop(i, None)
+            decisions = self._send(pairs)
             # Step 4: settle any key a refused record landed on meanwhile (ours
             # or anyone's) while we still lead, then report the verdict.
             mine = decisions[len(pairs) - len(events):]
@@ -438,44 +431,80 @@ class Term:
                 raise _rejection(refused[0])
             return [Receipt(d.offset, self.epoch, d.event_id or "") for d in mine]
 
-    def _send(self, encoded: list[tuple[str, bytes]], ids: list[str]) -> list[Decision]:
+    def _send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:
+        """Steps 2 and 3: one transaction, then read until the fold decided every record.
+
+        Returns one decision per pair. A record the log does not hold after a
+        failed transaction is re-sent while this term is current: a job
+        record verbatim (a copy that lands after all is a duplicate on a key
+        the next write reasserts), a leadership record as a fresh event under
+        a fresh key (so no leadership key is ever written twice).
+        """
         reg = self.registry
-        for _attempt in range(self._MAX_RESENDS + 1):
-            todo = [(kv, i) for kv, i in zip(encoded, ids, strict=True) if reg._waiting[i] is None]
-            failure: Exception | None = None
-            try:
-                # Step 2: one transaction.
-                if self._writer is None:
-                    fenced = self._fenced_by_image()
-                    if fenced is not None:
-                        raise fenced
-                    self._writer = TransactionalWriter(reg.bootstrap, reg.topic, self.namespace,
-                                                       reg.partition, reg.timeout)
-                offsets = self._writer.write([kv for kv, _ in todo])
-                # Step 3: read until the fold has decided them.
-                reg._fold(reg._reader.read_until(max(offsets), reg.timeout))
-            except TransactionFailed as e:
-                failure = e
-                if e.fatal and self._writer is not None:
-                    self._writer.close()
-                    self._writer = None
-                reg.sync()  # read, don't guess
-            except BrokerError as e:
-                failure = e
+        codec = reg._codec
+        slots = [[(key, event)] for key, event in pairs]  # every copy sent per record
+        waiting = reg._waiting
+        failure: Exception | None = None
+        try:
+            for attempt in range(self._MAX_RESENDS + 1):
+                todo: list[tuple[str, bytes]] = []
+                for copies in slots:
+                    if any(waiting.get(e.event_id) is not None for _, e in copies):
+                        continue
+                    key, event = copies[-1]
+                    if attempt and isinstance(event, (LeadershipGranted, LeadershipRevoked)):
+                        event = replace(event, event_id=new_event_id())
+                        key = record_key(event)
+                        copies.append((key, event))
+                    waiting.setdefault(event.event_id, None)
+                    todo.append((key, codec.encode(event)))
+                if not todo:
+                    break
                 try:
-                    reg.sync()
-                except BrokerError:
-                    raise OutcomeUnknown(f"{len(todo)} record(s) of term {self.epoch} may or "
-                                         f"may not be in the log: {e}", tuple(ids)) from e
-            decided = [reg._waiting[i] for i in ids]
-            if all(d is not None for d in decided):
-                return [d for d in decided if d is not None]
-            fenced = self._fenced_by_image()
-            if fenced is not None:
-                raise fenced from failure
-            if failure is None:
-                raise OutcomeUnknown("records were written but the fold did not see them",
-                                     tuple(ids))
-            time.sleep(0.05 * (_attempt + 1))
-        raise OutcomeUnknown(f"records of term {self.epoch} could not be written after "
-                             f"{self._MAX_RESENDS} re-sends", tuple(ids))
+                    if self._writer is None:
+                        fenced = self._fenced_by_image()
+                        if fenced is not None:
+                            raise fenced
+                        self._writer = TransactionalWriter(reg.bootstrap, reg.topic,
+                                                           self.namespace, reg.partition,
+                                                           reg.timeout)
+                    offsets = self._writer.write(todo)
+                    reg._fold(reg._reader.read_until(max(offsets), reg.timeout))
+                    failure = None
+                except TransactionFailed as e:
+                    failure = e
+                    if e.fatal and self._writer is not None:
+                        self._writer.close()
+                        self._writer = None
+                    reg.sync()  # read, don't guess
+                except BrokerError as e:
+                    failure = e
+                    try:
+                        reg.sync()
+                    except BrokerError:
+                        ids = tuple(e.event_id for copies in slots for _, e in copies)
+                        raise OutcomeUnknown(f"records of term {self.epoch} may or may not be "
+                                             f"in the log: {e}", ids) from e
+                if all(self._decided(copies) for copies in slots):
+                    break
+                fenced = self._fenced_by_image()
+                if fenced is not None:
+                    raise fenced from failure
+                if failure is None:
+                    raise OutcomeUnknown("records were written but the fold did not see them",
+                                         tuple(e.event_id for c in slots for _, e in c))
+                time.sleep(0.05 * (attempt + 1))
+            else:
+                raise OutcomeUnknown(f"records of term {self.epoch} could not be written after "
+                                     f"{self._MAX_RESENDS} re-sends",
+                                     tuple(e.event_id for c in slots for _, e in c))
+            return [self._decided(copies) for copies in slots]  # type: ignore[misc]
+        finally:
+            for copies in slots:
+                for _, e in copies:
+                    waiting.pop(e.event_id, None)
+
+    def _decided(self, copies: list[tuple[str, Event]]) -> Decision | None:
+        # The verdict on a record: an accepted copy if any, else the first decided one.
+        found = [d for _, e in copies if (d := self.registry._waiting.get(e.event_id))]
+        return next((d for d in found if d.accepted), found[0] if found else None)

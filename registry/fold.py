@@ -46,7 +46,6 @@ from .events import (
     JobAdopted,
     JobCancelled,
     JobEvent,
-    JobLockReleased,
     JobReasserted,
     JobStatus,
     JobSubmitted,

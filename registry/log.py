@@ -14,6 +14,7 @@ everything committed before the call is folded when it returns.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -165,7 +166,13 @@ class LogReader:
         """Whatever records arrive within ``timeout`` seconds (possibly none)."""
         out: list[LogRecord] = []
         try:
-            msgs = self._consumer.consume(self._batch_size, timeout)
+            # consume(n, t) waits for n messages or the whole of t; so take what is
+            # queued, and block (poll) only when nothing is.
+            msgs = self._consumer.consume(self._batch_size, 0)
+            if not msgs:
+                first = self._consumer.poll(timeout)
+                if first is not None:
+                    msgs = [first, *self._consumer.consume(self._batch_size - 1, 0)]
         except KafkaException as e:
             raise BrokerError(f"reading {self.topic}[{self.partition}] failed: "
                               f"{e.args[0].str()}") from e
@@ -210,13 +217,12 @@ class LogReader:
         """
         deadline = time.monotonic() + timeout
         self._eof = False
-        try:
-            # A seek to our own position discards prefetched data and forces a
-            # fresh fetch, whose end-of-partition event then means "caught up
-            # as of now" (see the module docstring).
+        # A seek to our own position discards prefetched data and forces a fresh
+        # fetch, whose end-of-partition event then means "caught up as of now"
+        # (see the module docstring). Before the first fetch it may fail: then
+        # the first fetch is fresh anyway.
+        with contextlib.suppress(KafkaException):
             self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
-        except KafkaException:
-            pass  # not yet fetching: the first fetch is fresh anyway
         while not self._eof:
             left = deadline - time.monotonic()
             if left <= 0:

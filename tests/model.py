@@ -24,14 +24,15 @@ from dataclasses import dataclass, field
 
 from registry.codec import encode
 from registry.events import (
+    InlineGraph,
     JobAdopted,
     JobCancelled,
+    JobEvent,
     JobLockReleased,
     JobSubmitted,
     JobTerminated,
     LeadershipGranted,
     LeadershipRevoked,
-    InlineGraph,
     new_event_id,
 )
 from registry.fold import fold, plan_reassertions
@@ -115,6 +116,7 @@ class Sim:
     next_offset: int = 0
     actors: dict[str, Actor] = field(default_factory=lambda: {c: Actor(c) for c in CONTENDERS})
     reassert: bool = True  # switch off to show the hazard the reassertions prevent
+    client_records: list[int] = field(default_factory=list)  # indices of job records clients wrote
 
     def image(self, upto: int | None = None) -> Image:
         return fold(visible(self.log[:upto]), NS)
@@ -177,6 +179,8 @@ class Sim:
             pairs.append((record_key(ev), ev))
         for key, e in pairs:
             self.append(key, encode(e), aborted)
+            if not aborted and isinstance(e, JobEvent):  # the client re-sends only these verbatim
+                self.client_records.append(len(self.log) - 1)
         a.seen = len(self.log)
         if self.reassert and not aborted:
             img = self.image()
@@ -206,11 +210,13 @@ class Sim:
         self.append(key, encode(ev))
 
     def duplicate(self, index: int) -> None:
-        """Re-send an earlier job record verbatim (a client retry whose first copy landed)."""
-        job_recs = [r for r in self.log if r.key is not None and b"/job/" in r.key
-                    and r.value is not None and not r.aborted]
-        if job_recs:
-            r = job_recs[index % len(job_recs)]
+        """Re-send an earlier client record verbatim: a retry whose first copy landed after all.
+
+        Only the client re-sends records (README, assumption 3); its records
+        always carry an epoch that was granted before it wrote them.
+        """
+        if self.client_records:
+            r = self.log[self.client_records[index % len(self.client_records)]]
             self.append(r.key, r.value)
 
     def settle(self) -> None:

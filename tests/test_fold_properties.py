@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from model import CONTENDERS, JOBS, NS, TOPIC, Sim, compact, visible
+
 from registry.events import JobStatus
 from registry.fold import Delta, fold, replay
 from registry.image import Image, Outcome
@@ -59,7 +61,9 @@ def build(ops, reassert: bool = True, settle: bool = True) -> Sim:
 
 
 histories = st.lists(op, min_size=5, max_size=80).map(build)
-SETTINGS = settings(max_examples=300, deadline=None,
+# JOBREG_PROPERTY_EXAMPLES=5000 for a deeper hunt than CI's default.
+SETTINGS = settings(max_examples=int(os.environ.get("JOBREG_PROPERTY_EXAMPLES", "300")),
+                    deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
