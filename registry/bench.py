@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from .broker import EmbeddedBroker
 from .client import Registry
 from .codec import default_codec
-from .fold import Delta
+from .fold import fold_batches
 from .image import Image
 from .log import LogReader
 
@@ -68,18 +68,18 @@ def _raw_pass(reg: Registry) -> tuple[int, float]:
 
 def _fold_pass(reg: Registry) -> tuple[int, float, Image]:
     reader = LogReader(reg.bootstrap, reg.topic, reg.partition)
-    image = Image.empty(reg.namespace)
-    n = 0
+    counted: list[int] = []
+
+    def batches():
+        for batch in reader.sync(600):
+            counted.append(len(batch))
+            yield batch
+
     start = time.perf_counter()
-    for batch in reader.sync(600):
-        delta = Delta(image)
-        for record in batch:
-            delta.replay(record)
-        image = delta.apply()
-        n += len(batch)
+    image = fold_batches(batches(), Image.empty(reg.namespace))
     elapsed = time.perf_counter() - start
     reader.close()
-    return n, elapsed, image
+    return sum(counted), elapsed, image
 
 
 def bench_core(*, submits: int = 1000, batch_jobs: int = 100_000, batch_size: int = 1000,

@@ -107,5 +107,41 @@ def broker(port: int | None, log_file: str | None) -> None:
             signal.signal(sig, handler)
 
 
+@main.command()
+def demo() -> None:
+    """Play the seeds' incidents live on an embedded broker and check every guarantee.
+
+    Exits 1 if any guarantee did not hold.
+    """
+    from registry.demo import run_demo
+
+    with registry_errors():
+        verdicts = run_demo(click.echo)
+    if not all(v.held for v in verdicts):
+        raise CliError("a guarantee did not hold (see the verdict table)")
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks that print figures (nothing here is a pass/fail test)."""
+
+
+@bench.command("core")
+@click.option("--submits", type=click.IntRange(10), default=1000, show_default=True,
+              help="Fenced submits timed one at a time.")
+@click.option("--jobs", "batch_jobs", type=click.IntRange(1000), default=100_000,
+              show_default=True, help="Jobs submitted in batches (also the replayed log).")
+@click.option("--batch", "batch_size", type=click.IntRange(1, 10_000), default=1000,
+              show_default=True, help="Jobs per batched transaction.")
+def bench_core_cmd(submits: int, batch_jobs: int, batch_size: int) -> None:
+    """Fenced submit latency, batched throughput, replay versus the raw consume+decode limit."""
+    from registry.bench import bench_core, format_table
+
+    with registry_errors():
+        result = bench_core(submits=submits, batch_jobs=batch_jobs, batch_size=batch_size,
+                            progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_table(result))
+
+
 if __name__ == "__main__":
     main(prog_name="jobreg")

@@ -60,7 +60,7 @@ from .events import (
     new_event_id,
     now_ms,
 )
-from .fold import Delta, plan_reassertions
+from .fold import fencing_detail, fencing_reason, fold_batches, plan_reassertions
 from .image import Decision, Image, JobView, LeaderView, LogRecord
 from .keys import check_id, partition_for, record_key
 from .log import (
@@ -124,6 +124,7 @@ class Registry:
         self._reader = LogReader(bootstrap, topic, self.partition, fetch_wait_ms=fetch_wait_ms)
         self._waiting: dict[str, Decision | None] = {}
         self._plain: PlainWriter | None = None
+        self._terms: list[Term] = []
 
     @classmethod
     def connect(cls, bootstrap: str, namespace: str, *, topic: str = DEFAULT_TOPIC,
@@ -147,15 +148,15 @@ class Registry:
     # -- folding -----------------------------------------------------------------
 
     def _fold(self, batches: Iterable[list[LogRecord]]) -> None:
-        for batch in batches:
-            delta = Delta(self._image, self._codec)
-            waiting = self._waiting
-            for record in batch:
-                d = delta.replay(record)
-                if waiting and d.event_id is not None and d.event_id in waiting \
-                        and waiting[d.event_id] is None:
-                    waiting[d.event_id] = d
-            self._image = delta.apply()
+        waiting = self._waiting
+
+        def note(d: Decision) -> None:  # the fate of this client's own records
+            if d.event_id in waiting and waiting[d.event_id] is None:
+                waiting[d.event_id] = d
+
+        for batch in batches:  # one image per batch, so a failure keeps what was folded
+            self._image = fold_batches([batch], self._image, self._codec,
+                                       note if waiting else None)
 
     def sync(self, timeout: float | None = None) -> Image:
         """Fold every record committed before this call; return the image."""
@@ -208,12 +209,8 @@ class Registry:
         out: list[Decision] = []
         reader = LogReader(self.bootstrap, self.topic, self.partition)
         try:
-            delta = Delta(Image.empty(self.namespace), self._codec)
-            for batch in reader.sync(self.timeout):
-                for record in batch:
-                    d = delta.replay(record)
-                    if d.job_id == job_id:
-                        out.append(d)
+            fold_batches(reader.sync(self.timeout), Image.empty(self.namespace), self._codec,
+                         lambda d: out.append(d) if d.job_id == job_id else None)
         finally:
             reader.close()
         return out
@@ -255,15 +252,24 @@ class Registry:
             if not decision.accepted:
                 raise _rejection(decision)
             term = Term(self, grant.epoch, contender)
+            self._terms.append(term)
             term._start()
             return term
 
     def close(self) -> None:
-        """Release the broker connections of this client."""
+        """Release every broker connection of this client and of the terms it granted.
+
+        The terms themselves go on until fenced or revoked; only this
+        process's producers are closed.
+        """
         with self._lock:
-            self._reader.close()
+            for term in self._terms:
+                term.close()
+            self._terms.clear()
             if self._plain is not None:
-                self._plain._producer.flush(1.0)
+                self._plain.close()
+                self._plain = None
+            self._reader.close()
 
     def __enter__(self) -> Registry:
         return self
@@ -400,15 +406,16 @@ class Term:
         self.reassert()
 
     def _fenced_by_image(self) -> Fenced | None:
+        # The fold's own fencing rule, asked of the image: used when the broker
+        # fenced our producer and our record never reached the log.
         image = self.registry.image
-        if image.epoch != self.epoch or image.revoked or image.leader != self.contender:
-            reason = "term_revoked" if image.epoch == self.epoch and image.revoked \
-                else "stale_epoch"
-            return Fenced(reason, f"expected epoch {image.epoch}, actual {self.epoch}: term "
-                          f"{self.epoch} of {self.contender!r} is over; the leader is "
-                          f"{image.leader!r}", expected_epoch=image.epoch,
-                          actual_epoch=self.epoch, leader=image.leader)
-        return None
+        reason = fencing_reason(image.epoch, image.leader, image.revoked, self.epoch,
+                                self.contender)
+        if reason is None:
+            return None
+        return Fenced(reason, fencing_detail(reason, image.epoch, image.leader, self.epoch,
+                                             self.contender),
+                      expected_epoch=image.epoch, actual_epoch=self.epoch, leader=image.leader)
 
     def _write(self, events: list[Event], _depth: int = 0) -> list[Receipt]:
         reg = self.registry

@@ -1,7 +1,8 @@
 """The image: the registry's state as the fold left it, immutable, with provenance.
 
 An :class:`Image` is never changed in place; :func:`registry.fold.replay` makes
-a new one. Large collections are persistent maps (``immutables.Map``) so a new
+a new one. The small value types are named tuples: immutable, and cheap to
+build on the hot path of a replay. Large collections are persistent maps (``immutables.Map``) so a new
 image shares everything the record did not touch.
 
 Equality that compaction must preserve (README, "Compaction") is
@@ -13,7 +14,7 @@ legitimately differ between a log and its compacted form.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import immutables
 
@@ -31,8 +32,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class LogRecord:
+class LogRecord(NamedTuple):
     """One record as read from the topic (or from a model of it in tests).
 
     ``value`` is the encoded event (``None`` for a tombstone); ``timestamp`` is
@@ -56,8 +56,7 @@ class Provenance:
     log_time: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class JobView:
+class JobView(NamedTuple):
     """One job as the fold sees it.
 
     ``owner_epoch`` is the term holding the job's lock (``None`` once released
@@ -76,8 +75,7 @@ class JobView:
         return self.status not in JobStatus.TERMINAL
 
 
-@dataclass(frozen=True, slots=True)
-class TermInfo:
+class TermInfo(NamedTuple):
     """One leadership term: who got it, where it began and (if so) where it was revoked."""
 
     epoch: int
@@ -86,8 +84,7 @@ class TermInfo:
     revoked_offset: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class LeaderView:
+class LeaderView(NamedTuple):
     """The current leader: ``epoch`` and ``contender`` name."""
 
     epoch: int
@@ -104,8 +101,7 @@ class Outcome:
     SKIPPED = "SKIPPED"  # another namespace's record on the same partition
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """The fold's verdict on one record.
 
     ``reason`` is a stable code (``stale_epoch``, ``cas_failed``,
@@ -136,7 +132,7 @@ class Decision:
 
     def as_dict(self) -> dict[str, Any]:
         """A plain dict (stable field names, for JSON output)."""
-        return {name: getattr(self, name) for name in self.__slots__}
+        return self._asdict()
 
 
 _EMPTY_MAP: immutables.Map = immutables.Map()
