@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 
 import pytest
+
+with warnings.catch_warnings():
+    # authlib, which confluent-kafka's schema registry client imports, installs
+    # an "always" filter for its own deprecation warnings and then warns about
+    # its httpx support on import; not ours to fix. Import it once, silenced.
+    import authlib.deprecate  # noqa: F401
+
+    warnings.simplefilter("ignore")
+    import confluent_kafka.schema_registry  # noqa: F401
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    SchemaRegistryClient.new_client({"url": "mock://warm-up"})
 
 from registry import EmbeddedBroker, Registry
 

@@ -211,17 +211,15 @@ class FakeRegistry:
 
 
 def mock_registry() -> Any:
-    """confluent-kafka's in-memory mock registry client, or skip if unavailable.
+    """confluent-kafka's in-memory mock registry client.
 
     In confluent-kafka 2.16 ``SchemaRegistryClient({"url": "mock://..."})`` is a
     real HTTP client; the mock is ``SchemaRegistryClient.new_client`` and its
     store belongs to the client instance, so codecs share the client object.
     """
-    sr = pytest.importorskip(
-        "confluent_kafka.schema_registry",
-        reason="confluent-kafka[schemaregistry] extras (httpx, attrs, certifi...) missing",
-    )
-    return sr.SchemaRegistryClient.new_client({"url": "mock://jobreg-test"})
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    return SchemaRegistryClient.new_client({"url": "mock://jobreg-test"})
 
 
 # --------------------------------------------------------------------------- round trips
