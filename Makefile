@@ -17,7 +17,7 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed
 	$(BIN)/ruff check registry consumers tests
-	$(BIN)/python -m registry.codec --check
+	$(BIN)/jobreg catalog --check
 	$(BIN)/pytest -q
 
 bench: $(BIN)/.installed

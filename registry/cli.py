@@ -121,6 +121,18 @@ def demo() -> None:
         raise CliError("a guarantee did not hold (see the verdict table)")
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def catalog(args: tuple[str, ...]) -> None:
+    """Maintain the versioned Avro schema catalog: --check, or --update-catalog.
+
+    Exits 1 if --check finds the catalog out of date, 2 for malformed files.
+    """
+    from registry.codec import main as catalog_main
+
+    raise SystemExit(catalog_main(list(args)))
+
+
 @main.group()
 def bench() -> None:
     """Benchmarks that print figures (nothing here is a pass/fail test)."""

@@ -16,8 +16,8 @@ dropped.
 
 The catalog is maintained with::
 
-    python -m registry.codec --update-catalog   # append new versions of changed .avsc files
-    python -m registry.codec --check            # exit 1 if the catalog is out of date
+    jobreg catalog --update-catalog   # append new versions of changed .avsc files
+    jobreg catalog --check            # exit 1 if the catalog is out of date
 
 Ids and versions are stable forever: a changed schema (by Parsing Canonical
 Form, i.e. by what the bytes mean) is appended as a new entry with a new id and
@@ -347,6 +347,249 @@ class Catalog:
 
     def __repr__(self) -> str:
         return f"Catalog({len(self._by_id)} schemas, {len(self._current)} types)"
+
+
+# --------------------------------------------------------------------------- codec plans
+
+
+def _union_branches(avro_type: Any) -> list[Any] | None:
+    return avro_type if isinstance(avro_type, list) else None
+
+
+def _is_record_union(avro_type: Any) -> bool:
+    branches = _union_branches(avro_type)
+    return branches is not None and any(
+        isinstance(b, dict) and b.get("type") == "record" or (isinstance(b, str) and "." in b)
+        for b in branches
+    )
+
+
+def _int_kind(avro_type: Any) -> str | None:
+    """``"int"``/``"nullable"`` if values of this type must be Python ints (or None)."""
+    if isinstance(avro_type, str) and avro_type in _INT_TYPES:
+        return "int"
+    branches = _union_branches(avro_type)
+    if (
+        branches
+        and all(isinstance(b, str) for b in branches)
+        and set(branches) <= {"null", "int", "long"}
+        and "null" in branches
+    ):
+        return "nullable"
+    return None
+
+
+def _record_fields(parsed: Mapping[str, Any]) -> dict[str, Any]:
+    return {f["name"]: f for f in parsed["fields"]}
+
+
+def _envelope_fields(parsed: Mapping[str, Any]) -> dict[str, Any]:
+    env = _record_fields(parsed).get(_ENVELOPE_FIELD)
+    if env is None or not isinstance(env["type"], dict):
+        raise CodecError(f"schema {parsed.get('name')} has no inline envelope record")
+    return _record_fields(env["type"])
+
+
+def _check_int(name: str, value: Any, nullable: bool) -> None:
+    if type(value) is int or (nullable and value is None):
+        return
+    if isinstance(value, int) and not isinstance(value, bool):
+        return
+    raise CodecError(f"field {name!r} must be an int, not {type(value).__name__} {value!r}")
+
+
+def _graph_to_avro(name: str, graph: Any) -> Any:
+    if graph is None:
+        return None
+    if isinstance(graph, InlineGraph):
+        return (_INLINE_GRAPH, {"data": graph.data})
+    if isinstance(graph, GraphRef):
+        _check_int(f"{name}.size", graph.size, False)
+        return (_GRAPH_REF, {"uri": graph.uri, "sha256": graph.sha256, "size": graph.size})
+    raise CodecError(
+        f"field {name!r} must be an InlineGraph or a GraphRef, not {type(graph).__name__}"
+    )
+
+
+def _can_skip_init(cls: type) -> bool:
+    """True if ``cls`` is a slotted dataclass whose ``__init__`` only assigns its fields.
+
+    Such an object can be built with ``object.__new__`` and the slot descriptors'
+    ``__set__`` (which bypass the frozen ``__setattr__``), at about half the
+    cost of calling the generated ``__init__``, and compares equal to it.
+    """
+    return (
+        dataclasses.is_dataclass(cls)
+        and "__slots__" in cls.__dict__
+        and getattr(cls, "__post_init__", None) is None
+        and all(f.init for f in dataclasses.fields(cls))
+    )
+
+
+_new = object.__new__
+
+if _can_skip_init(InlineGraph) and _can_skip_init(GraphRef):
+    _set_data = InlineGraph.data.__set__  # type: ignore[attr-defined]
+    _set_uri = GraphRef.uri.__set__  # type: ignore[attr-defined]
+    _set_sha256 = GraphRef.sha256.__set__  # type: ignore[attr-defined]
+    _set_size = GraphRef.size.__set__  # type: ignore[attr-defined]
+
+    def _inline_graph(d: dict[str, Any]) -> InlineGraph:
+        g = _new(InlineGraph)
+        _set_data(g, d["data"])
+        return g
+
+    def _graph_ref(d: dict[str, Any]) -> GraphRef:
+        g = _new(GraphRef)
+        _set_uri(g, d["uri"])
+        _set_sha256(g, d["sha256"])
+        _set_size(g, d["size"])
+        return g
+
+else:  # pragma: no cover - only if events.py gains __post_init__ validation
+
+    def _inline_graph(d: dict[str, Any]) -> InlineGraph:
+        return InlineGraph(d["data"])
+
+    def _graph_ref(d: dict[str, Any]) -> GraphRef:
+        return GraphRef(d["uri"], d["sha256"], d["size"])
+
+
+def _graph_from_avro(value: Any) -> InlineGraph | GraphRef | None:
+    """Avro graph union value (``None`` or ``(record name, dict)``) -> dataclass."""
+    if value is None:
+        return None
+    name, record = value
+    if name == _INLINE_GRAPH:
+        return _inline_graph(record)
+    if name == _GRAPH_REF:
+        return _graph_ref(record)
+    raise UnknownEventTypeError(f"unknown graph record {name!r}")
+
+
+class _Writer:
+    """How to encode one event class: header, parsed writer schema and field plan."""
+
+    __slots__ = ("cls", "envelope", "graphs", "header", "ints", "payload", "schema", "version")
+
+    def __init__(self, cls: type[Event], entry: CatalogEntry, schema_id: int) -> None:
+        names = {f.name for f in dataclasses.fields(cls)}
+        env_fields = _envelope_fields(entry.parsed)
+        fields = _record_fields(entry.parsed)
+        del fields[_ENVELOPE_FIELD]
+        for schema_fields in (env_fields, fields):
+            for fname, field in schema_fields.items():
+                if fname not in names and "default" not in field:
+                    raise CodecError(
+                        f"schema id {entry.id} ({entry.type} v{entry.version}) needs field "
+                        f"{fname!r} that {cls.__name__} does not have"
+                    )
+        lost = names - set(env_fields) - set(fields)
+        if lost:
+            raise CodecError(
+                f"schema id {entry.id} ({entry.type} v{entry.version}) cannot carry "
+                f"{cls.__name__} field(s) {sorted(lost)}"
+            )
+        self.cls = cls
+        self.schema = entry.parsed
+        self.version = entry.version
+        self.header = _HEADER.pack(MAGIC_BYTE, schema_id)
+        self.envelope = tuple(n for n in env_fields if n in names and n != "schema_version")
+        self.payload = tuple(n for n in fields if n in names)
+        self.graphs = tuple(n for n in self.payload if _is_record_union(fields[n]["type"]))
+        ints = [(n, _int_kind(env_fields[n]["type"])) for n in self.envelope]
+        ints += [(n, _int_kind(fields[n]["type"])) for n in self.payload]
+        self.ints = tuple((n, kind == "nullable") for n, kind in ints if kind)
+
+    def record(self, event: Event) -> dict[str, Any]:
+        """The Avro datum of ``event`` (envelope sub-record, tuple notation for graphs)."""
+        env = {name: getattr(event, name) for name in self.envelope}
+        env["schema_version"] = self.version
+        rec: dict[str, Any] = {name: getattr(event, name) for name in self.payload}
+        for name, nullable in self.ints:
+            value = env[name] if name in env else rec[name]
+            if type(value) is not int:
+                _check_int(name, value, nullable)
+        for name in self.graphs:
+            rec[name] = _graph_to_avro(name, rec[name])
+        rec[_ENVELOPE_FIELD] = env
+        return rec
+
+
+class _Reader:
+    """How to decode one schema id: writer schema, reader schema (or None) and builder."""
+
+    __slots__ = ("build", "reader", "type_name", "writer")
+
+    def __init__(
+        self, writer: dict[str, Any], reader: dict[str, Any] | None, type_name: str
+    ) -> None:
+        self.writer = writer
+        self.reader = reader
+        self.type_name = type_name
+        self.build = _builder(EVENT_TYPES[type_name], reader if reader is not None else writer)
+
+
+def _builder(cls: type[Event], parsed: dict[str, Any]) -> Callable[[dict[str, Any]], Event]:
+    """A function Avro record -> ``cls`` instance, for records read with schema ``parsed``.
+
+    Record fields the dataclass does not have are ignored; dataclass fields the
+    record lacks take their dataclass default (or the build fails).
+    """
+    env_fields = _envelope_fields(parsed)
+    fields = _record_fields(parsed)
+    del fields[_ENVELOPE_FIELD]
+    dc_fields = dataclasses.fields(cls)
+    env_names = tuple(f.name for f in dc_fields if f.name in env_fields)
+    payload = tuple(
+        (f.name, _graph_from_avro if _is_record_union(fields[f.name]["type"]) else None)
+        for f in dc_fields
+        if f.name in fields
+    )
+    complete = len(env_names) + len(payload) == len(dc_fields)
+    if not (complete and env_names == _ENVELOPE_NAMES and _can_skip_init(cls)):
+
+        def build_init(rec: dict[str, Any]) -> Event:
+            env = rec[_ENVELOPE_FIELD]
+            kwargs = {name: env[name] for name in env_names}
+            for name, conv in payload:
+                value = rec[name]
+                kwargs[name] = value if conv is None else conv(value)
+            return cls(**kwargs)
+
+        return build_init
+
+    # The hot path of a replay: every field set through its slot (see _can_skip_init),
+    # the six envelope fields unrolled.
+    new = _new
+    s_event_id, s_namespace, s_epoch, s_writer, s_created_at, s_schema_version = (
+        getattr(cls, name).__set__ for name in _ENVELOPE_NAMES
+    )
+    payload_set = tuple((name, getattr(cls, name).__set__, conv) for name, conv in payload)
+
+    def build_fast(rec: dict[str, Any]) -> Event:
+        obj = new(cls)
+        env = rec["envelope"]
+        s_event_id(obj, env["event_id"])
+        s_namespace(obj, env["namespace"])
+        s_epoch(obj, env["epoch"])
+        s_writer(obj, env["writer"])
+        s_created_at(obj, env["created_at"])
+        s_schema_version(obj, env["schema_version"])
+        for name, put, conv in payload_set:
+            value = rec[name]
+            put(obj, value if conv is None else conv(value))
+        return obj
+
+    return build_fast
+
+
+def _registry_schema(schema_str: str) -> Any:
+    # Imported here: the schema registry client pulls in an HTTP stack that a
+    # catalog-only deployment never needs.
+    from confluent_kafka.schema_registry import Schema
+
+    return Schema(schema_str, "AVRO")
 
 
 # --------------------------------------------------------------------------- codec plans
@@ -947,13 +1190,13 @@ def check_catalog(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``python -m registry.codec``: ``--update-catalog`` or ``--check``.
+    """The catalog tool behind ``jobreg catalog``: ``--update-catalog`` or ``--check``.
 
     Returns the exit status: 0 done / up to date, 1 out of date (``--check``),
     2 malformed schema or catalog files.
     """
     parser = argparse.ArgumentParser(
-        prog="python -m registry.codec",
+        prog="jobreg catalog",
         description="Maintain the versioned Avro schema catalog of jobreg.",
     )
     mode = parser.add_mutually_exclusive_group(required=True)
@@ -976,7 +1219,7 @@ def main(argv: list[str] | None = None) -> int:
         for change in changes:
             print(f"out of date: {change}", file=sys.stderr)
         if changes:
-            print("run: python -m registry.codec --update-catalog", file=sys.stderr)
+            print("run: jobreg catalog --update-catalog", file=sys.stderr)
             return 1
         print(f"{path}: up to date")
         return 0
