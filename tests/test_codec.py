@@ -18,10 +18,10 @@ from typing import Any
 
 import fastavro
 import pytest
+from confluent_kafka.schema_registry import Schema
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import codec as codec_mod
 from registry.codec import (
     Catalog,
     Codec,
@@ -579,9 +579,9 @@ def test_plan_is_idempotent_and_bad_schema_dirs_are_config_errors(tmp_path: Path
         resolved_schemas(tmp_path)
 
 
-def test_module_entry_point_check() -> None:
+def test_catalog_command_check() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "registry.codec", "--check"],
+        [sys.executable, "-m", "registry.cli", "catalog", "--check"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -634,7 +634,7 @@ def test_v2_record_decodes_with_a_v1_reader_through_the_registry() -> None:
     v2 = cancelled_v2()
     # A newer writer (knows v2) sets the new field; an older reader (v1 only) drops it.
     writer_id = registry.register_schema(
-        "jobreg.JobCancelled", codec_mod._PlainSchema(json.dumps(v2["schema"]))
+        "jobreg.JobCancelled", Schema(json.dumps(v2["schema"]), "AVRO")
     )
     event = JobCancelled(**envelope(), job_id="j", reason="r")
     record = {
@@ -792,7 +792,7 @@ def test_registry_subject_prefix() -> None:
 def test_registry_schema_that_is_not_an_event_is_unknown_event_type() -> None:
     registry = FakeRegistry()
     foreign = {"type": "record", "name": "Other", "namespace": "acme", "fields": []}
-    sid = registry.register_schema("acme.Other", codec_mod._PlainSchema(json.dumps(foreign)))
+    sid = registry.register_schema("acme.Other", Schema(json.dumps(foreign), "AVRO"))
     with pytest.raises(UnknownEventTypeError, match="acme.Other"):
         Codec(CATALOG, schema_registry=registry).decode(frame(sid, b""))
 
