@@ -11,6 +11,10 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
     │   └── UnknownEventTypeError  the schema is not one of our event types
     ├── BrokerError            the broker cannot be reached or started
     │   └── BrokerStartError       the embedded broker did not come up
+    ├── BlobError              a job graph in the blob store is missing or corrupt
+    │   ├── BlobMissing            no blob under that reference
+    │   └── BlobCorrupt            the blob's size or sha256 does not match its reference
+    ├── LeaseExpired           this leader's lease may have run out elsewhere: it must not write
     ├── UnknownJob             a command names a job the registry has never seen
     ├── OutcomeUnknown         a write's fate could not be read back from the log in time
     └── WriteRejected          the fold refused the record (reason, expected/actual epoch)
@@ -25,12 +29,16 @@ its own record to the caller.
 from __future__ import annotations
 
 __all__ = [
+    "BlobCorrupt",
+    "BlobError",
+    "BlobMissing",
     "BrokerError",
     "BrokerStartError",
     "ClaimRejected",
     "CodecError",
     "ConfigError",
     "Fenced",
+    "LeaseExpired",
     "OutcomeUnknown",
     "RegistryError",
     "UnknownEventTypeError",
@@ -66,6 +74,26 @@ class BrokerError(RegistryError):
 
 class BrokerStartError(BrokerError):
     """The embedded broker binary is missing or did not come up."""
+
+
+class BlobError(RegistryError):
+    """A job graph in the blob store cannot be used."""
+
+
+class BlobMissing(BlobError):
+    """No blob exists under the reference."""
+
+
+class BlobCorrupt(BlobError):
+    """The stored bytes do not match the reference's size or sha256."""
+
+
+class LeaseExpired(RegistryError):
+    """The leader has not renewed its lease in time; it stops writing until it renews.
+
+    A contender may take over once it has seen no renewal for a full lease;
+    writing on would only produce records the fold refuses.
+    """
 
 
 class UnknownJob(RegistryError, KeyError):
