@@ -30,6 +30,7 @@ import pathlib
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -134,6 +135,13 @@ def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _check_port(name: str, port: object) -> None:
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+    ):
+        raise ConfigError(f"{name} must be an int in 1..65535 or None, got {port!r}")
+
+
 def _free_port(host: str) -> int:
     """A port that was free on *host* a moment ago (bind to port 0, read, close)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -189,6 +197,16 @@ class EmbeddedBroker:
 
     :param host: loopback address to listen on (``127.0.0.1``, ``::1`` or ``localhost``).
     :param port: port to listen on; ``None`` picks a free one at :meth:`start`.
+    :param advertised_port: the port the broker tells clients to use, on the same
+        loopback host, in its metadata and FindCoordinator responses; ``None`` (the
+        default) advertises the listening port. Set it to put something between the
+        clients and the broker, e.g. a fault-injecting TCP proxy listening on
+        ``advertised_port`` and forwarding to :attr:`listen_port`. Then
+        :attr:`port` and :attr:`bootstrap` name the advertised address (what
+        clients must use: they follow the advertised address after bootstrapping
+        anyway), and only :attr:`listen_port` names the broker's own socket. The
+        readiness check at :meth:`start` talks to the listening port directly, so
+        nothing needs to listen on ``advertised_port`` yet.
     :param binary: the tansu executable; ``None`` uses :func:`find_tansu_binary`.
     :param startup_timeout: seconds to wait for the broker to answer the Kafka protocol.
     :param log_file: where the broker's stdout and stderr go (appended to);
@@ -208,25 +226,25 @@ class EmbeddedBroker:
         *,
         host: str = "127.0.0.1",
         port: int | None = None,
+        advertised_port: int | None = None,
         binary: str | os.PathLike[str] | None = None,
         startup_timeout: float = 15.0,
         log_file: str | os.PathLike[str] | None = None,
     ) -> None:
         self._host = _loopback_host(host)
-        if port is not None and (
-            isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
-        ):
-            raise ConfigError(f"port must be an int in 1..65535 or None (pick one), got {port!r}")
+        _check_port("port", port)
+        _check_port("advertised_port", advertised_port)
         if not startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be positive, got {startup_timeout!r}")
         self._requested_port = port
+        self._advertised_port: int | None = advertised_port
         self._binary = pathlib.Path(binary) if binary is not None else None
         self._startup_timeout = float(startup_timeout)
         self._user_log = pathlib.Path(log_file) if log_file is not None else None
 
         self._lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._port: int | None = port
+        self._port: int | None = port  # the listening port
         self._log_path: pathlib.Path | None = None
         self._log_offset = 0
         self._log_is_temp = False
@@ -244,15 +262,31 @@ class EmbeddedBroker:
 
     @property
     def port(self) -> int:
-        """The listening port (known once :meth:`start` has picked it)."""
+        """The port clients use: ``advertised_port`` if given, else :attr:`listen_port`."""
+        if self._advertised_port is not None:
+            return self._advertised_port
+        return self.listen_port
+
+    @property
+    def listen_port(self) -> int:
+        """The port the broker process listens on (known once :meth:`start` has picked it)."""
         if self._port is None:
             raise BrokerError("the embedded broker has no port yet: call start() first")
         return self._port
 
     @property
+    def advertised_port(self) -> int | None:
+        """The port given as ``advertised_port``, or ``None`` (the listening port is advertised)."""
+        return self._advertised_port
+
+    @property
     def bootstrap(self) -> str:
-        """``bootstrap.servers`` for clients, e.g. ``"127.0.0.1:40123"``."""
+        """``bootstrap.servers`` for clients, e.g. ``"127.0.0.1:40123"`` (the advertised address)."""
         return _hostport(self._host, self.port)
+
+    @property
+    def _listen_address(self) -> str:
+        return _hostport(self._host, self.listen_port)
 
     @property
     def pid(self) -> int | None:
@@ -267,7 +301,9 @@ class EmbeddedBroker:
 
     def __repr__(self) -> str:
         state = f"pid={self.pid}" if self.is_running() else "stopped"
-        where = self.bootstrap if self._port is not None else f"{self._host}:<auto>"
+        where = self._listen_address if self._port is not None else f"{self._host}:<auto>"
+        if self._advertised_port is not None:
+            where += f" advertising {_hostport(self._host, self._advertised_port)}"
         return f"<EmbeddedBroker {where} {state}>"
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -298,7 +334,7 @@ class EmbeddedBroker:
                 self._port = (
                     self._requested_port
                     if self._requested_port is not None
-                    else _free_port(self._host)
+                    else self._pick_listen_port()
                 )
                 try:
                     self._spawn(binary)
@@ -322,7 +358,12 @@ class EmbeddedBroker:
                         raise BrokerStartError(_with_tail(str(exc), tail)) from exc
                     raise
                 _track(self)
-                _log.info("embedded broker pid %s answering on %s", self.pid, self.bootstrap)
+                _log.info(
+                    "embedded broker pid %s answering on %s (advertising %s)",
+                    self.pid,
+                    self._listen_address,
+                    self.bootstrap,
+                )
                 return self
             raise AssertionError("unreachable")  # pragma: no cover
 
@@ -385,8 +426,18 @@ class EmbeddedBroker:
 
     # -- internals -----------------------------------------------------------------------
 
+    def _pick_listen_port(self) -> int:
+        """A free port, never the advertised one (whatever will listen there may not be yet)."""
+        port = _free_port(self._host)
+        for _ in range(3):
+            if port != self._advertised_port:
+                break
+            port = _free_port(self._host)
+        return port
+
     def _spawn(self, binary: pathlib.Path) -> None:
-        url = f"tcp://{_hostport(self._host, self.port)}"
+        url = f"tcp://{self._listen_address}"
+        advertised_url = f"tcp://{self.bootstrap}"
         self._program = binary.name
         self.cluster_id = f"jobreg-embedded-{uuid.uuid4().hex[:12]}"
         argv = [
@@ -395,7 +446,7 @@ class EmbeddedBroker:
             "--listener-url",
             url,
             "--advertised-listener-url",
-            url,
+            advertised_url,
             "--storage-engine",
             "memory://tansu/",
             "--cluster-id",
@@ -432,50 +483,49 @@ class EmbeddedBroker:
         self._owner_pid = os.getpid()
 
     def _wait_ready(self, deadline: float) -> None:
-        """Return once the broker answers a metadata request with our cluster id."""
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
+        """Return once the broker answers a metadata request with our cluster id.
 
+        The probe speaks the Kafka protocol itself (:func:`_probe_cluster_id`) on
+        the *listening* port, over one short connection. A Kafka client would not
+        do: after its first metadata response librdkafka sends its requests to the
+        broker's *advertised* address, which with ``advertised_port`` is a proxy that
+        may not be listening yet (or is deliberately broken), so readiness would
+        depend on the proxy and on librdkafka's timing. A Metadata response with our
+        cluster id, received on the listening port, is the same proof of readiness
+        the client would have had.
+        """
         proc = self._proc
         assert proc is not None
-        address = (self._host, self.port)
+        address = (self._host, self.listen_port)
+        where = self._listen_address
         while True:
             code = proc.poll()
             if code is not None:
                 raise _EarlyExit(
                     f"{self._program} (pid {proc.pid}) exited with code {code} before answering on "
-                    f"{self.bootstrap}"
+                    f"{where}"
                 )
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise BrokerStartError(
                     f"{self._program} (pid {proc.pid}) did not answer the Kafka protocol on "
-                    f"{self.bootstrap} within {self._startup_timeout:g}s"
+                    f"{where} within {self._startup_timeout:g}s"
                 )
-            # A cheap TCP probe first keeps librdkafka from logging refused connections.
             try:
-                with socket.create_connection(address, timeout=min(0.5, remaining)):
-                    pass
-            except OSError as e:
+                found = _probe_cluster_id(address, timeout=max(0.1, min(0.5, remaining)))
+            except OSError as e:  # refused while tansu starts, or a reset/timeout
                 if e.errno not in (errno.ECONNREFUSED, errno.ECONNRESET, None):
-                    _log.debug("probe of %s: %s", self.bootstrap, e)
+                    _log.debug("probe of %s: %s", where, e)
                 time.sleep(0.02)
                 continue
-            admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
-            try:
-                metadata = admin.list_topics(timeout=max(0.1, min(0.5, remaining)))
-            except KafkaException as e:
-                _log.debug("metadata probe of %s failed: %s", self.bootstrap, e)
+            except _ProtocolError as e:
+                _log.debug("metadata probe of %s failed: %s", where, e)
                 time.sleep(0.05)
                 continue
-            finally:
-                del (
-                    admin
-                )  # drop the connection now: Tansu delays SIGTERM while clients are connected
-            if metadata.cluster_id != self.cluster_id:
+            if found != self.cluster_id:
                 raise BrokerStartError(
-                    f"another Kafka broker (cluster {metadata.cluster_id!r}) answers on "
-                    f"{self.bootstrap}; choose another port"
+                    f"another Kafka broker (cluster {found!r}) answers on {where}; "
+                    "choose another port"
                 )
             return
 
@@ -502,6 +552,109 @@ class EmbeddedBroker:
 
 class _EarlyExit(BrokerStartError):
     """The broker process exited before it answered (maybe a lost bind race)."""
+
+
+# -- a minimal Kafka protocol client for the readiness probe ---------------------------
+
+
+class _ProtocolError(Exception):
+    """The peer's reply is not the Kafka protocol we expect (or it closed the connection)."""
+
+
+_API_METADATA = 3
+_API_VERSIONS = 18
+#: Metadata request versions the probe can speak: v2 introduced the cluster id in the
+#: response, v9 switched to the "flexible" encoding (compact strings, tagged fields).
+_METADATA_VERSIONS = range(2, 9)
+_MAX_FRAME = 1 << 20
+
+
+def _probe_cluster_id(address: tuple[str, int], timeout: float) -> str | None:
+    """The cluster id the Kafka broker at *address* reports, asked directly (no client library).
+
+    Sends ApiVersions v0, then a Metadata request for no topics at the highest version
+    in ``2..8`` that the broker supports, and reads the ``cluster_id`` field of the
+    response (``None`` if the broker reports none). Every socket operation is bounded
+    by *timeout*.
+
+    :raises OSError: cannot connect, the connection failed, or an operation timed out.
+    :raises _ProtocolError: the reply is not what a Kafka broker sends.
+    """
+    with socket.create_connection(address, timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        reply = _request(sock, _API_VERSIONS, 0, 1, b"")
+        error_code, count = _unpack(">hi", reply, 0)
+        if error_code != 0:
+            raise _ProtocolError(f"ApiVersions error code {error_code}")
+        version = None
+        for i in range(count):
+            key, low, high = _unpack(">hhh", reply, 6 + 6 * i)
+            if key == _API_METADATA:
+                usable = [v for v in _METADATA_VERSIONS if low <= v <= high]
+                version = usable[-1] if usable else None
+        if version is None:
+            raise _ProtocolError("the broker supports no Metadata version in 2..8")
+        body = struct.pack(">i", 0)  # topics: an empty array asks for none (v1+)
+        if version >= 4:
+            body += b"\x00"  # allow_auto_topic_creation
+        if version >= 8:
+            body += b"\x00\x00"  # include cluster / topic authorized operations
+        reply = _request(sock, _API_METADATA, version, 2, body)
+        offset = 4 if version >= 3 else 0  # throttle_time_ms
+        (brokers,) = _unpack(">i", reply, offset)
+        offset += 4
+        for _ in range(brokers):  # node_id, host, port, rack
+            offset += 4
+            offset = _skip_string(reply, offset)
+            offset += 4
+            offset = _skip_string(reply, offset)
+        (length,) = _unpack(">h", reply, offset)
+        if length < 0:
+            return None
+        raw = reply[offset + 2 : offset + 2 + length]
+        if len(raw) != length:
+            raise _ProtocolError("truncated Metadata response")
+        return raw.decode("utf-8", "replace")
+
+
+def _request(
+    sock: socket.socket, api_key: int, version: int, correlation: int, body: bytes
+) -> bytes:
+    """Send one request (header v1, client id ``jobreg-probe``); return the response body."""
+    client_id = b"jobreg-probe"
+    message = struct.pack(">hhih", api_key, version, correlation, len(client_id)) + client_id + body
+    sock.sendall(struct.pack(">i", len(message)) + message)
+    (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+    if not 4 <= size <= _MAX_FRAME:
+        raise _ProtocolError(f"implausible response size {size}")
+    frame = _recv_exactly(sock, size)
+    (got,) = struct.unpack_from(">i", frame)
+    if got != correlation:
+        raise _ProtocolError(f"correlation id {got}, expected {correlation}")
+    return frame[4:]
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise _ProtocolError("connection closed by the peer")
+        chunks += chunk
+    return bytes(chunks)
+
+
+def _unpack(fmt: str, data: bytes, offset: int) -> tuple[int, ...]:
+    try:
+        return struct.unpack_from(fmt, data, offset)
+    except struct.error:
+        raise _ProtocolError("truncated response") from None
+
+
+def _skip_string(data: bytes, offset: int) -> int:
+    """The offset after the (nullable) int16-length string at *offset*."""
+    (length,) = _unpack(">h", data, offset)
+    return offset + 2 + max(length, 0)
 
 
 def _with_tail(message: str, tail: str) -> str:

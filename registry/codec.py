@@ -47,7 +47,7 @@ from fastavro.repository.base import AbstractSchemaRepository, SchemaRepositoryE
 from fastavro.schema import load_schema, to_parsing_canonical_form
 
 from .errors import CodecError, ConfigError, UnknownEventTypeError, UnknownSchemaError
-from .events import EVENT_TYPES, Event, GraphRef, InlineGraph
+from .events import EVENT_TYPES, NESTED_TYPES, Event, GraphRef, InlineGraph
 
 __all__ = [
     "AVRO_NAMESPACE",
@@ -411,6 +411,76 @@ def _graph_to_avro(name: str, graph: Any) -> Any:
     )
 
 
+def _short(name: str) -> str:
+    return name.rpartition(".")[2]
+
+
+def _to_avro(value: Any) -> Any:
+    """A nested dataclass (see ``NESTED_TYPES``) as an Avro datum: dicts, lists."""
+    if isinstance(value, tuple):
+        return [_to_avro(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_avro(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    return value
+
+
+def _needs_conversion(avro_type: Any) -> bool:
+    """True if values of this (non-graph) type hold nested records or arrays."""
+    if isinstance(avro_type, dict):
+        return avro_type.get("type") in ("record", "array")
+    if isinstance(avro_type, list):
+        return any(_needs_conversion(b) for b in avro_type)
+    return isinstance(avro_type, str) and _short(avro_type) in NESTED_TYPES
+
+
+def _nested_reader(avro_type: Any, named: dict[str, Any] | None = None) -> Callable[[Any], Any] | None:
+    """A converter Avro value -> Python for ``avro_type`` (records of ``NESTED_TYPES`` become
+    their frozen dataclasses, arrays tuples), or ``None`` where the value is used as read."""
+    named = {} if named is None else named
+    if isinstance(avro_type, str):
+        avro_type = named.get(avro_type, avro_type)
+        if isinstance(avro_type, str):
+            return None
+    if isinstance(avro_type, list):  # a union: records arrive as (name, value) pairs
+        branches = {}
+        for b in avro_type:
+            conv = _nested_reader(b, named)
+            name = b["name"] if isinstance(b, dict) else b
+            if conv is not None:
+                branches[name] = conv
+        if not branches:
+            return None
+
+        def union(value: Any) -> Any:
+            if isinstance(value, tuple):
+                name, inner = value
+                conv = branches.get(name)
+                return conv(inner) if conv is not None else inner
+            return value
+
+        return union
+    kind = avro_type.get("type")
+    if kind == "array":
+        item = _nested_reader(avro_type["items"], named)
+        return tuple if item is None else (lambda xs: tuple(item(x) for x in xs))
+    if kind == "record":
+        named[avro_type["name"]] = avro_type
+        cls = NESTED_TYPES.get(_short(avro_type["name"]))
+        if cls is None:
+            return None
+        subs = [(f["name"], _nested_reader(f["type"], named)) for f in avro_type["fields"]]
+        names = {f.name for f in dataclasses.fields(cls)}
+        subs = [(n, c) for n, c in subs if n in names]
+
+        def record(value: dict[str, Any]) -> Any:
+            if isinstance(value, tuple):  # a record read as the branch of a union
+                value = value[1]
+            return cls(**{n: (value[n] if c is None else c(value[n])) for n, c in subs})
+
+        return record
+    return None
+
+
 def _can_skip_init(cls: type) -> bool:
     """True if ``cls`` is a slotted dataclass whose ``__init__`` only assigns its fields.
 
@@ -470,7 +540,8 @@ def _graph_from_avro(value: Any) -> InlineGraph | GraphRef | None:
 class _Writer:
     """How to encode one event class: header, parsed writer schema and field plan."""
 
-    __slots__ = ("cls", "envelope", "graphs", "header", "ints", "payload", "schema", "version")
+    __slots__ = ("cls", "envelope", "graphs", "header", "ints", "nested", "payload", "schema",
+                 "version")
 
     def __init__(self, cls: type[Event], entry: CatalogEntry, schema_id: int) -> None:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -496,7 +567,10 @@ class _Writer:
         self.header = _HEADER.pack(MAGIC_BYTE, schema_id)
         self.envelope = tuple(n for n in env_fields if n in names and n != "schema_version")
         self.payload = tuple(n for n in fields if n in names)
-        self.graphs = tuple(n for n in self.payload if _is_record_union(fields[n]["type"]))
+        self.graphs = tuple(n for n in self.payload if _is_record_union(fields[n]["type"])
+                            and n == "graph")
+        self.nested = tuple(n for n in self.payload if n not in self.graphs
+                            and _needs_conversion(fields[n]["type"]))
         ints = [(n, _int_kind(env_fields[n]["type"])) for n in self.envelope]
         ints += [(n, _int_kind(fields[n]["type"])) for n in self.payload]
         self.ints = tuple((n, kind == "nullable") for n, kind in ints if kind)
@@ -512,6 +586,8 @@ class _Writer:
                 _check_int(name, value, nullable)
         for name in self.graphs:
             rec[name] = _graph_to_avro(name, rec[name])
+        for name in self.nested:
+            rec[name] = _to_avro(rec[name])
         rec[_ENVELOPE_FIELD] = env
         return rec
 
@@ -542,7 +618,7 @@ def _builder(cls: type[Event], parsed: dict[str, Any]) -> Callable[[dict[str, An
     dc_fields = dataclasses.fields(cls)
     env_names = tuple(f.name for f in dc_fields if f.name in env_fields)
     payload = tuple(
-        (f.name, _graph_from_avro if _is_record_union(fields[f.name]["type"]) else None)
+        (f.name, _graph_from_avro if f.name == "graph" else _nested_reader(fields[f.name]["type"]))
         for f in dc_fields
         if f.name in fields
     )

@@ -17,11 +17,20 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 __all__ = [
+    "EMPTY_CHECKPOINTS",
     "EVENT_TYPES",
+    "NESTED_TYPES",
+    "CheckpointCompleted",
+    "CheckpointDiscarded",
+    "CheckpointEvent",
+    "CheckpointFailed",
+    "CheckpointState",
+    "CheckpointTriggered",
+    "CompletedCheckpoint",
     "Event",
     "GraphRef",
     "InlineGraph",
@@ -30,11 +39,13 @@ __all__ = [
     "JobEvent",
     "JobLockReleased",
     "JobReasserted",
+    "JobRecoveryFailed",
     "JobStatus",
     "JobSubmitted",
     "JobTerminated",
     "LeadershipGranted",
     "LeadershipRevoked",
+    "LeaseRenewed",
     "new_event_id",
     "now_ms",
 ]
@@ -44,12 +55,13 @@ class JobStatus:
     """Job status names (plain strings so they survive Avro and JSON unchanged)."""
 
     ACTIVE = "ACTIVE"
+    RECOVERY_FAILED = "RECOVERY_FAILED"  # live, but not recovered until retried or cancelled
     CANCELLED = "CANCELLED"
     FINISHED = "FINISHED"
     FAILED = "FAILED"
 
     TERMINAL: ClassVar[frozenset[str]] = frozenset({CANCELLED, FINISHED, FAILED})
-    ALL: ClassVar[tuple[str, ...]] = (ACTIVE, CANCELLED, FINISHED, FAILED)
+    ALL: ClassVar[tuple[str, ...]] = (ACTIVE, RECOVERY_FAILED, CANCELLED, FINISHED, FAILED)
 
 
 def new_event_id() -> str:
@@ -81,6 +93,43 @@ class GraphRef:
 Graph = InlineGraph | GraphRef
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedCheckpoint:
+    """A completed checkpoint that recovery may restore: its id and where it is stored."""
+
+    checkpoint_id: int
+    location: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    """A job's checkpoint bookkeeping after an event (rule 4 of the fold).
+
+    ``seq`` counts the checkpoint records the fold accepted for the job;
+    ``last_completed`` is the newest completed id (-1: none); ``retained`` the
+    newest completed checkpoints, oldest first; ``pending`` the triggered ids
+    not yet finished; ``discarded`` the discarded ids newer than
+    ``last_completed``; ``counted`` the failed ids counted since the last
+    completion (so ``len(counted)`` is the run of consecutive failures). All
+    id tuples are sorted, so equal states compare equal.
+    """
+
+    seq: int = 0
+    last_completed: int = -1
+    retained: tuple[CompletedCheckpoint, ...] = ()
+    pending: tuple[int, ...] = ()
+    discarded: tuple[int, ...] = ()
+    counted: tuple[int, ...] = ()
+
+    @property
+    def consecutive_failures(self) -> int:
+        """Failed checkpoints counted since the last completion."""
+        return len(self.counted)
+
+
+EMPTY_CHECKPOINTS = CheckpointState()
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
     """The envelope shared by every event (see the module docstring)."""
@@ -92,7 +141,8 @@ class Event:
     epoch: int
     writer: str
     created_at: int
-    schema_version: int = 1
+    # How the record was encoded, not what happened: left out of equality.
+    schema_version: int = field(default=1, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -123,11 +173,18 @@ class JobEvent(Event):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobSubmitted(JobEvent):
-    """A new job id with its graph; a terminal id can never be submitted again."""
+    """A new job id with its graph; a terminal id can never be submitted again.
+
+    ``max_checkpoint_failures`` is the job's tolerable number of consecutive
+    failed checkpoints (Flink's ``tolerable-failed-checkpoints``, default 0);
+    ``retained_checkpoints`` how many completed checkpoints recovery keeps.
+    """
 
     TYPE: ClassVar[str] = "JobSubmitted"
 
     graph: InlineGraph | GraphRef
+    max_checkpoint_failures: int = 0
+    retained_checkpoints: int = 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -164,14 +221,84 @@ class JobTerminated(JobEvent):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class JobRecoveryFailed(JobEvent):
+    """Recovering the job failed (graph missing or corrupt, or the recovery hook raised).
+
+    The job keeps its place but is not recovered again until a term retries
+    it (a ``JobAdopted``) or it is cancelled; ``error`` says why.
+    """
+
+    TYPE: ClassVar[str] = "JobRecoveryFailed"
+
+    error: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointEvent(JobEvent):
+    """Base of the checkpoint lifecycle events of one job.
+
+    ``seq`` and ``state`` are the job's :class:`CheckpointState` sequence and
+    whole state *after* this event, as the writer computed them with the
+    fold's own rule: after compaction the fold can only learn the state from
+    the newest record of the job's checkpoint key.
+    """
+
+    checkpoint_id: int
+    state: CheckpointState
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointTriggered(CheckpointEvent):
+    """Checkpoint ``checkpoint_id`` of the job started."""
+
+    TYPE: ClassVar[str] = "CheckpointTriggered"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointCompleted(CheckpointEvent):
+    """Checkpoint ``checkpoint_id`` completed and is stored at ``location``."""
+
+    TYPE: ClassVar[str] = "CheckpointCompleted"
+
+    location: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointFailed(CheckpointEvent):
+    """A task reported checkpoint ``checkpoint_id`` as failed (``reason``: DECLINED, EXPIRED, IO, ...)."""
+
+    TYPE: ClassVar[str] = "CheckpointFailed"
+
+    reason: str
+    task: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointDiscarded(CheckpointEvent):
+    """The coordinator gave checkpoint ``checkpoint_id`` up; late failures of it do not count."""
+
+    TYPE: ClassVar[str] = "CheckpointDiscarded"
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseRenewed(Event):
+    """The leader of ``epoch`` is alive; contenders restart their lease clock when they see it."""
+
+    TYPE: ClassVar[str] = "LeaseRenewed"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class JobReasserted(JobEvent):
     """The leader re-states a job's whole accepted state on a key a refused record landed on.
 
     This is what keeps compaction from changing the answer: Kafka's cleaner
     keeps the newest record of a key, so after a refused write the newest
     record must again be one that carries the accepted state. ``status``,
-    ``owner_epoch`` and ``graph`` are the job's state after this event
-    (``graph`` is ``None`` for terminal jobs).
+    ``owner_epoch``, ``graph``, ``error``, the checkpoint budget and
+    ``checkpoints`` are the job's state after this event (``graph`` is
+    ``None`` for terminal jobs).
     """
 
     TYPE: ClassVar[str] = "JobReasserted"
@@ -179,6 +306,10 @@ class JobReasserted(JobEvent):
     status: str
     owner_epoch: int | None
     graph: InlineGraph | GraphRef | None
+    error: str | None = None
+    max_checkpoint_failures: int = 0
+    retained_checkpoints: int = 1
+    checkpoints: CheckpointState = EMPTY_CHECKPOINTS
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -192,6 +323,20 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobCancelled,
         JobTerminated,
         JobReasserted,
+        JobRecoveryFailed,
+        CheckpointTriggered,
+        CheckpointCompleted,
+        CheckpointFailed,
+        CheckpointDiscarded,
+        LeaseRenewed,
     )
 }
 """Event type name (the Avro record name without namespace) -> dataclass."""
+
+NESTED_TYPES: dict[str, type] = {
+    "InlineGraph": InlineGraph,
+    "GraphRef": GraphRef,
+    "CheckpointState": CheckpointState,
+    "CompletedCheckpoint": CompletedCheckpoint,
+}
+"""Records nested inside events (Avro name without namespace) -> dataclass."""

@@ -27,7 +27,23 @@ Rules, in the order the fold applies them to one record of this namespace:
    term, release clears it; neither applies to unknown (``unknown_job``) or
    terminal jobs.
    A reassertion sets the job's whole state, except that it can never make a
-   terminal job live again.
+   terminal job live again. A failed recovery marks a live job
+   ``RECOVERY_FAILED`` (no owner, the error kept); only an adopt (a retry)
+   or a cancel moves it on; it cannot be released.
+6. Checkpoints (Flink's ``CheckpointFailureManager``; :func:`checkpoint_step`):
+   ids of triggers increase per job; a failure of a checkpoint that was
+   discarded, completed, or is not newer than the last completed one, or
+   that was already counted, is ignored (outcome ``IGNORED``, with why);
+   other failures count once each; a completion resets the count and keeps
+   the newest ``retained_checkpoints``. Each record carries the job's
+   checkpoint state after it and its sequence number ``seq``: the fold
+   computes the state itself and refuses a record whose state differs
+   (``checkpoint_state_mismatch``) or whose ``seq`` is not the next one
+   (``stale_checkpoint_seq``), unless ``seq`` jumps ahead, which only
+   compaction causes (the earlier records of the key are gone): then the
+   carried state is the state.
+7. ``LeaseRenewed`` is fenced like any write and counts in the term's
+   ``TermInfo``; no clock is read by the fold.
 
 After each record the fold notes whether the newest record of a known job's
 key was accepted; keys where it was not are ``unsettled`` until the leader
@@ -43,16 +59,26 @@ from collections.abc import Callable, Iterable, Iterator
 from .codec import Codec, default_codec
 from .errors import CodecError
 from .events import (
+    CheckpointCompleted,
+    CheckpointDiscarded,
+    CheckpointEvent,
+    CheckpointFailed,
+    CheckpointState,
+    CheckpointTriggered,
+    CompletedCheckpoint,
     Event,
     JobAdopted,
     JobCancelled,
     JobEvent,
+    JobLockReleased,
     JobReasserted,
+    JobRecoveryFailed,
     JobStatus,
     JobSubmitted,
     JobTerminated,
     LeadershipGranted,
     LeadershipRevoked,
+    LeaseRenewed,
     new_event_id,
     now_ms,
 )
@@ -60,7 +86,9 @@ from .image import Decision, Image, JobView, LogRecord, Outcome, Provenance, Ter
 from .keys import allowed_keys, parse_key, record_key
 
 __all__ = [
+    "CheckpointRuleViolation",
     "Delta",
+    "checkpoint_step",
     "fencing_detail",
     "fencing_reason",
     "fold",
@@ -115,6 +143,62 @@ def fencing_detail(reason: str, epoch: int, leader: str | None, writer_epoch: in
     }[reason]
 
 
+class CheckpointRuleViolation(Exception):
+    """A checkpoint event that breaks rule 6 outright (the fold refuses it)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
+                    *, location: str = "", retained: int = 1) -> tuple[CheckpointState, str | None]:
+    """Rule 6: the checkpoint state after one event, and why it was ignored (``None``: it counted).
+
+    Pure; the fold applies it, and the client calls it to compute the state
+    its records carry. Raises :class:`CheckpointRuleViolation` for an event
+    the fold refuses.
+    """
+    cp = checkpoint_id
+    last = state.last_completed
+    pending, discarded, counted = set(state.pending), set(state.discarded), set(state.counted)
+    seq = state.seq + 1
+    if kind is CheckpointTriggered:
+        newest = max([last, *pending, *discarded, *counted])
+        if cp <= newest:
+            raise CheckpointRuleViolation(
+                "checkpoint_id_not_increasing",
+                f"checkpoint {cp} triggered after checkpoint {newest}; ids increase per job")
+        pending.add(cp)
+        why = None
+    elif cp <= last:
+        why = f"checkpoint {cp} is not newer than the last completed checkpoint {last}"
+    elif cp in discarded and kind is not CheckpointDiscarded:
+        why = f"checkpoint {cp} was discarded"
+    elif kind is CheckpointCompleted:
+        retained_cps = (*state.retained, CompletedCheckpoint(cp, location))
+        return CheckpointState(
+            seq, cp, retained_cps[-max(retained, 1):], tuple(sorted(p for p in pending if p > cp)),
+            tuple(sorted(d for d in discarded if d > cp)), ()), None
+    elif kind is CheckpointFailed:
+        if cp in counted:
+            why = f"a failure of checkpoint {cp} was already counted"
+        else:
+            counted.add(cp)
+            pending.discard(cp)
+            why = None
+    else:  # CheckpointDiscarded
+        if cp in discarded:
+            why = f"checkpoint {cp} was already discarded"
+        else:
+            discarded.add(cp)
+            pending.discard(cp)
+            why = None
+    return CheckpointState(seq, last, state.retained, tuple(sorted(pending)),
+                           tuple(sorted(discarded)), tuple(sorted(counted))), why
+
+
 class Delta:
     """Accumulates the effect of records on an image (KRaft's ``MetadataDelta``).
 
@@ -136,6 +220,7 @@ class Delta:
         self._unsettled = image.unsettled.mutate()
         self._seen = image.seen.mutate()
         self._rejected: list[Decision] = []
+        self._ignored: list[Decision] = []
         self._quarantined: list[Decision] = []
         self._duplicates = image.duplicates
         self._last_offset = image.provenance.last_offset
@@ -182,6 +267,7 @@ class Delta:
             jobs=self._jobs.finish(),
             terms=self._terms.finish(),
             rejected=base.rejected + tuple(self._rejected) if self._rejected else base.rejected,
+            ignored=base.ignored + tuple(self._ignored) if self._ignored else base.ignored,
             quarantined=(base.quarantined + tuple(self._quarantined)
                          if self._quarantined else base.quarantined),
             unsettled=self._unsettled.finish(),
@@ -226,14 +312,21 @@ class Delta:
                                f"{' or '.join(allowed_keys(event))}, not {key!r}")
             if isinstance(event, LeadershipGranted):
                 self._grant(event, record.offset)
+                ignored = None
             else:
                 self._fence(event)
-                self._apply(event, record.offset)
+                ignored = self._apply(event, record.offset)
         except _Verdict as v:
             d = Decision(record.offset, Outcome.REJECTED, record.timestamp, key, event.TYPE,
                          event.event_id, job_id, event.epoch, event.writer, v.reason, v.detail,
                          v.expected, v.actual, self.leader)
             self._rejected.append(d)
+            return d
+        if ignored is not None:
+            d = Decision(record.offset, Outcome.IGNORED, record.timestamp, key, event.TYPE,
+                         event.event_id, job_id, event.epoch, event.writer, "ignored", ignored,
+                         None, None, self.leader)
+            self._ignored.append(d)
             return d
         return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, key, event.TYPE,
                         event.event_id, job_id, event.epoch, event.writer, None, "", None, None,
@@ -250,7 +343,7 @@ class Delta:
                            f"{e.prev_epoch + 1}, not {e.epoch}",
                            expected=e.prev_epoch + 1, actual=e.epoch)
         self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
-        self._terms[e.epoch] = TermInfo(e.epoch, e.writer, offset)
+        self._terms[e.epoch] = TermInfo(e.epoch, e.writer, offset, lease_ms=e.lease_ms)
 
     def _fence(self, e: Event) -> None:
         reason = fencing_reason(self.epoch, self.leader, self.revoked, e.epoch, e.writer)
@@ -258,13 +351,20 @@ class Delta:
             raise _Verdict(reason, fencing_detail(reason, self.epoch, self.leader, e.epoch,
                                                   e.writer), expected=self.epoch, actual=e.epoch)
 
-    def _apply(self, e: Event, offset: int) -> None:
+    def _apply(self, e: Event, offset: int) -> str | None:
+        """Apply a fenced event; return why it was ignored, if it was."""
         if isinstance(e, LeadershipRevoked):
             self.revoked = True
             info = self._terms.get(self.epoch)
             if info is not None:
                 self._terms[self.epoch] = info._replace(revoked_offset=offset)
-            return
+            return None
+        if isinstance(e, LeaseRenewed):
+            info = self._terms.get(self.epoch)
+            if info is not None:
+                self._terms[self.epoch] = info._replace(renewals=info.renewals + 1,
+                                                        last_renewal_offset=offset)
+            return None
         assert isinstance(e, JobEvent)
         job: JobView | None = self._jobs.get(e.job_id)
         if isinstance(e, JobSubmitted):
@@ -273,10 +373,11 @@ class Delta:
                     raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                                    "terminal id can never be submitted again")
                 raise _Verdict("job_exists", f"job {e.job_id!r} already exists")
-            self._jobs[e.job_id] = JobView(e.job_id, JobStatus.ACTIVE, e.epoch, e.graph)
+            self._jobs[e.job_id] = JobView(e.job_id, JobStatus.ACTIVE, e.epoch, e.graph, None,
+                                           e.max_checkpoint_failures, e.retained_checkpoints)
         elif isinstance(e, (JobCancelled, JobTerminated)):
             status = JobStatus.CANCELLED if isinstance(e, JobCancelled) else e.state
-            if status not in (JobStatus.CANCELLED, JobStatus.FINISHED, JobStatus.FAILED):
+            if status not in JobStatus.TERMINAL:
                 raise _Verdict("bad_state", f"a job can terminate as FINISHED or FAILED, "
                                f"not {status!r}")
             if job is not None and not job.live:
@@ -285,23 +386,61 @@ class Delta:
         elif isinstance(e, JobReasserted):
             if e.status not in JobStatus.ALL:
                 raise _Verdict("bad_state", f"unknown job status {e.status!r}")
-            if job is not None and not job.live and e.status == JobStatus.ACTIVE:
+            if job is not None and not job.live and e.status not in JobStatus.TERMINAL:
                 raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                                "reassertion cannot make it live again")
             if e.status in JobStatus.TERMINAL:
                 self._jobs[e.job_id] = JobView(e.job_id, e.status, None, None)
             else:
-                self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph)
-        else:  # JobAdopted, JobLockReleased
+                self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
+                                               e.error, e.max_checkpoint_failures,
+                                               e.retained_checkpoints, e.checkpoints)
+        else:
             if job is None:
                 raise _Verdict("unknown_job", f"job {e.job_id!r} was never submitted")
             if not job.live:
                 raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}")
-            # Neither checks who holds the lock now: fencing already limits both to
-            # the current leader, and a precondition on the lock key's earlier
-            # records would flip once the cleaner removed them.
-            owner = e.epoch if isinstance(e, JobAdopted) else None
-            self._jobs[e.job_id] = job._replace(owner_epoch=owner)
+            if isinstance(e, CheckpointEvent):
+                return self._checkpoint(job, e)
+            # The lock records (adopt, release, recovery failed) each set the whole lock
+            # aspect of the job, and none checks who holds the lock now: fencing
+            # already limits them to the current leader, and a precondition on the
+            # lock key's earlier records would flip once the cleaner removed them.
+            if isinstance(e, JobAdopted):
+                self._jobs[e.job_id] = job._replace(status=JobStatus.ACTIVE, owner_epoch=e.epoch,
+                                                    error=None)
+            elif isinstance(e, JobRecoveryFailed):
+                self._jobs[e.job_id] = job._replace(status=JobStatus.RECOVERY_FAILED,
+                                                    owner_epoch=None, error=e.error)
+            else:
+                assert isinstance(e, JobLockReleased)
+                if job.status == JobStatus.RECOVERY_FAILED:
+                    raise _Verdict("recovery_failed", f"job {e.job_id!r} failed recovery and "
+                                   "is held by no term; retry or cancel it")
+                self._jobs[e.job_id] = job._replace(owner_epoch=None)
+        return None
+
+    def _checkpoint(self, job: JobView, e: CheckpointEvent) -> str | None:
+        cur = job.checkpoints
+        seq = e.state.seq
+        if seq > cur.seq + 1:
+            # The key's earlier records were compacted away: the record carries the state.
+            self._jobs[e.job_id] = job._replace(checkpoints=e.state)
+            return None
+        if seq <= cur.seq:
+            raise _Verdict("stale_checkpoint_seq", f"checkpoint record {seq} of job "
+                           f"{e.job_id!r} follows record {cur.seq}; expected {cur.seq + 1}")
+        try:
+            new, why = checkpoint_step(cur, type(e), e.checkpoint_id,
+                                       location=getattr(e, "location", ""),
+                                       retained=job.retained_checkpoints)
+        except CheckpointRuleViolation as v:
+            raise _Verdict(v.reason, v.detail) from None
+        if new != e.state:
+            raise _Verdict("checkpoint_state_mismatch", f"the record carries checkpoint state "
+                           f"{e.state}, the fold computes {new}")
+        self._jobs[e.job_id] = job._replace(checkpoints=new)
+        return why
 
 
 def replay(image: Image, record: LogRecord, codec: Codec | None = None) -> Image:
@@ -380,6 +519,8 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
         out.append((key, JobReasserted(
             event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
             created_at=now_ms(), job_id=job.job_id, status=job.status,
-            owner_epoch=job.owner_epoch, graph=job.graph,
+            owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
+            max_checkpoint_failures=job.max_checkpoint_failures,
+            retained_checkpoints=job.retained_checkpoints, checkpoints=job.checkpoints,
         )))
     return out

@@ -18,7 +18,14 @@ from typing import Any, NamedTuple
 
 import immutables
 
-from .events import GraphRef, InlineGraph, JobStatus
+from .events import (
+    EMPTY_CHECKPOINTS,
+    CheckpointState,
+    CompletedCheckpoint,
+    GraphRef,
+    InlineGraph,
+    JobStatus,
+)
 
 __all__ = [
     "Decision",
@@ -59,29 +66,50 @@ class Provenance:
 class JobView(NamedTuple):
     """One job as the fold sees it.
 
-    ``owner_epoch`` is the term holding the job's lock (``None`` once released
-    or terminal); ``graph`` is ``None`` for terminal jobs (their graph may be
-    garbage-collected).
+    ``owner_epoch`` is the term holding the job's lock (``None`` once released,
+    after a failed recovery, or terminal); ``graph`` is ``None`` for terminal
+    jobs (their graph may be garbage-collected); ``error`` says why recovery
+    failed (status ``RECOVERY_FAILED``). ``max_checkpoint_failures`` and
+    ``retained_checkpoints`` come from the submit; ``checkpoints`` is the
+    job's checkpoint state (fold rule 4).
     """
 
     job_id: str
     status: str
     owner_epoch: int | None
     graph: InlineGraph | GraphRef | None
+    error: str | None = None
+    max_checkpoint_failures: int = 0
+    retained_checkpoints: int = 1
+    checkpoints: CheckpointState = EMPTY_CHECKPOINTS
 
     @property
     def live(self) -> bool:
         """True unless the job is terminal (cancelled, finished or failed)."""
         return self.status not in JobStatus.TERMINAL
 
+    @property
+    def latest_checkpoints(self) -> tuple[CompletedCheckpoint, ...]:
+        """The retained completed checkpoints, oldest first (what recovery restores)."""
+        return self.checkpoints.retained
+
+    @property
+    def over_budget(self) -> bool:
+        """True once consecutive failed checkpoints exceed the job's tolerable number."""
+        return self.checkpoints.consecutive_failures > self.max_checkpoint_failures
+
 
 class TermInfo(NamedTuple):
-    """One leadership term: who got it, where it began and (if so) where it was revoked."""
+    """One leadership term: who got it, where it began, where it was revoked (if so), its
+    lease (``None``: no lease, an external election) and its lease renewals."""
 
     epoch: int
     leader: str
     granted_offset: int
     revoked_offset: int | None = None
+    lease_ms: int | None = None
+    renewals: int = 0
+    last_renewal_offset: int | None = None
 
 
 class LeaderView(NamedTuple):
@@ -95,6 +123,7 @@ class Outcome:
     """What the fold did with a record."""
 
     ACCEPTED = "ACCEPTED"
+    IGNORED = "IGNORED"  # valid and kept, but without effect (a late checkpoint failure)
     REJECTED = "REJECTED"
     DUPLICATE = "DUPLICATE"
     QUARANTINED = "QUARANTINED"
@@ -127,8 +156,8 @@ class Decision(NamedTuple):
 
     @property
     def accepted(self) -> bool:
-        """True if the record changed (or confirmed) state."""
-        return self.outcome == Outcome.ACCEPTED
+        """True if the record passed every rule (outcome ACCEPTED or IGNORED)."""
+        return self.outcome in (Outcome.ACCEPTED, Outcome.IGNORED)
 
     def as_dict(self) -> dict[str, Any]:
         """A plain dict (stable field names, for JSON output)."""
@@ -149,7 +178,8 @@ class Image:
     * ``jobs``: job id -> :class:`JobView`, terminal jobs included (a terminal
       id is remembered for ever so it can never be submitted again).
     * ``terms``: epoch -> :class:`TermInfo`.
-    * ``rejected`` / ``quarantined``: every refused and every undecodable record.
+    * ``rejected`` / ``ignored`` / ``quarantined``: every refused record, every
+      record that was valid but had no effect (with why), every undecodable one.
     * ``unsettled``: job-record keys whose newest record was not accepted, and
       so must be reasserted by the leader before the cleaner could see them
       (key -> offset of that record).
@@ -163,6 +193,7 @@ class Image:
     jobs: immutables.Map = field(default=_EMPTY_MAP)
     terms: immutables.Map = field(default=_EMPTY_MAP)
     rejected: tuple[Decision, ...] = ()
+    ignored: tuple[Decision, ...] = ()
     quarantined: tuple[Decision, ...] = ()
     unsettled: immutables.Map = field(default=_EMPTY_MAP)
     seen: immutables.Map = field(default=_EMPTY_MAP)

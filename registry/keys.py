@@ -3,12 +3,15 @@
 Compaction keeps the newest record *per key*, so the key layout is part of the
 correctness argument (README, "Compaction"):
 
-* ``<ns>/job/<id>``          the job's definition and its end (submit, cancel, terminate)
-* ``<ns>/job/<id>/lock``     which term holds the job (adopt, release)
-* ``<ns>/term/<epoch>/<event_id>``  every leadership record, under a key of its own,
-  so the cleaner never removes a grant or a revoke.
+* ``<ns>/job/<id>``              the job's definition and its end (submit, cancel, terminate)
+* ``<ns>/job/<id>/lock``         which term holds the job (adopt, release, recovery failed)
+* ``<ns>/job/<id>/checkpoints``  the job's checkpoint lifecycle (each record carries the
+  job's whole checkpoint state, so the newest one is enough)
+* ``<ns>/term/<epoch>/<event_id>``  every grant and revoke, under a key of its own,
+  so the cleaner never removes one
+* ``<ns>/term/<epoch>/lease``    the lease renewals of a term (only the newest matters)
 
-A :class:`~registry.events.JobReasserted` may land on either job key. Ids may
+A :class:`~registry.events.JobReasserted` may land on any of a job's keys. Ids may
 not contain ``/`` so a key parses one way only.
 """
 
@@ -19,13 +22,24 @@ import zlib
 from dataclasses import dataclass
 
 from .errors import ConfigError
-from .events import Event, JobAdopted, JobEvent, JobLockReleased, JobReasserted
+from .events import (
+    CheckpointEvent,
+    Event,
+    JobAdopted,
+    JobEvent,
+    JobLockReleased,
+    JobReasserted,
+    JobRecoveryFailed,
+    LeaseRenewed,
+)
 
 __all__ = [
     "ParsedKey",
     "allowed_keys",
     "check_id",
+    "checkpoints_key",
     "job_key",
+    "lease_key",
     "lock_key",
     "parse_key",
     "partition_for",
@@ -60,30 +74,46 @@ def lock_key(namespace: str, job_id: str) -> str:
     return f"{namespace}/job/{job_id}/lock"
 
 
+def checkpoints_key(namespace: str, job_id: str) -> str:
+    """The key of a job's checkpoint records."""
+    return f"{namespace}/job/{job_id}/checkpoints"
+
+
 def term_key(namespace: str, epoch: int, event_id: str) -> str:
-    """The key of one leadership record: never shared, so never compacted away."""
+    """The key of one grant or revoke: never shared, so never compacted away."""
     return f"{namespace}/term/{epoch}/{event_id}"
+
+
+def lease_key(namespace: str, epoch: int) -> str:
+    """The key of a term's lease renewals."""
+    return f"{namespace}/term/{epoch}/lease"
 
 
 def record_key(event: Event) -> str:
     """The key a well-behaved writer uses for ``event``."""
-    if isinstance(event, (JobAdopted, JobLockReleased)):
+    if isinstance(event, (JobAdopted, JobLockReleased, JobRecoveryFailed)):
         return lock_key(event.namespace, event.job_id)
+    if isinstance(event, CheckpointEvent):
+        return checkpoints_key(event.namespace, event.job_id)
     if isinstance(event, JobEvent):
         return job_key(event.namespace, event.job_id)
+    if isinstance(event, LeaseRenewed):
+        return lease_key(event.namespace, event.epoch)
     return term_key(event.namespace, event.epoch, event.event_id)
 
 
 def allowed_keys(event: Event) -> tuple[str, ...]:
-    """Every key under which the fold accepts ``event`` (a reassertion may use either job key)."""
+    """Every key under which the fold accepts ``event`` (a reassertion may use any job key)."""
     if isinstance(event, JobReasserted):
-        return (job_key(event.namespace, event.job_id), lock_key(event.namespace, event.job_id))
+        ns, job = event.namespace, event.job_id
+        return (job_key(ns, job), lock_key(ns, job), checkpoints_key(ns, job))
     return (record_key(event),)
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
-    """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``term`` or ``other``."""
+    """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``checkpoints``,
+    ``term`` or ``other``."""
 
     namespace: str
     kind: str
@@ -98,8 +128,8 @@ def parse_key(key: str) -> ParsedKey | None:
     parts = rest.split("/")
     if len(parts) == 2 and parts[0] == "job":
         return ParsedKey(ns, "job", parts[1])
-    if len(parts) == 3 and parts[0] == "job" and parts[2] == "lock":
-        return ParsedKey(ns, "lock", parts[1])
+    if len(parts) == 3 and parts[0] == "job" and parts[2] in ("lock", "checkpoints"):
+        return ParsedKey(ns, parts[2], parts[1])
     if len(parts) == 3 and parts[0] == "term":
         return ParsedKey(ns, "term")
     return ParsedKey(ns, "other")

@@ -20,22 +20,29 @@ read the log as read_committed consumers do (aborted records invisible).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from registry.codec import encode
 from registry.events import (
+    CheckpointCompleted,
+    CheckpointDiscarded,
+    CheckpointFailed,
+    CheckpointTriggered,
     InlineGraph,
     JobAdopted,
     JobCancelled,
     JobEvent,
     JobLockReleased,
+    JobRecoveryFailed,
     JobSubmitted,
     JobTerminated,
     LeadershipGranted,
     LeadershipRevoked,
+    LeaseRenewed,
     new_event_id,
 )
-from registry.fold import fold, plan_reassertions
+from registry.fold import CheckpointRuleViolation, checkpoint_step, fold, plan_reassertions
 from registry.image import Image, LogRecord
 from registry.keys import job_key, lock_key, record_key, term_key
 from registry.log import TopicConfig
@@ -95,6 +102,23 @@ def compact(log: list[Rec], now: int, upto: int | None = None,
 # -- simulated clients -----------------------------------------------------------
 
 JOBS = ("a", "b", "c", "d")
+CHECKPOINT_KINDS = {"trigger": CheckpointTriggered, "complete": CheckpointCompleted,
+                    "cpfail": CheckpointFailed, "discard": CheckpointDiscarded}
+
+
+def checkpoint_event(view, kind, cp: int, common: dict):
+    """The checkpoint event a client writes: it carries the state the fold's rule gives."""
+    try:
+        state, _ = checkpoint_step(view.checkpoints, kind, cp, location=f"loc-{cp}",
+                                   retained=view.retained_checkpoints)
+    except CheckpointRuleViolation:  # the fold will refuse it; the client writes it anyway
+        state = dataclasses.replace(view.checkpoints, seq=view.checkpoints.seq + 1)
+    extra = {CheckpointCompleted: {"location": f"loc-{cp}"},
+             CheckpointFailed: {"reason": "DECLINED", "task": f"task-{cp}"},
+             CheckpointDiscarded: {"reason": "declined"}}.get(kind, {})
+    return kind(job_id=view.job_id, checkpoint_id=cp, state=state, **extra, **common)
+
+
 CONTENDERS = ("jm-1", "jm-2", "jm-3")
 
 
@@ -151,7 +175,8 @@ class Sim:
             a.term = g.epoch
             self.write(who, None, None)  # Term._start(): reassert
 
-    def write(self, who: str, cmd: str | None, job: str | None, aborted: bool = False) -> None:
+    def write(self, who: str, cmd: str | None, job: str | None, aborted: bool = False,
+              cp: int = 1) -> None:
         """A Term command by ``who`` (with the epoch it believes it holds)."""
         a = self.actors[who]
         if a.term is None:
@@ -162,19 +187,28 @@ class Sim:
                       created_at=0)
         ev = None
         if cmd == "submit":
-            ev = JobSubmitted(job_id=job, graph=InlineGraph(f"graph-{job}".encode()), **common)
+            ev = JobSubmitted(job_id=job, graph=InlineGraph(f"graph-{job}".encode()),
+                              max_checkpoint_failures=cp % 3, retained_checkpoints=1 + cp % 2,
+                              **common)
         elif cmd == "revoke":
             ev = LeadershipRevoked(**common)
+        elif cmd == "renew":
+            ev = LeaseRenewed(**common)
         elif cmd is not None and view.jobs:
             # commands on known jobs (the client refuses unknown ids before writing);
             # the drawn name picks one of the jobs this client knows
             known = sorted(view.jobs)
             job = known[JOBS.index(job) % len(known)]
-            ev = {"cancel": lambda: JobCancelled(job_id=job, **common),
-                  "finish": lambda: JobTerminated(job_id=job, state="FINISHED", **common),
-                  "fail": lambda: JobTerminated(job_id=job, state="FAILED", **common),
-                  "adopt": lambda: JobAdopted(job_id=job, **common),
-                  "release": lambda: JobLockReleased(job_id=job, **common)}[cmd]()
+            if cmd in CHECKPOINT_KINDS:
+                ev = checkpoint_event(view.jobs[job], CHECKPOINT_KINDS[cmd], cp, common)
+            else:
+                ev = {"cancel": lambda: JobCancelled(job_id=job, **common),
+                      "finish": lambda: JobTerminated(job_id=job, state="FINISHED", **common),
+                      "fail": lambda: JobTerminated(job_id=job, state="FAILED", **common),
+                      "adopt": lambda: JobAdopted(job_id=job, **common),
+                      "release": lambda: JobLockReleased(job_id=job, **common),
+                      "recfail": lambda: JobRecoveryFailed(job_id=job, error="boom", **common),
+                      }[cmd]()
         if ev is not None:
             pairs.append((record_key(ev), ev))
         for key, e in pairs:

@@ -37,6 +37,13 @@ from registry.codec import (
 from registry.errors import CodecError, ConfigError, UnknownEventTypeError, UnknownSchemaError
 from registry.events import (
     EVENT_TYPES,
+    NESTED_TYPES,
+    CheckpointCompleted,
+    CheckpointDiscarded,
+    CheckpointFailed,
+    CheckpointState,
+    CheckpointTriggered,
+    CompletedCheckpoint,
     Event,
     GraphRef,
     InlineGraph,
@@ -45,11 +52,13 @@ from registry.events import (
     JobEvent,
     JobLockReleased,
     JobReasserted,
+    JobRecoveryFailed,
     JobStatus,
     JobSubmitted,
     JobTerminated,
     LeadershipGranted,
     LeadershipRevoked,
+    LeaseRenewed,
 )
 
 SCHEMAS = files("registry.schemas")
@@ -66,6 +75,17 @@ graphs = st.one_of(
     st.builds(InlineGraph, st.binary(max_size=200)),
     st.builds(GraphRef, texts, texts, longs),
 )
+ints = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+id_tuples = st.lists(longs, max_size=5).map(lambda xs: tuple(sorted(set(xs))))
+checkpoint_states = st.builds(
+    CheckpointState,
+    seq=longs,
+    last_completed=longs,
+    retained=st.lists(st.builds(CompletedCheckpoint, longs, texts), max_size=3).map(tuple),
+    pending=id_tuples,
+    discarded=id_tuples,
+    counted=id_tuples,
+)
 ENVELOPE = {
     "event_id": st.one_of(st.uuids().map(str), texts),
     "namespace": texts,
@@ -77,7 +97,12 @@ ENVELOPE = {
 PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
     LeadershipGranted: {"prev_epoch": longs, "lease_ms": st.none() | longs},
     LeadershipRevoked: {"reason": texts},
-    JobSubmitted: {"job_id": texts, "graph": graphs},
+    JobSubmitted: {
+        "job_id": texts,
+        "graph": graphs,
+        "max_checkpoint_failures": ints,
+        "retained_checkpoints": ints,
+    },
     JobAdopted: {"job_id": texts},
     JobLockReleased: {"job_id": texts},
     JobCancelled: {"job_id": texts, "reason": texts},
@@ -91,6 +116,32 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "status": st.sampled_from(JobStatus.ALL) | texts,
         "owner_epoch": st.none() | longs,
         "graph": st.none() | graphs,
+        "error": st.none() | texts,
+        "max_checkpoint_failures": ints,
+        "retained_checkpoints": ints,
+        "checkpoints": checkpoint_states,
+    },
+    JobRecoveryFailed: {"job_id": texts, "error": texts},
+    LeaseRenewed: {},
+    CheckpointTriggered: {"job_id": texts, "checkpoint_id": longs, "state": checkpoint_states},
+    CheckpointCompleted: {
+        "job_id": texts,
+        "checkpoint_id": longs,
+        "state": checkpoint_states,
+        "location": texts,
+    },
+    CheckpointFailed: {
+        "job_id": texts,
+        "checkpoint_id": longs,
+        "state": checkpoint_states,
+        "reason": texts,
+        "task": st.none() | texts,
+    },
+    CheckpointDiscarded: {
+        "job_id": texts,
+        "checkpoint_id": longs,
+        "state": checkpoint_states,
+        "reason": texts,
     },
 }
 
@@ -156,7 +207,10 @@ EXTRA_FIELD = {
 }
 
 
-def cancelled_v2(schema_id: int = 9) -> dict[str, Any]:
+NEXT_ID = max(e.id for e in CATALOG.entries()) + 1  # the id a new catalog entry gets
+
+
+def cancelled_v2(schema_id: int = NEXT_ID) -> dict[str, Any]:
     """Catalog entry: JobCancelled v2 = v1 plus a string field with a default."""
     schema = copy.deepcopy(CATALOG.current("JobCancelled").schema)
     schema["fields"].append(dict(EXTRA_FIELD))
@@ -288,16 +342,17 @@ def test_schema_version_is_the_writer_schema_version() -> None:
     event = LeadershipRevoked(**envelope(), schema_version=42, reason="bye")
     decoded = CODEC.decode(CODEC.encode(event))
     assert decoded.schema_version == CATALOG.current_version("LeadershipRevoked") == 1
-    assert decoded == dataclasses.replace(event, schema_version=1)
+    assert decoded == event  # the encoding's version is not part of what happened
 
 
 def test_decoded_events_are_normal_frozen_dataclasses() -> None:
     event = submitted()
     decoded = CODEC.decode(CODEC.encode(event))
-    assert decoded == event and hash(decoded) == hash(event) and repr(decoded) == repr(event)
+    assert decoded == event and hash(decoded) == hash(event)
+    assert repr(decoded) == repr(as_written(event))
     with pytest.raises(dataclasses.FrozenInstanceError):
         decoded.epoch = 8  # type: ignore[misc]
-    assert dataclasses.asdict(decoded) == dataclasses.asdict(event)
+    assert dataclasses.asdict(decoded) == dataclasses.asdict(as_written(event))
 
 
 def test_decode_accepts_any_bytes_like() -> None:
@@ -372,11 +427,13 @@ def test_every_avsc_parses_and_is_named_after_its_file() -> None:
     texts_by_name = {
         p.name[: -len(".avsc")]: json.loads(p.read_text("utf-8")) for p in _avsc_files()
     }
-    expected = {"jobreg.Envelope", "jobreg.InlineGraph", "jobreg.GraphRef"}
-    expected |= {f"jobreg.{t}" for t in EVENT_TYPES}
+    shared = ("jobreg.Envelope", "jobreg.InlineGraph", "jobreg.GraphRef",
+              "jobreg.CompletedCheckpoint", "jobreg.CheckpointState")  # dependency order
+    expected = set(shared) | {f"jobreg.{t}" for t in EVENT_TYPES}
     assert set(texts_by_name) == expected
+    assert {n.removeprefix("jobreg.") for n in shared[1:]} == set(NESTED_TYPES)
     named: dict[str, Any] = {}
-    for name in ("jobreg.Envelope", "jobreg.InlineGraph", "jobreg.GraphRef"):
+    for name in shared:
         fastavro.parse_schema(texts_by_name[name], named)
     for name, schema in texts_by_name.items():
         assert schema["namespace"] == "jobreg" and f"jobreg.{schema['name']}" == name
@@ -401,7 +458,9 @@ def test_catalog_is_up_to_date() -> None:
 def test_catalog_is_one_to_one_with_event_types() -> None:
     assert CATALOG.types() == list(EVENT_TYPES)
     first = {e.type: e.id for e in CATALOG.entries() if e.version == 1}
-    assert first == {t: i for i, t in enumerate(EVENT_TYPES, start=1)}
+    # ids never change: each type's first version got the next id when the type appeared
+    assert [first[t] for t in EVENT_TYPES] == sorted(first.values())
+    assert len(set(first.values())) == len(EVENT_TYPES)
     for type_name in EVENT_TYPES:
         assert CATALOG.type_of(CATALOG.writer_id(type_name)) == type_name
         assert CATALOG.schema(CATALOG.writer_id(type_name))["name"] == f"jobreg.{type_name}"
@@ -414,7 +473,7 @@ def _avro_type_of(annotation: Any, name: str) -> Any:
     simple = {str: "string", int: "long", bytes: "bytes"}
     if annotation in simple:
         return simple[annotation]
-    if annotation in (InlineGraph, GraphRef):
+    if annotation in NESTED_TYPES.values():
         return f"jobreg.{annotation.__name__}"
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         args = typing.get_args(annotation)
@@ -440,6 +499,9 @@ def _check_fields(cls: type, fields: list[dict[str, Any]], names: list[str]) -> 
         name = field["name"]
         assert _schema_type(field["type"]) == _avro_type_of(hints[name], name), (cls, name)
         default = by_name[name].default
+        if dataclasses.is_dataclass(default):
+            default = dataclasses.asdict(default)
+            default = {k: list(v) if isinstance(v, tuple) else v for k, v in default.items()}
         if default is not dataclasses.MISSING and name != "schema_version":
             assert field.get("default", "<none>") == default, (cls, name)
         if isinstance(field["type"], list) and field["type"][0] == "null":
@@ -465,7 +527,7 @@ def test_graph_records_match_their_dataclasses() -> None:
 
 
 def test_catalog_accessors_and_errors() -> None:
-    assert CATALOG.current_version("JobSubmitted") == 1
+    assert CATALOG.current_version("JobSubmitted") == 2  # v2 added the checkpoint budget
     assert CATALOG.version_of(3) == 1 and CATALOG.type_of(3) == "JobSubmitted"
     assert len(CATALOG) == len(CATALOG.entries()) >= len(EVENT_TYPES)
     with pytest.raises(UnknownSchemaError, match="999"):
@@ -528,23 +590,24 @@ def test_update_catalog_appends_a_new_version(schema_tree: tuple[Path, Path]) ->
     after = json.loads(catalog.read_text("utf-8"))
     assert after["schemas"][: len(before["schemas"])] == before["schemas"]  # never renumbered
     new = after["schemas"][-1]
-    assert (new["id"], new["type"], new["version"]) == (9, "JobCancelled", 2)
+    assert (new["id"], new["type"], new["version"]) == (NEXT_ID, "JobCancelled", 2)
     assert main(["--check", *args]) == 0
     updated = Catalog.load(catalog)
-    assert updated.writer_id("JobCancelled") == 9 and updated.current_version("JobCancelled") == 2
+    assert updated.writer_id("JobCancelled") == NEXT_ID
+    assert updated.current_version("JobCancelled") == 2
     # A change of a shared named type is a new version of every event that uses it.
     _edit_avsc(
         schemas,
         "jobreg.GraphRef",
         lambda s: s["fields"].append({"name": "mime", "type": "string", "default": "", "doc": "d"}),
     )
+    users = ["JobSubmitted", "JobReasserted"]
     assert [c.split(":")[0] for c in check_catalog(catalog, schemas)] == [
-        "JobSubmitted v2",
-        "JobReasserted v2",
+        f"{t} v{CATALOG.current_version(t) + 1}" for t in users
     ]
     assert main(["--update-catalog", *args]) == 0
     assert [e["id"] for e in json.loads(catalog.read_text("utf-8"))["schemas"]] == list(
-        range(1, 12)
+        range(1, NEXT_ID + 3)
     )
 
 
@@ -566,7 +629,10 @@ def test_update_catalog_creates_the_initial_catalog(schema_tree: tuple[Path, Pat
     args = ["--catalog", str(catalog), "--schemas-dir", str(schemas)]
     assert main(["--check", *args]) == 1
     assert main(["--update-catalog", *args]) == 0
-    assert json.loads(catalog.read_text("utf-8")) == CATALOG.to_dict()
+    fresh = Catalog.load(catalog)
+    assert [e.id for e in fresh.entries()] == list(range(1, len(EVENT_TYPES) + 1))
+    for type_name in EVENT_TYPES:  # a fresh catalog holds today's schemas as version 1
+        assert fresh.current(type_name).schema == CATALOG.current(type_name).schema
 
 
 def test_plan_is_idempotent_and_bad_schema_dirs_are_config_errors(tmp_path: Path) -> None:
@@ -607,7 +673,7 @@ def test_v1_record_decodes_with_a_v2_reader_default_filled() -> None:
     event = JobCancelled(**envelope(), job_id="j", reason="r")
     raw = CODEC.encode(event)  # written with v1 (id 6)
     reader = codec_over(cancelled_v2())
-    assert reader.catalog.writer_id("JobCancelled") == 9
+    assert reader.catalog.writer_id("JobCancelled") == NEXT_ID
     assert reader.decode(raw) == event  # schema_version stays the writer's: 1
     type_name, rec = reader.decode_record(raw)
     assert type_name == "JobCancelled"
@@ -617,7 +683,7 @@ def test_v1_record_decodes_with_a_v2_reader_default_filled() -> None:
 def test_v2_writer_fills_defaults_for_fields_the_dataclass_lacks() -> None:
     writer = codec_over(cancelled_v2())
     raw = writer.encode(JobCancelled(**envelope(), job_id="j", reason="r"))
-    assert int.from_bytes(raw[1:5], "big") == 9
+    assert int.from_bytes(raw[1:5], "big") == NEXT_ID
     decoded = writer.decode(raw)
     assert decoded.schema_version == 2 and decoded.reason == "r"
     assert writer.decode_record(raw)[1]["cancelled_by"] == "unknown"
@@ -625,7 +691,7 @@ def test_v2_writer_fills_defaults_for_fields_the_dataclass_lacks() -> None:
 
 def test_v2_record_is_unknown_to_a_v1_catalog_reader() -> None:
     raw = codec_over(cancelled_v2()).encode(JobCancelled(**envelope(), job_id="j"))
-    with pytest.raises(UnknownSchemaError, match=r"schema id 9 .*upgrade"):
+    with pytest.raises(UnknownSchemaError, match=rf"schema id {NEXT_ID} .*upgrade"):
         CODEC.decode(raw)
 
 
@@ -679,7 +745,7 @@ def test_arbitrary_bytes_raise_only_codec_errors(data: bytes) -> None:
 
 @settings(max_examples=500, deadline=None)
 @given(
-    schema_id=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 9, 2**31, 2**32 - 1]),
+    schema_id=st.sampled_from([*range(1, NEXT_ID + 1), 2**31, 2**32 - 1]),
     body=st.binary(max_size=300),
 )
 def test_valid_header_and_random_body_raise_only_codec_errors(schema_id: int, body: bytes) -> None:

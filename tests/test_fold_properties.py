@@ -21,8 +21,11 @@ claim = st.tuples(st.just("claim"), contender)
 # "leader" is resolved to whoever claimed last, so most writes come from a live term
 write = st.tuples(st.just("write"), st.sampled_from(["leader"] * 3 + list(CONTENDERS)),
                   st.sampled_from(["submit", "submit", "submit", "cancel", "finish", "fail",
-                                   "adopt", "release", "release", "revoke"]),
-                  job, st.sampled_from([False] * 7 + [True]))  # True: the transaction aborted
+                                   "adopt", "release", "release", "revoke", "recfail", "renew",
+                                   "trigger", "trigger", "complete", "cpfail", "cpfail",
+                                   "discard"]),
+                  job, st.sampled_from([False] * 7 + [True]),  # True: the transaction aborted
+                  st.integers(1, 6))  # checkpoint id (small, so they collide)
 raw = st.tuples(st.just("raw"),
                 st.sampled_from(["submit", "cancel", "release", "adopt", "revoke", "garbage",
                                  "tombstone"]),
@@ -48,7 +51,7 @@ def build(ops, reassert: bool = True, settle: bool = True) -> Sim:
             if who == "leader":
                 holders = [a for a in sim.actors.values() if a.term is not None]
                 who = max(holders, key=lambda a: a.term).name if holders else CONTENDERS[0]
-            sim.write(who, o[2], o[3], aborted=o[4])
+            sim.write(who, o[2], o[3], aborted=o[4], cp=o[5] if len(o) > 5 else 1)
         elif kind == "raw":
             sim.raw(*o[1:])
         elif kind == "dup":
@@ -154,11 +157,13 @@ def test_full_compaction_of_a_long_history_keeps_the_answer() -> None:
     ops = []
     for i in range(40):
         c = CONTENDERS[i % 3]
-        ops += [("sync", c), ("claim", c), ("write", c, "submit", JOBS[i % 4], False),
+        ops += [("sync", c), ("claim", c), ("write", c, "submit", JOBS[i % 4], False, 1),
+                ("write", c, "trigger", JOBS[i % 4], False, i + 1),
+                ("write", c, "cpfail", JOBS[i % 4], False, i + 1),
                 ("raw", "cancel", max(0, i // 3 - 1), CONTENDERS[(i + 1) % 3], JOBS[(i + 1) % 4], i),
-                ("write", c, "release", JOBS[(i + 2) % 4], False),
+                ("write", c, "release", JOBS[(i + 2) % 4], False, 1),
                 ("raw", "submit", 1, "jm-2", JOBS[(i + 3) % 4], i),
-                ("write", c, ["cancel", "finish", "adopt"][i % 3], JOBS[i % 4], False)]
+                ("write", c, ["cancel", "finish", "adopt"][i % 3], JOBS[i % 4], False, 1)]
     sim = build(ops)
     expected = fold(visible(sim.log), NS).answer()
     compacted = compact(sim.log, sim.now + 40 * DAY)
@@ -189,3 +194,85 @@ def test_a_young_refused_record_is_not_cleaned_before_the_lag() -> None:
     assert fold(visible(sim.log), NS).unsettled
     expected = fold(visible(sim.log), NS).answer()
     assert fold(visible(compact(sim.log, sim.now + 1000)), NS).answer() == expected
+
+
+# -- checkpoints (rule 6, incident 004) ------------------------------------------
+
+cp_op = st.tuples(st.sampled_from(["trigger", "trigger", "complete", "cpfail", "cpfail",
+                                   "cpfail", "discard", "failover", "zombie"]),
+                  st.integers(1, 8))
+
+
+def _oracle(ops, budget: int) -> tuple[int, bool, int]:
+    """Flink's CheckpointFailureManager, written out plainly: (count, over budget, last completed)."""
+    last, discarded, counted = -1, set(), set()
+    for kind, cp in ops:
+        if kind == "complete" and cp > last and cp not in discarded:
+            last, counted = cp, set()
+            discarded = {d for d in discarded if d > cp}
+        elif kind == "cpfail" and cp > last and cp not in discarded:
+            counted.add(cp)
+        elif kind == "discard" and cp > last:
+            discarded.add(cp)
+    return len(counted), len(counted) > budget, last
+
+
+@SETTINGS
+@given(st.lists(cp_op, max_size=40), st.integers(0, 3), st.data())
+def test_checkpoint_failures_count_like_flink_and_survive_compaction(ops, budget, data) -> None:
+    sim = Sim()
+    sim.claim("jm-1")
+    sim.actors["jm-1"].seen = len(sim.log)
+    leader = "jm-1"
+    # max_checkpoint_failures is cp % 3 in the model's submit; pick cp to get `budget`
+    sim.write(leader, "submit", "a", cp=budget if budget < 3 else 3)
+    budget = budget % 3
+    applied = []
+    for kind, cp in ops:
+        if kind == "failover":
+            leader = "jm-2" if leader == "jm-1" else "jm-1"
+            sim.sync(leader)
+            sim.claim(leader)
+        elif kind == "zombie":  # the previous leader writes late, with its old epoch
+            old = "jm-2" if leader == "jm-1" else "jm-1"
+            if sim.actors[old].term is not None:
+                sim.write(old, "cpfail", "a", cp=cp)
+        else:
+            sim.sync(leader)
+            sim.write(leader, kind, "a", cp=cp)
+            applied.append((kind, cp))
+    sim.settle()
+    image = fold(visible(sim.log), NS)
+    job = image.jobs["a"]
+    count, over, last = _oracle(applied, budget)
+    assert (job.checkpoints.consecutive_failures, job.over_budget,
+            job.checkpoints.last_completed) == (count, over, last)
+    assert all(d.event_type.startswith("Checkpoint") for d in image.ignored)
+    assert not [d for d in image.rejected if d.reason == "checkpoint_state_mismatch"]
+    compacted = compact(sim.log, sim.now + data.draw(st.sampled_from([0, 30 * DAY])),
+                        data.draw(st.integers(0, len(sim.log))))
+    assert fold(visible(compacted), NS).answer() == image.answer()
+
+
+def test_incident_004_late_failure_of_a_discarded_checkpoint_is_ignored() -> None:
+    """Flink restarted a job over checkpoint 5 after discarding it; here the late failure is ignored."""
+    sim = Sim()
+    sim.claim("jm-1")
+    sim.write("jm-1", "submit", "a", cp=2)  # budget 2
+    steps = [("trigger", 4), ("complete", 4), ("trigger", 5), ("cpfail", 5), ("discard", 5),
+             ("cpfail", 5)]  # a second task's decline arrives after the discard
+    for kind, cp in steps:
+        sim.write("jm-1", kind, "a", cp=cp)
+    image = fold(visible(sim.log), NS)
+    assert image.jobs["a"].checkpoints.consecutive_failures == 1
+    (late,) = image.ignored
+    assert late.event_type == "CheckpointFailed" and "discarded" in late.detail
+    for cp in (6, 7):  # two more consecutive failures: 3 > budget 2
+        sim.write("jm-1", "trigger", "a", cp=cp)
+        sim.write("jm-1", "cpfail", "a", cp=cp)
+    assert fold(visible(sim.log), NS).jobs["a"].over_budget
+    sim.write("jm-1", "trigger", "a", cp=8)
+    sim.write("jm-1", "complete", "a", cp=8)
+    job = fold(visible(sim.log), NS).jobs["a"]
+    assert job.checkpoints.consecutive_failures == 0 and not job.over_budget
+    assert [c.checkpoint_id for c in job.latest_checkpoints] == [8]
