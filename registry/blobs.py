@@ -405,21 +405,27 @@ class CollectionReport:
 
 
 def collect(
-    store: BlobStore, referenced: Iterable[str], *, grace_s: float, now: float | None = None
+    store: BlobStore,
+    referenced: Iterable[str],
+    *,
+    grace_s: float,
+    now: float | None = None,
+    blobs: Iterable[BlobInfo] | None = None,
 ) -> CollectionReport:
     """List, plan, delete. Re-reads nothing; an error deleting one blob is reported and the rest go on.
 
     ``referenced`` must be every uri a live job references (from the fold);
-    ``now`` defaults to :func:`time.time`. The store is listed once and the
-    plan is :func:`plan_collection`. A failure to list raises
-    :class:`BlobError` before anything is deleted.
+    ``now`` defaults to :func:`time.time`. The store is listed once (unless
+    the caller passes the listing as ``blobs``) and the plan is
+    :func:`plan_collection`. A failure to list raises :class:`BlobError`
+    before anything is deleted.
     """
     if now is None:
         now = time.time()
     if isinstance(referenced, str | bytes):
         raise ConfigError("referenced must be an iterable of uris, not a single string")
     live = set(referenced)
-    blobs = list(store.list())
+    blobs = list(store.list() if blobs is None else blobs)
     plan = plan_collection(live, blobs, grace_s=grace_s, now=now)
     kept_referenced = sum(1 for b in blobs if b.uri in live)
     deleted: list[BlobInfo] = []

@@ -30,11 +30,13 @@ by default); every write does it, and :meth:`Term.reassert` does it alone.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .codec import Codec, default_codec
 from .errors import (
     BrokerError,
@@ -46,12 +48,18 @@ from .errors import (
     WriteRejected,
 )
 from .events import (
+    CheckpointCompleted,
+    CheckpointDiscarded,
+    CheckpointEvent,
+    CheckpointFailed,
+    CheckpointTriggered,
     Event,
     GraphRef,
     InlineGraph,
     JobAdopted,
     JobCancelled,
     JobLockReleased,
+    JobRecoveryFailed,
     JobStatus,
     JobSubmitted,
     JobTerminated,
@@ -60,8 +68,15 @@ from .events import (
     new_event_id,
     now_ms,
 )
-from .fold import fencing_detail, fencing_reason, fold_batches, plan_reassertions
-from .image import Decision, Image, JobView, LeaderView, LogRecord
+from .fold import (
+    CheckpointRuleViolation,
+    checkpoint_step,
+    fencing_detail,
+    fencing_reason,
+    fold_batches,
+    plan_reassertions,
+)
+from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
 from .keys import check_id, partition_for, record_key
 from .log import (
     DEFAULT_TOPIC,
@@ -72,6 +87,7 @@ from .log import (
     TransactionFailed,
     ensure_topic,
 )
+from .recovery import RecoveryHook, RecoveryResult, candidates, recover_one
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
 
@@ -85,11 +101,13 @@ _FENCING_REASONS = frozenset({"stale_epoch", "term_revoked", "not_leader", "futu
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """Proof that the fold accepted a record: its ``offset``, the writer's ``epoch``
-    and the record's ``event_id``."""
+    and the record's ``event_id``. ``ignored`` says why the fold kept the record
+    without effect (a late checkpoint failure, for instance), else ``None``."""
 
     offset: int
     epoch: int
     event_id: str
+    ignored: str | None = None
 
 
 def _rejection(d: Decision) -> WriteRejected:
@@ -111,13 +129,15 @@ class Registry:
 
     def __init__(self, bootstrap: str, namespace: str, *, topic: str = DEFAULT_TOPIC,
                  partitions: int, codec: Codec | None = None, timeout: float = 10.0,
-                 fetch_wait_ms: int = 5, inline_limit: int = DEFAULT_INLINE_LIMIT) -> None:
+                 fetch_wait_ms: int = 5, inline_limit: int = DEFAULT_INLINE_LIMIT,
+                 blob_store: BlobStore | str | os.PathLike[str] | None = None) -> None:
         self.bootstrap = bootstrap
         self.namespace = check_id("namespace", namespace)
         self.topic = topic
         self.partition = partition_for(namespace, partitions)
         self.timeout = timeout
         self.inline_limit = inline_limit
+        self._blob_store = blob_store
         self._codec = codec or default_codec()
         self._lock = threading.RLock()
         self._image = Image.empty(namespace)
@@ -130,8 +150,14 @@ class Registry:
     def connect(cls, bootstrap: str, namespace: str, *, topic: str = DEFAULT_TOPIC,
                 topic_config: TopicConfig | None = None, codec: Codec | None = None,
                 timeout: float = 10.0, fetch_wait_ms: int = 5,
-                inline_limit: int = DEFAULT_INLINE_LIMIT) -> Registry:
+                inline_limit: int = DEFAULT_INLINE_LIMIT,
+                blob_store: BlobStore | str | os.PathLike[str] | None = None) -> Registry:
         """Connect to ``bootstrap``, create the topic if needed, and fold the namespace's log.
+
+        ``blob_store`` holds graphs larger than ``inline_limit`` (a
+        :class:`~registry.blobs.BlobStore`, or a directory / ``file://`` uri;
+        default ``$JOBREG_BLOB_DIR`` or ``~/.local/share/jobreg/blobs``); every
+        coordinator of a namespace must see the same store.
 
         Raises :class:`~registry.errors.BrokerError` if the broker does not
         answer within ``timeout`` seconds, :class:`~registry.errors.ConfigError`
@@ -141,7 +167,8 @@ class Registry:
         check_id("topic", topic)
         partitions = ensure_topic(bootstrap, topic, topic_config, timeout)
         reg = cls(bootstrap, namespace, topic=topic, partitions=partitions, codec=codec,
-                  timeout=timeout, fetch_wait_ms=fetch_wait_ms, inline_limit=inline_limit)
+                  timeout=timeout, fetch_wait_ms=fetch_wait_ms, inline_limit=inline_limit,
+                  blob_store=blob_store)
         reg.sync()
         return reg
 
@@ -214,6 +241,49 @@ class Registry:
         finally:
             reader.close()
         return out
+
+    # -- job graphs ----------------------------------------------------------------
+
+    @property
+    def blob_store(self) -> BlobStore:
+        """The store of large job graphs (opened on first use)."""
+        if not isinstance(self._blob_store, BlobStore):
+            location = self._blob_store or os.environ.get("JOBREG_BLOB_DIR") or \
+                os.path.join(os.path.expanduser("~"), ".local", "share", "jobreg", "blobs")
+            self._blob_store = open_blob_store(location)
+        return self._blob_store
+
+    def collect_garbage(self, grace: float) -> CollectionReport:
+        """Delete blobs no live job references that are older than ``grace`` seconds.
+
+        Never deletes a blob a live job references. Steps, in this order:
+
+        1. list the store (with each blob's age);
+        2. read the log to its end: the referenced set is taken *after* the
+           listing, so a graph whose submit landed before it is seen as
+           referenced (a submit writes its blob first, then its event);
+        3. list again and keep only blobs unchanged since step 1: a submit
+           that re-put an existing blob meanwhile made it young again;
+        4. delete the unreferenced ones older than ``grace``.
+
+        ``grace`` must exceed the longest time between a blob's put and its
+        submit's record landing (a submit's ``timeout``; the default
+        deployments use an hour).
+        """
+        if grace < 0:
+            raise ConfigError(f"grace must be >= 0 seconds, not {grace}")
+        store = self.blob_store
+        # Step 1.
+        now = time.time()
+        listed = {b.uri: b for b in store.list()}
+        # Step 2.
+        image = self.sync()
+        referenced = {v.graph.uri for v in image.jobs.values()
+                      if v.live and isinstance(v.graph, GraphRef)}
+        # Step 3.
+        unchanged = [b for b in store.list() if listed.get(b.uri) == b]
+        # Step 4.
+        return collect(store, referenced, grace_s=grace, now=now, blobs=unchanged)
 
     # -- leadership --------------------------------------------------------------
 
@@ -300,22 +370,49 @@ class Term:
         self.contender = contender
         self.namespace = registry.namespace
         self._writer: TransactionalWriter | None = None
+        self._blobs_put: dict[str, bytes] = {}
 
     def __repr__(self) -> str:
         return f"Term(namespace={self.namespace!r}, epoch={self.epoch}, contender={self.contender!r})"
 
     # -- commands ------------------------------------------------------------------
 
-    def submit(self, job_id: str, graph: bytes | InlineGraph | GraphRef) -> Receipt:
-        """Submit a new job with its graph; a known or terminal id is refused by the fold."""
-        return self.submit_many([(job_id, graph)])[0]
+    def submit(self, job_id: str, graph: bytes | InlineGraph | GraphRef, *,
+               max_checkpoint_failures: int = 0, retained_checkpoints: int = 1) -> Receipt:
+        """Submit a new job with its graph; a known or terminal id is refused by the fold.
+
+        A graph larger than the registry's ``inline_limit`` is written to the
+        blob store first and the event carries its reference.
+        ``max_checkpoint_failures`` is the tolerable number of consecutive failed
+        checkpoints; ``retained_checkpoints`` how many completed ones to keep.
+        """
+        return self.submit_many([(job_id, graph)],
+                                max_checkpoint_failures=max_checkpoint_failures,
+                                retained_checkpoints=retained_checkpoints)[0]
 
     def submit_many(self, jobs: Iterable[tuple[str, bytes | InlineGraph | GraphRef]]
-                    | Mapping[str, bytes | InlineGraph | GraphRef]) -> list[Receipt]:
+                    | Mapping[str, bytes | InlineGraph | GraphRef], *,
+                    max_checkpoint_failures: int = 0,
+                    retained_checkpoints: int = 1) -> list[Receipt]:
         """Submit several jobs in one transaction; one receipt per job, in order."""
+        if max_checkpoint_failures < 0 or retained_checkpoints < 1:
+            raise ConfigError("max_checkpoint_failures must be >= 0 and retained_checkpoints "
+                              ">= 1")
         items = jobs.items() if isinstance(jobs, Mapping) else jobs
-        return self._write([self._event(JobSubmitted, job_id, graph=self._graph(graph))
-                            for job_id, graph in items])
+        events = [self._event(JobSubmitted, job_id, graph=self._graph(graph),
+                              max_checkpoint_failures=max_checkpoint_failures,
+                              retained_checkpoints=retained_checkpoints)
+                  for job_id, graph in items]
+        receipts = self._write(events)
+        # A blob collector that listed an old copy of a re-put blob may have
+        # deleted it meanwhile: the blob must exist now that the event is in.
+        for event in events:
+            graph = event.graph  # type: ignore[attr-defined]
+            if isinstance(graph, GraphRef) and self._blobs_put.get(graph.uri) is not None \
+                    and not self.registry.blob_store.exists(graph):
+                self.registry.blob_store.put(self._blobs_put[graph.uri])
+        self._blobs_put.clear()
+        return receipts
 
     def adopt(self, *job_ids: str) -> list[Receipt]:
         """Take the lock of the given live jobs for this term (one transaction)."""
@@ -342,6 +439,79 @@ class Term:
             event_id=new_event_id(), namespace=self.namespace, epoch=self.epoch,
             writer=self.contender, created_at=now_ms(), reason=reason)])[0]
 
+    # -- recovery --------------------------------------------------------------------
+
+    def recover(self, on_recover: RecoveryHook | None = None, *,
+                batch_size: int = 1000) -> list[RecoveryResult]:
+        """Adopt every live job of earlier terms and every released job; one result per job.
+
+        Each job's graph is loaded and verified and ``on_recover`` (if given) is
+        called with a :class:`~registry.recovery.RecoveredJob`. A job whose
+        graph is missing or corrupt, or whose hook raises, gets a
+        ``JobRecoveryFailed`` record (status ``RECOVERY_FAILED``, its error
+        kept) and is not tried again by later recoveries until :meth:`retry`
+        or a cancel; every other job is adopted. Never raises for one job's
+        fault; raises :class:`~registry.errors.Fenced` if the term is over.
+        Records are written in transactions of ``batch_size``.
+        """
+        image = self.registry.sync()
+        store = self._store_if_needed(image)
+        events: list[Event] = []
+        for view in candidates(image, self.epoch):
+            error = recover_one(view, store, on_recover)
+            events.append(self._event(JobAdopted, view.job_id) if error is None else
+                          self._event(JobRecoveryFailed, view.job_id, error=error))
+        results: list[RecoveryResult] = []
+        for start in range(0, len(events), batch_size):
+            chunk = events[start:start + batch_size]
+            for event, d in zip(chunk, self._commit(chunk), strict=True):
+                if not d.accepted:
+                    raise _rejection(d)
+                failed = isinstance(event, JobRecoveryFailed)
+                results.append(RecoveryResult(
+                    event.job_id, JobStatus.RECOVERY_FAILED if failed else "ADOPTED",  # type: ignore[attr-defined]
+                    event.error if failed else None, d.offset))  # type: ignore[attr-defined]
+        return results
+
+    def retry(self, job_id: str, on_recover: RecoveryHook | None = None) -> RecoveryResult:
+        """Recover a job that failed recovery once more (its graph, then the hook).
+
+        Adopts it if that works, records the new error if not.
+        :class:`~registry.errors.ConfigError` if the job has not failed recovery.
+        """
+        view = self.registry.job(job_id)
+        if view.status != JobStatus.RECOVERY_FAILED:
+            raise ConfigError(f"job {job_id!r} is {view.status}; only a job that failed "
+                              "recovery can be retried")
+        error = recover_one(view, self._store_if_needed(self.registry.image), on_recover)
+        event = (self._event(JobAdopted, job_id) if error is None
+                 else self._event(JobRecoveryFailed, job_id, error=error))
+        receipt = self._write([event])[0]
+        return RecoveryResult(job_id, "ADOPTED" if error is None else JobStatus.RECOVERY_FAILED,
+                              error, receipt.offset)
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def checkpoint_triggered(self, job_id: str, checkpoint_id: int) -> Receipt:
+        """Checkpoint ``checkpoint_id`` of the job started (ids increase per job)."""
+        return self._checkpoint(CheckpointTriggered, job_id, checkpoint_id)
+
+    def checkpoint_completed(self, job_id: str, checkpoint_id: int, location: str) -> Receipt:
+        """Checkpoint ``checkpoint_id`` completed at ``location``: the failure count resets."""
+        return self._checkpoint(CheckpointCompleted, job_id, checkpoint_id, location=location)
+
+    def checkpoint_failed(self, job_id: str, checkpoint_id: int, reason: str,
+                          task: str | None = None) -> Receipt:
+        """A task reported the checkpoint failed. The receipt's ``ignored`` says why it did not
+        count (discarded, completed, superseded, or already counted); :meth:`Registry.job`
+        shows ``over_budget`` once the job's tolerable number is passed."""
+        return self._checkpoint(CheckpointFailed, job_id, checkpoint_id, reason=reason,
+                                task=task)
+
+    def checkpoint_discarded(self, job_id: str, checkpoint_id: int, reason: str = "") -> Receipt:
+        """The coordinator gave the checkpoint up; later failures of it are ignored."""
+        return self._checkpoint(CheckpointDiscarded, job_id, checkpoint_id, reason=reason)
+
     def reassert(self) -> int:
         """Catch up, then reassert every key a refused record is the newest record of.
 
@@ -353,7 +523,7 @@ class Term:
             image = self.registry.sync()
             planned = len(plan_reassertions(image, self.epoch, self.contender))
             if planned:
-                self._write([])
+                self._commit([])
             return planned
 
     def close(self) -> None:
@@ -376,18 +546,42 @@ class Term:
                    job_id=check_id("job id", job_id), **payload)
 
     def _graph(self, graph: bytes | InlineGraph | GraphRef) -> InlineGraph | GraphRef:
-        if isinstance(graph, (InlineGraph, GraphRef)):
-            data = graph
+        if isinstance(graph, GraphRef):
+            return graph
+        if isinstance(graph, InlineGraph):
+            data = graph.data
         elif isinstance(graph, (bytes, bytearray, memoryview)):
-            data = InlineGraph(bytes(graph))
+            data = bytes(graph)
         else:
             raise ConfigError(f"a job graph is bytes, InlineGraph or GraphRef, not "
                               f"{type(graph).__name__}")
-        if isinstance(data, InlineGraph) and len(data.data) > self.registry.inline_limit:
-            raise ConfigError(f"graph of {len(data.data)} bytes exceeds the inline limit of "
-                              f"{self.registry.inline_limit} bytes; store it as a blob and "
-                              "submit a GraphRef")
-        return data
+        if len(data) <= self.registry.inline_limit:
+            return InlineGraph(data)
+        # Too large to travel in the event: the blob is written first, completely.
+        ref = self.registry.blob_store.put(data)
+        self._blobs_put[ref.uri] = data
+        return ref
+
+    def _store_if_needed(self, image: Image) -> BlobStore | None:
+        if any(isinstance(v.graph, GraphRef) for v in image.jobs.values()):
+            return self.registry.blob_store
+        return None
+
+    def _checkpoint(self, kind: type[CheckpointEvent], job_id: str, checkpoint_id: int,
+                    **payload: object) -> Receipt:
+        if type(checkpoint_id) is not int:
+            raise ConfigError(f"checkpoint ids are integers, not {checkpoint_id!r}")
+        view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
+        # The record carries the state after it, computed with the fold's own rule
+        # (the fold recomputes it and refuses a record whose state differs).
+        try:
+            state, _ = checkpoint_step(view.checkpoints, kind, checkpoint_id,
+                                       location=str(payload.get("location", "")),
+                                       retained=view.retained_checkpoints)
+        except CheckpointRuleViolation:  # the fold refuses it, with the reason, in the log
+            state = replace(view.checkpoints, seq=view.checkpoints.seq + 1)
+        return self._write([self._event(kind, job_id, checkpoint_id=checkpoint_id,
+                                        state=state, **payload)])[0]
 
     def _known(self, job_id: str) -> str:
         # A guard against typos, not a rule: the fold would accept a cancel of an
@@ -417,7 +611,18 @@ class Term:
                                              self.contender),
                       expected_epoch=image.epoch, actual_epoch=self.epoch, leader=image.leader)
 
-    def _write(self, events: list[Event], _depth: int = 0) -> list[Receipt]:
+    def _write(self, events: list[Event]) -> list[Receipt]:
+        """Write ``events``; a receipt each, or the first refusal raised."""
+        decisions = self._commit(events)
+        refused = [d for d in decisions if not d.accepted]
+        if refused:
+            raise _rejection(refused[0])
+        return [Receipt(d.offset, self.epoch, d.event_id or "",
+                        d.detail if d.outcome == Outcome.IGNORED else None) for d in decisions]
+
+    def _commit(self, events: list[Event], _depth: int = 0) -> list[Decision]:
+        """Write ``events`` in one transaction; the fold's decision on each (never raises for
+        a refusal; raises Fenced/OutcomeUnknown/BrokerError when nothing can be decided)."""
         reg = self.registry
         with reg._lock:
             # Step 1: settle refused keys first (compaction safety).
@@ -429,14 +634,10 @@ class Term:
             decisions = self._send(pairs)
             # Step 4: settle any key a refused record landed on meanwhile (ours
             # or anyone's) while we still lead, then report the verdict.
-            mine = decisions[len(pairs) - len(events):]
-            refused = [d for d in mine if not d.accepted]
             if _depth < 2 and reg.image.unsettled and self._fenced_by_image() is None \
                     and plan_reassertions(reg.image, self.epoch, self.contender):
-                self._write([], _depth + 1)
-            if refused:
-                raise _rejection(refused[0])
-            return [Receipt(d.offset, self.epoch, d.event_id or "") for d in mine]
+                self._commit([], _depth + 1)
+            return decisions[len(pairs) - len(events):]
 
     def _send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:
         """Steps 2 and 3: one transaction, then read until the fold decided every record.

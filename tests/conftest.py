@@ -37,11 +37,15 @@ def topic() -> str:
 
 
 @pytest.fixture
-def connect(broker: EmbeddedBroker, topic: str) -> Iterator[Callable[..., Registry]]:
-    """Factory: ``connect(namespace="prod")`` -> a Registry on this test's topic, closed afterwards."""
+def connect(broker: EmbeddedBroker, topic: str, tmp_path) -> Iterator[Callable[..., Registry]]:
+    """Factory: ``connect(namespace="prod")`` -> a Registry on this test's topic, closed afterwards.
+
+    Every registry of a test shares one blob store in the test's temporary directory.
+    """
     made: list[Registry] = []
 
     def make(namespace: str = "prod", **kwargs) -> Registry:
+        kwargs.setdefault("blob_store", tmp_path / "blobs")
         reg = Registry.connect(broker.bootstrap, namespace, topic=topic, **kwargs)
         made.append(reg)
         return reg

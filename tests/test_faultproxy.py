@@ -371,7 +371,8 @@ def test_stop_leaves_no_thread_behind(echo: EchoServer) -> None:
         socks[1].sendall(b"stalled bytes")  # a pump thread holds or waits for these
         proxy.interrupt(60, "blackhole")  # a heal thread that would wait a minute
         assert wait_until(lambda: proxy.connections == 3)
-        assert len(proxy_threads(proxy)) >= 1 + 2 * 3 + 1
+        # accept + two pumps per connection + heal (the pumps start just after the count)
+        assert wait_until(lambda: len(proxy_threads(proxy)) == 1 + 2 * 3 + 1)
         started = time.monotonic()
         proxy.stop()
         assert time.monotonic() - started < 1.0

@@ -13,6 +13,7 @@ import pytest
 from registry import ClaimRejected, Fenced, JobStatus, Registry, UnknownJob, WriteRejected
 from registry.codec import encode
 from registry.events import (
+    GraphRef,
     InlineGraph,
     JobCancelled,
     JobLockReleased,
@@ -228,8 +229,15 @@ def test_bad_input_gets_clear_errors(connect) -> None:
         t.cancel("never-submitted")
     with pytest.raises(ConfigError, match="FINISHED or FAILED"):
         t.terminate("never-submitted", "DONE")
-    with pytest.raises(ConfigError, match="inline limit"):
-        t.submit("big", graph=b"x" * (reg.inline_limit + 1))
+    big = b"x" * (reg.inline_limit + 1)  # too large for the event: it goes to the blob store
+    t.submit("big", graph=big)
+    ref = reg.job("big").graph
+    assert isinstance(ref, GraphRef) and ref.size == len(big)
+    assert reg.blob_store.get(ref) == big
+    with pytest.raises(ConfigError, match="bytes, InlineGraph or GraphRef"):
+        t.submit("odd", graph="not bytes")
+    with pytest.raises(ConfigError, match="checkpoint ids are integers"):
+        t.checkpoint_triggered("big", "7")
     t.submit("dup", graph=b"1")
     with pytest.raises(WriteRejected) as caught:
         t.submit("dup", graph=b"2")
