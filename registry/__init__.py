@@ -8,15 +8,21 @@ Start at :class:`Registry` (read the registry, claim leadership) and
 import logging
 from importlib.metadata import PackageNotFoundError, version
 
+from .blobs import BlobStore, FileBlobStore
 from .broker import EmbeddedBroker
 from .client import DEFAULT_INLINE_LIMIT, Receipt, Registry, Term
+from .election import Election
 from .errors import (
+    BlobCorrupt,
+    BlobError,
+    BlobMissing,
     BrokerError,
     BrokerStartError,
     ClaimRejected,
     CodecError,
     ConfigError,
     Fenced,
+    LeaseExpired,
     OutcomeUnknown,
     RegistryError,
     UnknownEventTypeError,
@@ -24,10 +30,11 @@ from .errors import (
     UnknownSchemaError,
     WriteRejected,
 )
-from .events import GraphRef, InlineGraph, JobStatus
+from .events import CheckpointState, CompletedCheckpoint, GraphRef, InlineGraph, JobStatus
 from .fold import fold, replay
 from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
 from .log import DEFAULT_TOPIC, TopicConfig
+from .recovery import RecoveredJob, RecoveryResult
 
 try:
     __version__ = version("jobreg")
@@ -37,24 +44,35 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "DEFAULT_INLINE_LIMIT",
     "DEFAULT_TOPIC",
+    "BlobCorrupt",
+    "BlobError",
+    "BlobMissing",
+    "BlobStore",
     "BrokerError",
     "BrokerStartError",
     "ClaimRejected",
     "CodecError",
+    "CheckpointState",
+    "CompletedCheckpoint",
     "ConfigError",
     "Decision",
+    "Election",
     "EmbeddedBroker",
     "Fenced",
+    "FileBlobStore",
     "GraphRef",
     "Image",
     "InlineGraph",
     "JobStatus",
     "JobView",
     "LeaderView",
+    "LeaseExpired",
     "LogRecord",
     "Outcome",
     "OutcomeUnknown",
     "Receipt",
+    "RecoveredJob",
+    "RecoveryResult",
     "Registry",
     "RegistryError",
     "Term",

@@ -33,11 +33,12 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .codec import Codec, default_codec
+from .election import Election
 from .errors import (
     BrokerError,
     ClaimRejected,
@@ -326,6 +327,19 @@ class Registry:
             term._start()
             return term
 
+    def elect(self, contender: str, lease: float, *,
+              on_revoked: Callable[[Term], object] | None = None,
+              clock: Callable[[], float] = time.monotonic) -> Election:
+        """Built-in lease election: ``with reg.elect("jm-1", lease=5.0) as term: ...``.
+
+        Blocks on entry until ``contender`` leads, renews the lease (seconds)
+        in the background, calls ``on_revoked(term)`` when the term is lost,
+        and revokes the term on exit. See :mod:`registry.election`. The
+        registry's ``timeout`` must be at most half the lease.
+        """
+        check_id("contender", contender)
+        return Election(self, contender, lease, on_revoked=on_revoked, clock=clock)
+
     def close(self) -> None:
         """Release every broker connection of this client and of the terms it granted.
 
@@ -371,6 +385,7 @@ class Term:
         self.namespace = registry.namespace
         self._writer: TransactionalWriter | None = None
         self._blobs_put: dict[str, bytes] = {}
+        self._lease_guard: Callable[[], None] | None = None  # set by an Election
 
     def __repr__(self) -> str:
         return f"Term(namespace={self.namespace!r}, epoch={self.epoch}, contender={self.contender!r})"
@@ -611,19 +626,23 @@ class Term:
                                              self.contender),
                       expected_epoch=image.epoch, actual_epoch=self.epoch, leader=image.leader)
 
-    def _write(self, events: list[Event]) -> list[Receipt]:
+    def _write(self, events: list[Event], *, guard: bool = True) -> list[Receipt]:
         """Write ``events``; a receipt each, or the first refusal raised."""
-        decisions = self._commit(events)
+        decisions = self._commit(events, guard=guard)
         refused = [d for d in decisions if not d.accepted]
         if refused:
             raise _rejection(refused[0])
         return [Receipt(d.offset, self.epoch, d.event_id or "",
                         d.detail if d.outcome == Outcome.IGNORED else None) for d in decisions]
 
-    def _commit(self, events: list[Event], _depth: int = 0) -> list[Decision]:
+    def _commit(self, events: list[Event], _depth: int = 0, *,
+                guard: bool = True) -> list[Decision]:
         """Write ``events`` in one transaction; the fold's decision on each (never raises for
-        a refusal; raises Fenced/OutcomeUnknown/BrokerError when nothing can be decided)."""
+        a refusal; raises Fenced/OutcomeUnknown/BrokerError when nothing can be decided, and
+        LeaseExpired when an elected leader's lease was not renewed in time)."""
         reg = self.registry
+        if guard and self._lease_guard is not None:
+            self._lease_guard()
         with reg._lock:
             # Step 1: settle refused keys first (compaction safety).
             pairs: list[tuple[str, Event]] = list(
@@ -636,7 +655,7 @@ class Term:
             # or anyone's) while we still lead, then report the verdict.
             if _depth < 2 and reg.image.unsettled and self._fenced_by_image() is None \
                     and plan_reassertions(reg.image, self.epoch, self.contender):
-                self._commit([], _depth + 1)
+                self._commit([], _depth + 1, guard=guard)
             return decisions[len(pairs) - len(events):]
 
     def _send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:

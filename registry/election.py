@@ -1,0 +1,191 @@
+"""Built-in lease election on the registry log (the shape of kazoo's ``Election``).
+
+::
+
+    with registry.elect("jm-1", lease=5.0, on_revoked=stop_work) as term:
+        term.recover(...)            # this contender leads; the lease is renewed for it
+        ...                          # leaving the block revokes the term
+
+How it decides, with no clock shared between machines:
+
+* A contender reads the log every ``lease / 4``. It notes, on its *own*
+  monotonic clock, when it last saw the leadership make progress (a grant, a
+  renewal, a revoke). It claims the next epoch (a compare-and-set grant, so
+  of several contenders one wins) when no term is active, or when it has seen
+  no progress for a full lease of the current term.
+* The leader renews (``LeaseRenewed``) every ``lease / 3``. Its lease runs
+  from the moment it *sent* its last successful renewal (or its grant), which
+  is before any contender can have seen it; it writes nothing once
+  ``0.9 x lease`` has passed since then (:class:`~registry.errors.LeaseExpired`),
+  so it stops before its lease can have run out on anyone else's clock.
+* A broker disconnect shorter than the lease costs nothing: renewals fail and
+  are retried, the leader keeps its term, and a renewal after the disconnect
+  restarts the lease (incident 001: Flink's leader gave up on the first
+  SUSPENDED). If the lease runs out, the leader stops writing but keeps
+  trying to renew: if nobody took over, it simply continues.
+* When the leader learns its term is over (a newer grant, or a revoke), it
+  stops renewing and calls ``on_revoked(term)`` once.
+
+What happens when the process is paused (GC, SIGSTOP) for longer than the
+lease: a contender takes over; when the old leader resumes, its lease has
+expired, so it writes nothing before it has renewed, and its renewal is
+refused by the fold (stale epoch): it learns it lost, and ``on_revoked`` runs.
+Safety never rests on these timings: every write is fenced by the fold.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .errors import ClaimRejected, ConfigError, Fenced, LeaseExpired, RegistryError
+from .events import LeaseRenewed, new_event_id, now_ms
+
+if TYPE_CHECKING:
+    from .client import Registry, Term
+
+__all__ = ["Election"]
+
+_SAFETY = 0.9  # the leader stops writing at 90% of its lease (clock rate drift, scheduling)
+
+
+class Election:
+    """Wait to lead a namespace, keep the lease while leading, and say when it is lost.
+
+    Use :meth:`registry.client.Registry.elect`. ``clock`` is injectable for tests.
+    """
+
+    def __init__(self, registry: Registry, contender: str, lease: float, *,
+                 on_revoked: Callable[[Term], object] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if lease <= 0:
+            raise ConfigError(f"a lease must be positive, not {lease}")
+        if registry.timeout > lease / 2:
+            raise ConfigError(f"the registry's timeout ({registry.timeout:g} s) must be at most "
+                              f"half the lease ({lease:g} s), so a renewal can fail and be "
+                              "retried within one lease")
+        self.registry = registry
+        self.contender = contender
+        self.lease = lease
+        self.on_revoked = on_revoked
+        self._clock = clock
+        self._cancelled = threading.Event()
+        self._lost = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._valid_until = 0.0
+        self.term: Term | None = None
+
+    # -- kazoo-shaped API --------------------------------------------------------
+
+    def __enter__(self) -> Term:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cancel(revoke=True)
+
+    def acquire(self, timeout: float | None = None) -> Term:
+        """Block until this contender leads; return its :class:`~registry.client.Term`.
+
+        Raises ``TimeoutError`` after ``timeout`` seconds (``None``: wait for ever)
+        and ``RuntimeError`` if :meth:`cancel` was called meanwhile.
+        """
+        deadline = None if timeout is None else self._clock() + timeout
+        seen: tuple[int, int, bool] | None = None
+        changed_at = self._clock()
+        while not self._cancelled.is_set():
+            try:
+                image = self.registry.sync()
+            except RegistryError:
+                image = None  # broker unreachable: keep the clock, try again
+            if image is not None:
+                info = image.terms.get(image.epoch)
+                progress = (image.epoch, info.renewals if info else 0, image.revoked)
+                if progress != seen:
+                    seen, changed_at = progress, self._clock()
+                lease_ms = info.lease_ms if info is not None else None
+                silent = self._clock() - changed_at
+                if image.active_leader is None or (
+                        lease_ms is not None and silent >= lease_ms / 1000):
+                    term = self._claim()
+                    if term is not None:
+                        return term
+            if deadline is not None and self._clock() >= deadline:
+                raise TimeoutError(f"{self.contender!r} did not become leader within {timeout} s")
+            self._cancelled.wait(self.lease / 4)
+        raise RuntimeError("the election was cancelled")
+
+    def cancel(self, revoke: bool = False) -> None:
+        """Stop contending (or leading). With ``revoke``, a leader gives its term up first."""
+        if revoke and self.term is not None and not self._lost.is_set():
+            try:
+                if self.lease_valid():
+                    self.term.revoke("election left")
+            except RegistryError:
+                pass  # the term ends anyway when the lease runs out
+        self._cancelled.set()
+        if self._renewer is not None:
+            self._renewer.join(self.lease + self.registry.timeout)
+
+    @property
+    def is_leader(self) -> bool:
+        """True while this contender holds an unexpired, unrevoked term."""
+        return self.term is not None and not self._lost.is_set() and self.lease_valid()
+
+    def lease_valid(self) -> bool:
+        """True until ``0.9 x lease`` after the last successful renewal was sent."""
+        return self._clock() < self._valid_until
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _claim(self) -> Term | None:
+        started = self._clock()  # the lease runs from before the grant was sent
+        try:
+            term = self.registry.claim_leadership(self.contender,
+                                                  lease_ms=round(self.lease * 1000))
+        except ClaimRejected:
+            return None  # another contender won the compare-and-set
+        except RegistryError:
+            return None  # unreachable or unknown outcome: look again
+        self._valid_until = started + _SAFETY * self.lease
+        term._lease_guard = self._guard
+        self.term = term
+        self._renewer = threading.Thread(target=self._renew_loop, args=(term,),
+                                         name=f"jobreg-lease-{self.contender}", daemon=True)
+        self._renewer.start()
+        return term
+
+    def _guard(self) -> None:
+        if not self.lease_valid():
+            raise LeaseExpired(f"the lease of term {self.term.epoch if self.term else '?'} "
+                               f"of {self.contender!r} has not been renewed in time; not "
+                               "writing until it is")
+
+    def _renew_loop(self, term: Term) -> None:
+        period = self.lease / 3
+        while not self._cancelled.wait(period if self.lease_valid() else period / 4):
+            sent = self._clock()
+            event = LeaseRenewed(event_id=new_event_id(), namespace=term.namespace,
+                                 epoch=term.epoch, writer=term.contender, created_at=now_ms())
+            try:
+                term._write([event], guard=False)
+            except Fenced:
+                self._lose(term)
+                return
+            except RegistryError:
+                # Broker unreachable or the outcome unknown: keep the term, retry soon.
+                # If the log shows the term is over, stop here.
+                if term._fenced_by_image() is not None:
+                    self._lose(term)
+                    return
+                continue
+            self._valid_until = sent + _SAFETY * self.lease
+
+    def _lose(self, term: Term) -> None:
+        if self._lost.is_set():
+            return
+        self._lost.set()
+        self._valid_until = 0.0
+        if self.on_revoked is not None:
+            self.on_revoked(term)

@@ -1,0 +1,146 @@
+"""Lease election: on the embedded broker, in-process and with real coordinator processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from registry import ConfigError, Registry
+
+pytestmark = pytest.mark.integration
+
+LEASE = 1.5
+WORKER = Path(__file__).resolve().parent / "procs" / "elect_worker.py"
+
+
+def connect_fast(broker, topic: str, namespace: str) -> Registry:
+    return Registry.connect(broker.bootstrap, namespace, topic=topic, timeout=LEASE / 3)
+
+
+def test_a_lone_contender_leads_and_renews(broker, topic) -> None:
+    reg = connect_fast(broker, topic, "e1")
+    with reg.elect("jm-1", lease=LEASE) as term:
+        assert term.epoch == 1
+        time.sleep(LEASE * 1.2)
+        term.submit("job", b"g")
+        assert reg.sync().terms[1].renewals >= 2
+        assert reg.sync().terms[1].lease_ms == LEASE * 1000
+    assert reg.leader() is None  # leaving the block revoked the term
+    reg.close()
+
+
+def test_a_contender_waits_while_the_leader_renews_and_takes_over_when_it_stops(broker, topic):
+    a, b = connect_fast(broker, topic, "e2"), connect_fast(broker, topic, "e2")
+    lead = a.elect("jm-a", lease=LEASE)
+    lead.acquire()
+    wait = b.elect("jm-b", lease=LEASE)
+    with pytest.raises(TimeoutError):
+        wait.acquire(timeout=LEASE * 2.5)  # renewals keep coming: no takeover
+    lead._cancelled.set()  # the leader dies silently (no revoke): renewals stop
+    stopped = time.monotonic()
+    term = wait.acquire(timeout=LEASE * 4)
+    took = time.monotonic() - stopped
+    assert term.epoch == 2 and took >= LEASE * 0.5  # it waited for the lease, not less
+    wait.cancel(revoke=True)
+    for r in (a, b):
+        r.close()
+
+
+def test_leaving_the_block_hands_over_at_once(broker, topic) -> None:
+    a, b = connect_fast(broker, topic, "e3"), connect_fast(broker, topic, "e3")
+    with a.elect("jm-a", lease=LEASE):
+        pass
+    start = time.monotonic()
+    with b.elect("jm-b", lease=LEASE) as term:
+        assert term.epoch == 2 and time.monotonic() - start < LEASE  # no lease to wait out
+    for r in (a, b):
+        r.close()
+
+
+def test_the_timeout_must_fit_in_the_lease(broker, topic) -> None:
+    reg = Registry.connect(broker.bootstrap, "e4", topic=topic, timeout=10)
+    with pytest.raises(ConfigError, match="half the lease"):
+        reg.elect("jm-1", lease=5)
+    reg.close()
+
+
+class Worker:
+    """A coordinator process running tests/procs/elect_worker.py; its JSON lines on a queue."""
+
+    def __init__(self, broker, topic: str, contender: str, seconds: float) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), broker.bootstrap, topic, "ns-proc", contender,
+             str(LEASE), str(seconds)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True)
+        self.lines: queue.Queue[dict] = queue.Queue()
+        self.seen: list[dict] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+
+    def wait_for(self, event: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                msg = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self.seen.append(msg)
+            if msg["event"] == event:
+                return msg
+        raise AssertionError(f"no {event!r} within {timeout} s; saw {self.seen[-5:]}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.proc.terminate()
+        self.proc.wait(15)
+
+
+def test_a_paused_leader_is_replaced_and_every_late_write_is_refused(broker, topic) -> None:
+    """SIGSTOP the leading process longer than its lease; a contender process takes over;
+    the resumed leader learns it lost, and nothing it writes afterwards is accepted."""
+    leader = Worker(broker, topic, "jm-1", seconds=30)
+    contender = None
+    try:
+        assert leader.wait_for("leader", 20)["epoch"] == 1
+        leader.wait_for("write", 5)
+        contender = Worker(broker, topic, "jm-2", seconds=30)
+        contender.wait_for("contending", 20)
+        os.kill(leader.proc.pid, signal.SIGSTOP)  # a long GC pause
+        took_over = contender.wait_for("leader", LEASE * 6)
+        assert took_over["epoch"] == 2
+        os.kill(leader.proc.pid, signal.SIGCONT)
+        leader.wait_for("revoked", LEASE * 6)
+        late = [leader.wait_for("write", 5) for _ in range(3)]
+        assert all(not w["ok"] for w in late), late
+        assert {w["error"] for w in late} <= {"LeaseExpired", "Fenced"}
+    finally:
+        leader.stop()
+        if contender is not None:
+            contender.stop()
+    # The log agrees: no record of jm-1 was accepted after the epoch-2 grant.
+    reg = Registry.connect(broker.bootstrap, "ns-proc", topic=topic)
+    image = reg.sync()
+    grant2 = image.terms[2].granted_offset
+    from registry.fold import fold_batches
+    from registry.image import Image
+    from registry.log import LogReader
+
+    decisions = []
+    reader = LogReader(reg.bootstrap, reg.topic, reg.partition)
+    fold_batches(reader.sync(10), Image.empty("ns-proc"), None, decisions.append)
+    reader.close()
+    assert not [d for d in decisions if d.writer == "jm-1" and d.accepted and d.offset > grant2]
+    reg.close()
