@@ -155,5 +155,18 @@ def bench_core_cmd(submits: int, batch_jobs: int, batch_size: int) -> None:
     click.echo(format_table(result))
 
 
+@bench.command("recovery")
+@click.option("--events", "log_events", type=click.IntRange(2000), default=100_000,
+              show_default=True, help="Events in the log for the start-up comparison.")
+def bench_recovery_cmd(log_events: int) -> None:
+    """Failover time (claim -> 1,000 and 10,000 jobs adopted); start-up from scratch vs snapshot."""
+    from registry.bench import bench_recovery, format_recovery
+
+    with registry_errors():
+        figures = bench_recovery(log_events=log_events,
+                                 progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_recovery(figures))
+
+
 if __name__ == "__main__":
     main(prog_name="jobreg")

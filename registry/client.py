@@ -30,11 +30,13 @@ by default); every write does it, and :meth:`Term.reassert` does it alone.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .codec import Codec, default_codec
@@ -89,8 +91,11 @@ from .log import (
     ensure_topic,
 )
 from .recovery import RecoveryHook, RecoveryResult, candidates, recover_one
+from .snapshot import read_snapshot, write_snapshot
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
+
+_log = logging.getLogger("registry")
 
 DEFAULT_INLINE_LIMIT = 256 * 1024
 """Graphs up to this many bytes travel inside the JobSubmitted event."""
@@ -146,13 +151,16 @@ class Registry:
         self._waiting: dict[str, Decision | None] = {}
         self._plain: PlainWriter | None = None
         self._terms: list[Term] = []
+        self.started_from = "scratch"
+        """Where the image began: ``scratch`` or the snapshot it was read from (and why not)."""
 
     @classmethod
     def connect(cls, bootstrap: str, namespace: str, *, topic: str = DEFAULT_TOPIC,
                 topic_config: TopicConfig | None = None, codec: Codec | None = None,
                 timeout: float = 10.0, fetch_wait_ms: int = 5,
                 inline_limit: int = DEFAULT_INLINE_LIMIT,
-                blob_store: BlobStore | str | os.PathLike[str] | None = None) -> Registry:
+                blob_store: BlobStore | str | os.PathLike[str] | None = None,
+                snapshot: str | os.PathLike[str] | None = None) -> Registry:
         """Connect to ``bootstrap``, create the topic if needed, and fold the namespace's log.
 
         ``blob_store`` holds graphs larger than ``inline_limit`` (a
@@ -160,18 +168,58 @@ class Registry:
         default ``$JOBREG_BLOB_DIR`` or ``~/.local/share/jobreg/blobs``); every
         coordinator of a namespace must see the same store.
 
+        ``snapshot`` (a file from :meth:`write_snapshot`) makes start-up cost
+        only the tail of the log: the client starts from the snapshot's image
+        and folds what follows it. A snapshot is not trusted, and the client
+        rebuilds from the start and says so (``started_from`` and a warning on
+        the ``registry`` logger), when its position is older than the topic's
+        ``delete.retention.ms`` (a tombstone after it may already be gone) or
+        lies beyond the end of the log (another topic, or a wiped broker).
+
         Raises :class:`~registry.errors.BrokerError` if the broker does not
         answer within ``timeout`` seconds, :class:`~registry.errors.ConfigError`
-        for a malformed namespace or an unusable topic.
+        for a malformed namespace, an unusable topic or an unreadable snapshot.
         """
         check_id("namespace", namespace)
         check_id("topic", topic)
-        partitions = ensure_topic(bootstrap, topic, topic_config, timeout)
-        reg = cls(bootstrap, namespace, topic=topic, partitions=partitions, codec=codec,
+        config = topic_config or TopicConfig()
+        info = ensure_topic(bootstrap, topic, config, timeout)
+        reg = cls(bootstrap, namespace, topic=topic, partitions=info.partitions, codec=codec,
                   timeout=timeout, fetch_wait_ms=fetch_wait_ms, inline_limit=inline_limit,
                   blob_store=blob_store)
+        if snapshot is not None:
+            # The topic's own setting decides; ours only if the broker did not say.
+            retention = info.delete_retention_ms
+            reg._start_from_snapshot(snapshot, config.delete_retention_ms if retention is None
+                                     else retention)
         reg.sync()
         return reg
+
+    def _start_from_snapshot(self, path: str | os.PathLike[str], retention_ms: int) -> None:
+        snap = read_snapshot(path, namespace=self.namespace, topic=self.topic,
+                             partition=self.partition)
+        position = snap.image.provenance.last_offset + 1
+        stamp = snap.image.provenance.log_time or snap.written_at_ms
+        age_ms = now_ms() - stamp
+        end = self._reader.end_offset(self.timeout)
+        if age_ms > retention_ms:
+            why = (f"its position is {age_ms / 1000:.0f} s old, older than the topic's "
+                   f"delete.retention.ms ({retention_ms / 1000:g} s)")
+        elif end is not None and end < position:
+            why = f"it reaches offset {position - 1}, beyond the end of the log ({end})"
+        else:
+            self._image = snap.image
+            self._reader.seek(position)
+            self.started_from = f"snapshot {os.fspath(path)} at offset {position - 1}"
+            return
+        self.started_from = f"scratch (snapshot {os.fspath(path)} not trusted: {why})"
+        _log.warning("rebuilding namespace %r from the start of the log: snapshot %s not "
+                     "trusted: %s", self.namespace, os.fspath(path), why)
+
+    def write_snapshot(self, path: str | os.PathLike[str]) -> Path:
+        """Write the current image (caught up first) to ``path``, atomically; return the path."""
+        with self._lock:
+            return write_snapshot(path, self.sync(), topic=self.topic, partition=self.partition)
 
     # -- folding -----------------------------------------------------------------
 

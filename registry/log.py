@@ -33,6 +33,7 @@ __all__ = [
     "LogReader",
     "PlainWriter",
     "TopicConfig",
+    "TopicInfo",
     "TransactionFailed",
     "TransactionalWriter",
     "ensure_topic",
@@ -90,9 +91,18 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, **_CLIENT_DEFAULTS})
 
 
+@dataclass(frozen=True)
+class TopicInfo:
+    """What :func:`ensure_topic` found: the partition count and, if the broker said,
+    the topic's ``delete.retention.ms``."""
+
+    partitions: int
+    delete_retention_ms: int | None
+
+
 def ensure_topic(bootstrap: str, topic: str, config: TopicConfig | None = None,
-                 timeout: float = 10.0) -> int:
-    """Create the registry topic if it is missing; return its partition count.
+                 timeout: float = 10.0) -> TopicInfo:
+    """Create the registry topic if it is missing; return what it is.
 
     Always explicit: some brokers auto-create missing topics without
     compaction. An existing topic must have ``cleanup.policy=compact``.
@@ -119,12 +129,18 @@ def ensure_topic(bootstrap: str, topic: str, config: TopicConfig | None = None,
         described = admin.describe_configs([ConfigResource("topic", topic)])
         entries = next(iter(described.values())).result(timeout)
         policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else None
+        retention = entries["delete.retention.ms"].value if "delete.retention.ms" in entries \
+            else None
     except Exception:  # a broker that cannot describe configs: trust creation
-        policy = None
+        policy = retention = None
     if policy is not None and "compact" not in policy:
         raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; jobreg needs a "
                           "compacted topic (create it with cleanup.policy=compact)")
-    return partitions
+    try:
+        retention_ms = int(retention) if retention is not None else None
+    except ValueError:
+        retention_ms = None
+    return TopicInfo(partitions, retention_ms)
 
 
 def _list_topics(admin: AdminClient, bootstrap: str, timeout: float):
@@ -197,6 +213,26 @@ class LogReader:
         if out:
             self.position = out[-1].offset + 1
         return out
+
+    def seek(self, offset: int) -> None:
+        """Read from ``offset`` next (before the first poll: re-assigns the partition)."""
+        self.position = offset
+        self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+        self._eof = False
+
+    def end_offset(self, timeout: float) -> int | None:
+        """The partition's end offset as the broker reports it (``None`` if it cannot say).
+
+        Only for sanity checks that err on the safe side: some brokers
+        under-report it while producers batch, so never use it to decide that
+        a reader has caught up (:meth:`sync` does that).
+        """
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), timeout=timeout, cached=False)
+        except KafkaException:
+            return None
+        return high
 
     def read_until(self, offset: int, timeout: float) -> Iterable[list[LogRecord]]:
         """Yield batches until a record at or past ``offset`` was read.

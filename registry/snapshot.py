@@ -52,13 +52,14 @@ import base64
 import binascii
 import contextlib
 import dataclasses
+import gc
 import gzip
 import hashlib
 import json
 import os
 import tempfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -137,10 +138,10 @@ def _positional(cls: type) -> bool:
     return True
 
 
-def _getter(cls: type) -> Callable[[Any], Any]:
-    """obj -> its field values, in field order."""
+def _getter(cls: type) -> Callable[[Any], Any] | None:
+    """obj -> its field values, in field order (``None``: a named tuple is its values)."""
     if not dataclasses.is_dataclass(cls):
-        return iter  # a named tuple is its values
+        return None
     names = _field_names(cls)
     if len(names) == 1:
         name = names[0]
@@ -150,25 +151,35 @@ def _getter(cls: type) -> Callable[[Any], Any]:
 
 _TYPES: dict[str, type] = {cls.__name__: cls for cls in _RECORD_TYPES}
 _FIELDS: dict[str, tuple[str, ...]] = {name: _field_names(cls) for name, cls in _TYPES.items()}
-_ENCODERS: dict[type, tuple[str, Callable[[Any], Any]]] = {
+_ENCODERS: dict[type, tuple[str, Callable[[Any], Any] | None]] = {
     cls: (cls.__name__, _getter(cls)) for cls in _RECORD_TYPES
 }
 assert not {_BYTES_TAG, _MAP_TAG} & set(_TYPES)
 
 
 # -- the body codec ----------------------------------------------------------------
+# A 100,000-job image holds about two million values: the hot loops test for
+# plain values inline instead of calling a function for each, tuples of plain
+# values go to json as they are (it writes a tuple as an array), and decoding
+# lets json's own parser call back once per tagged object (object_hook).
+
+_P = _PRIMITIVES
+_EMPTY: tuple[()] = ()
 
 
 def _enc(v: Any) -> Any:
     t = type(v)
-    if t in _PRIMITIVES:
+    if t in _P:
         return v
     if t is tuple:
-        return [_enc(x) for x in v]
+        if all(type(x) in _P for x in v):
+            return v
+        return [x if type(x) in _P else _enc(x) for x in v]
     rec = _ENCODERS.get(t)
     if rec is not None:
-        name, values = rec
-        return {name: [_enc(x) for x in values(v)]}
+        name, getter = rec
+        values = v if getter is None else getter(v)
+        return {name: [x if type(x) in _P or x is _EMPTY else _enc(x) for x in values]}
     if t is bytes:
         return {_BYTES_TAG: base64.b64encode(v).decode("ascii")}
     if t is immutables.Map:
@@ -176,22 +187,49 @@ def _enc(v: Any) -> Any:
             items = sorted(v.items(), key=itemgetter(0))
         except TypeError:  # keys of mixed types: still a stable order
             items = sorted(v.items(), key=lambda kv: (type(kv[0]).__name__, repr(kv[0])))
-        return {_MAP_TAG: [[_enc(k), _enc(x)] for k, x in items]}
+        return {
+            _MAP_TAG: [
+                [k if type(k) in _P else _enc(k), x if type(x) in _P else _enc(x)] for k, x in items
+            ]
+        }
     raise ConfigError(f"cannot snapshot a value of type {t.__qualname__}: {v!r:.80}")
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    # As in the fold (registry.fold._bulk): building or walking millions of
+    # acyclic objects with the cyclic collector on makes it walk the ever
+    # larger heap again and again (measured: about half of the time).
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode("ascii")
 
 
 def encode_image(image: Image) -> bytes:
     """The snapshot body of ``image``: gzip-compressed JSON (module docstring). Deterministic."""
     if not isinstance(image, Image):
         raise ConfigError(f"encode_image needs an Image, not {type(image).__qualname__}")
-    body = {"format": FORMAT, "types": {k: list(v) for k, v in _FIELDS.items()}}
-    body["image"] = _enc(image)
-    text = json.dumps(body, separators=(",", ":"), sort_keys=True, allow_nan=True)
-    return gzip.compress(text.encode("ascii"), compresslevel=_COMPRESS_LEVEL, mtime=0)
+    head = _dumps({"format": FORMAT, "types": {k: list(v) for k, v in _FIELDS.items()}})
+    with _no_gc():
+        text = _dumps(_enc(image))
+    return gzip.compress(head + b"\n" + text, compresslevel=_COMPRESS_LEVEL, mtime=0)
+
+
+def _tup(v: list[Any]) -> tuple[Any, ...]:
+    """A JSON array (objects in it already decoded) as the tuple it was written from."""
+    return tuple([x if type(x) is not list else _tup(x) for x in v])
 
 
 class _Decoder:
-    """Decodes the values of one body, given the field names its header lists per type."""
+    """Decodes the tagged objects of one body (``object_hook``), given its ``types`` line."""
 
     def __init__(self, types: Any) -> None:
         if not isinstance(types, dict) or not all(
@@ -200,9 +238,20 @@ class _Decoder:
         ):
             raise ValueError("'types' must map type names to lists of field names")
         self._written = types
-        self._plans: dict[str, Callable[[list[Any]], Any]] = {}
+        self._builders: dict[str, Callable[[Any], Any]] = {
+            _BYTES_TAG: _bytes,
+            _MAP_TAG: _map,
+        }
 
-    def _plan(self, name: str) -> Callable[[list[Any]], Any]:
+    def hook(self, obj: dict[str, Any]) -> Any:
+        """Called by json for every object, innermost first: each is one tagged value."""
+        if len(obj) != 1:
+            raise ValueError(f"a tagged value has one key, not {sorted(obj)!r:.80}")
+        ((tag, inner),) = obj.items()
+        build = self._builders.get(tag) or self._plan(tag)
+        return build(inner)
+
+    def _plan(self, name: str) -> Callable[[Any], Any]:
         cls = _TYPES.get(name)
         if cls is None:
             raise ValueError(f"unknown record type {name!r}")
@@ -215,55 +264,58 @@ class _Decoder:
             raise ValueError(f"{name} has fields {unknown} this jobreg does not know")
         if len(set(written)) != len(written):
             raise ValueError(f"{name} lists a field twice: {written}")
-        dec = self.value
         n = len(written)
-        if tuple(written) == current and _positional(cls):
+        build: Callable[[Any], Any]
+        if tuple(written) == current and not dataclasses.is_dataclass(cls):
+            make = cls._make  # type: ignore[attr-defined]
 
-            def build(row: list[Any]) -> Any:
-                if len(row) != n:
-                    raise ValueError(f"a {name} has {len(row)} values, not {n}")
-                return cls(*[dec(x) for x in row])
+            def build(row: Any) -> Any:
+                if type(row) is not list or len(row) != n:
+                    raise ValueError(f"a {name} must be a list of {n} values")
+                return make([x if type(x) is not list else _tup(x) for x in row])
+
+        elif tuple(written) == current and _positional(cls):
+
+            def build(row: Any) -> Any:
+                if type(row) is not list or len(row) != n:
+                    raise ValueError(f"a {name} must be a list of {n} values")
+                return cls(*[x if type(x) is not list else _tup(x) for x in row])
 
         else:  # an older (or reordered) field list: by name, missing fields take defaults
             names = tuple(written)
 
-            def build(row: list[Any]) -> Any:
-                if len(row) != n:
-                    raise ValueError(f"a {name} has {len(row)} values, not {n}")
-                return cls(**{k: dec(x) for k, x in zip(names, row, strict=True)})
+            def build(row: Any) -> Any:
+                if type(row) is not list or len(row) != n:
+                    raise ValueError(f"a {name} must be a list of {n} values")
+                return cls(
+                    **{
+                        k: x if type(x) is not list else _tup(x)
+                        for k, x in zip(names, row, strict=True)
+                    }
+                )
 
-        self._plans[name] = build
+        self._builders[name] = build
         return build
 
-    def value(self, v: Any) -> Any:
-        t = type(v)
-        if t is list:
-            return tuple([self.value(x) for x in v])
-        if t is not dict:
-            return v
-        if len(v) != 1:
-            raise ValueError(f"a tagged value has one key, not {sorted(v)!r:.80}")
-        ((tag, inner),) = v.items()
-        if tag == _BYTES_TAG:
-            if type(inner) is not str:
-                raise ValueError("bytes must be a base64 string")
-            return base64.b64decode(inner.encode("ascii"), validate=True)
-        if tag == _MAP_TAG:
-            if type(inner) is not list:
-                raise ValueError("a map must be a list of [key, value] pairs")
-            dec = self.value
-            out: dict[Any, Any] = {}
-            for pair in inner:
-                if type(pair) is not list or len(pair) != 2:
-                    raise ValueError("a map entry must be a [key, value] pair")
-                out[dec(pair[0])] = dec(pair[1])
-            if len(out) != len(inner):
-                raise ValueError("a map lists a key twice")
-            return immutables.Map(out)
-        if type(inner) is not list:
-            raise ValueError(f"a {tag} must be a list of field values")
-        build = self._plans.get(tag) or self._plan(tag)
-        return build(inner)
+
+def _bytes(inner: Any) -> bytes:
+    if type(inner) is not str:
+        raise ValueError("bytes must be a base64 string")
+    return base64.b64decode(inner.encode("ascii"), validate=True)
+
+
+def _map(pairs: Any) -> immutables.Map:
+    if type(pairs) is not list or not all(type(p) is list and len(p) == 2 for p in pairs):
+        raise ValueError("a map must be a list of [key, value] pairs")
+    if any(type(p[0]) is list for p in pairs):  # tuple keys
+        out = {_tup(k) if type(k) is list else k: x for k, x in pairs}
+    else:
+        out = dict(pairs)  # TypeError for an unhashable key (a map as a key)
+    if len(out) != len(pairs):
+        raise ValueError("a map lists a key twice")
+    if any(type(x) is list for x in out.values()):
+        out = {k: x if type(x) is not list else _tup(x) for k, x in out.items()}
+    return immutables.Map(out)
 
 
 _MAP_FIELDS = ("jobs", "terms", "unsettled", "seen")
@@ -298,12 +350,15 @@ def decode_image(data: bytes) -> Image:
     """
     try:
         text = gzip.decompress(data)
-        body = json.loads(text)
-        if not isinstance(body, dict) or "image" not in body:
+        head, sep, rest = text.partition(b"\n")
+        header = json.loads(head)
+        if not sep or not isinstance(header, dict) or "types" not in header:
             raise ValueError("not a snapshot body")
-        if body.get("format") != FORMAT:
-            raise ValueError(f"body format {body.get('format')!r:.80}, expected {FORMAT!r}")
-        return _check_image(_Decoder(body.get("types")).value(body["image"]))
+        if header.get("format") != FORMAT:
+            raise ValueError(f"body format {header.get('format')!r:.80}, expected {FORMAT!r}")
+        decoder = _Decoder(header["types"])
+        with _no_gc():
+            return _check_image(json.loads(rest, object_hook=decoder.hook))
     except ConfigError:
         raise
     except (
