@@ -73,6 +73,7 @@ from .events import (
 )
 from .fold import (
     CheckpointRuleViolation,
+    bulk,
     checkpoint_step,
     fencing_detail,
     fencing_reason,
@@ -230,9 +231,10 @@ class Registry:
             if d.event_id in waiting and waiting[d.event_id] is None:
                 waiting[d.event_id] = d
 
-        for batch in batches:  # one image per batch, so a failure keeps what was folded
-            self._image = fold_batches([batch], self._image, self._codec,
-                                       note if waiting else None)
+        with bulk():
+            for batch in batches:  # one image per batch, so a failure keeps what was folded
+                self._image = fold_batches([batch], self._image, self._codec,
+                                           note if waiting else None)
 
     def sync(self, timeout: float | None = None) -> Image:
         """Fold every record committed before this call; return the image."""

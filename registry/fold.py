@@ -88,6 +88,7 @@ from .keys import allowed_keys, parse_key, record_key
 __all__ = [
     "CheckpointRuleViolation",
     "Delta",
+    "bulk",
     "checkpoint_step",
     "fencing_detail",
     "fencing_reason",
@@ -451,7 +452,12 @@ def replay(image: Image, record: LogRecord, codec: Codec | None = None) -> Image
 
 
 @contextlib.contextmanager
-def _bulk() -> Iterator[None]:
+def bulk() -> Iterator[None]:
+    """Suspend the cyclic garbage collector around a long replay (re-entrant).
+
+    Wrap a whole catch-up in it, not each batch: between batches a full
+    collection would walk the ever larger image again.
+    """
     # The fold allocates only immutable, acyclic objects (named tuples,
     # persistent maps, frozen events), so the cyclic collector can find
     # nothing to free in them; during a long replay it would only walk the
@@ -472,7 +478,7 @@ def fold(records: Iterable[LogRecord], image: Image | str, codec: Codec | None =
     if isinstance(image, str):
         image = Image.empty(image)
     delta = Delta(image, codec)
-    with _bulk():
+    with bulk():
         for record in records:
             delta.replay(record)
     return delta.apply()
@@ -486,7 +492,7 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
     client uses it to learn the fate of its own writes, forensics to build
     timelines). Returns the image after the last batch.
     """
-    with _bulk():
+    with bulk():
         for batch in batches:
             delta = Delta(image, codec)
             if on_decision is None:

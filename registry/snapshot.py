@@ -20,12 +20,13 @@ File layout (format ``jobreg-snapshot/1``)::
     rest     the body: exactly N bytes whose sha256 is body_sha256
              (:func:`encode_image` / :func:`decode_image`)
 
-The body is gzip-compressed JSON (``mtime`` 0, map entries sorted by key, so
-the same image always gives the same bytes)::
+The body is gzip-compressed (``mtime`` 0), two lines of JSON: the field
+names of every record type, then the image (map entries sorted by key, so the
+same image always gives the same bytes)::
 
     {"format": "jobreg-snapshot/1",
-     "types": {"JobView": ["job_id", "status", ...], "TermInfo": [...], ...},
-     "image": <value>}
+     "types": {"JobView": ["job_id", "status", ...], "TermInfo": [...], ...}}
+    <value>
 
 where a ``<value>`` is, by its Python type:
 
@@ -68,7 +69,14 @@ from typing import Any
 import immutables
 
 from .errors import ConfigError
-from .events import CheckpointState, CompletedCheckpoint, GraphRef, InlineGraph, now_ms
+from .events import (
+    EMPTY_CHECKPOINTS,
+    CheckpointState,
+    CompletedCheckpoint,
+    GraphRef,
+    InlineGraph,
+    now_ms,
+)
 from .image import Decision, Image, JobView, LeaderView, Provenance, TermInfo
 
 __all__ = [
@@ -87,7 +95,7 @@ FORMAT = "jobreg-snapshot/1"
 BODY_ENCODING = "gzip+json"
 """How the body is encoded (named in the header)."""
 
-_COMPRESS_LEVEL = 1  # measured: level 6 is ~4x slower for a few percent less size
+_COMPRESS_LEVEL = 1  # measured: level 6 is 1.4-3x slower for 3-7% less size
 _MAX_HEADER = 64 * 1024
 
 _RECORD_TYPES: tuple[type, ...] = (
@@ -161,7 +169,7 @@ assert not {_BYTES_TAG, _MAP_TAG} & set(_TYPES)
 # A 100,000-job image holds about two million values: the hot loops test for
 # plain values inline instead of calling a function for each, tuples of plain
 # values go to json as they are (it writes a tuple as an array), and decoding
-# lets json's own parser call back once per tagged object (object_hook).
+# lets json's own parser call back once per tagged object (object_pairs_hook).
 
 _P = _PRIMITIVES
 _EMPTY: tuple[()] = ()
@@ -177,6 +185,8 @@ def _enc(v: Any) -> Any:
         return [x if type(x) in _P else _enc(x) for x in v]
     rec = _ENCODERS.get(t)
     if rec is not None:
+        if v is EMPTY_CHECKPOINTS:  # shared by most jobs: built once
+            return _EMPTY_CHECKPOINTS_JSON
         name, getter = rec
         values = v if getter is None else getter(v)
         return {name: [x if type(x) in _P or x is _EMPTY else _enc(x) for x in values]}
@@ -187,17 +197,29 @@ def _enc(v: Any) -> Any:
             items = sorted(v.items(), key=itemgetter(0))
         except TypeError:  # keys of mixed types: still a stable order
             items = sorted(v.items(), key=lambda kv: (type(kv[0]).__name__, repr(kv[0])))
-        return {
+        return {  # (key, value) tuples: json writes them as arrays
             _MAP_TAG: [
-                [k if type(k) in _P else _enc(k), x if type(x) in _P else _enc(x)] for k, x in items
+                kv
+                if type(kv[0]) in _P and type(kv[1]) in _P
+                else (
+                    kv[0] if type(kv[0]) in _P else _enc(kv[0]),
+                    kv[1] if type(kv[1]) in _P else _enc(kv[1]),
+                )
+                for kv in items
             ]
         }
     raise ConfigError(f"cannot snapshot a value of type {t.__qualname__}: {v!r:.80}")
 
 
+# The fold shares EMPTY_CHECKPOINTS between jobs: encode it once, decode it to itself.
+_EMPTY_CHECKPOINTS_JSON = json.loads(
+    json.dumps(_enc(dataclasses.replace(EMPTY_CHECKPOINTS)), separators=(",", ":"))
+)
+
+
 @contextlib.contextmanager
 def _no_gc() -> Iterator[None]:
-    # As in the fold (registry.fold._bulk): building or walking millions of
+    # As in the fold (registry.fold): building or walking millions of
     # acyclic objects with the cyclic collector on makes it walk the ever
     # larger heap again and again (measured: about half of the time).
     enabled = gc.isenabled()
@@ -225,11 +247,11 @@ def encode_image(image: Image) -> bytes:
 
 def _tup(v: list[Any]) -> tuple[Any, ...]:
     """A JSON array (objects in it already decoded) as the tuple it was written from."""
-    return tuple([x if type(x) is not list else _tup(x) for x in v])
+    return tuple([x if type(x) is not list else _tup(x) if x else _EMPTY for x in v])
 
 
 class _Decoder:
-    """Decodes the tagged objects of one body (``object_hook``), given its ``types`` line."""
+    """Decodes the tagged objects of one body (``object_pairs_hook``), given its ``types`` line."""
 
     def __init__(self, types: Any) -> None:
         if not isinstance(types, dict) or not all(
@@ -243,13 +265,18 @@ class _Decoder:
             _MAP_TAG: _map,
         }
 
-    def hook(self, obj: dict[str, Any]) -> Any:
-        """Called by json for every object, innermost first: each is one tagged value."""
-        if len(obj) != 1:
-            raise ValueError(f"a tagged value has one key, not {sorted(obj)!r:.80}")
-        ((tag, inner),) = obj.items()
-        build = self._builders.get(tag) or self._plan(tag)
-        return build(inner)
+    def hook(self) -> Callable[[list[tuple[str, Any]]], Any]:
+        """The ``object_pairs_hook``: json calls it for every object, innermost first."""
+        builders = self._builders
+        plan = self._plan
+
+        def hook(pairs: list[tuple[str, Any]]) -> Any:
+            if len(pairs) != 1:
+                raise ValueError(f"a tagged value has one key, not {[k for k, _ in pairs]!r:.80}")
+            tag, inner = pairs[0]
+            return (builders.get(tag) or plan(tag))(inner)
+
+        return hook
 
     def _plan(self, name: str) -> Callable[[Any], Any]:
         cls = _TYPES.get(name)
@@ -272,14 +299,17 @@ class _Decoder:
             def build(row: Any) -> Any:
                 if type(row) is not list or len(row) != n:
                     raise ValueError(f"a {name} must be a list of {n} values")
-                return make([x if type(x) is not list else _tup(x) for x in row])
+                return make([x if type(x) is not list else _tup(x) if x else _EMPTY for x in row])
 
         elif tuple(written) == current and _positional(cls):
+            shared_row, shared = _SHARED.get(cls, (None, None))
 
             def build(row: Any) -> Any:
                 if type(row) is not list or len(row) != n:
                     raise ValueError(f"a {name} must be a list of {n} values")
-                return cls(*[x if type(x) is not list else _tup(x) for x in row])
+                if row == shared_row:  # the fold shares this value between jobs; so do we
+                    return shared
+                return cls(*[x if type(x) is not list else _tup(x) if x else _EMPTY for x in row])
 
         else:  # an older (or reordered) field list: by name, missing fields take defaults
             names = tuple(written)
@@ -298,19 +328,26 @@ class _Decoder:
         return build
 
 
+_SHARED: dict[type, tuple[list[Any], Any]] = {
+    CheckpointState: (_EMPTY_CHECKPOINTS_JSON["CheckpointState"], EMPTY_CHECKPOINTS)
+}
+
+
 def _bytes(inner: Any) -> bytes:
     if type(inner) is not str:
         raise ValueError("bytes must be a base64 string")
-    return base64.b64decode(inner.encode("ascii"), validate=True)
+    return binascii.a2b_base64(inner, strict_mode=True)
 
 
 def _map(pairs: Any) -> immutables.Map:
-    if type(pairs) is not list or not all(type(p) is list and len(p) == 2 for p in pairs):
+    if type(pairs) is not list:
         raise ValueError("a map must be a list of [key, value] pairs")
-    if any(type(p[0]) is list for p in pairs):  # tuple keys
+    if all(type(p) is list and len(p) == 2 and type(p[0]) is not list for p in pairs):
+        out = dict(pairs)  # TypeError for an unhashable key (a map as a key)
+    elif all(type(p) is list and len(p) == 2 for p in pairs):  # tuple keys
         out = {_tup(k) if type(k) is list else k: x for k, x in pairs}
     else:
-        out = dict(pairs)  # TypeError for an unhashable key (a map as a key)
+        raise ValueError("a map must be a list of [key, value] pairs")
     if len(out) != len(pairs):
         raise ValueError("a map lists a key twice")
     if any(type(x) is list for x in out.values()):
@@ -358,7 +395,7 @@ def decode_image(data: bytes) -> Image:
             raise ValueError(f"body format {header.get('format')!r:.80}, expected {FORMAT!r}")
         decoder = _Decoder(header["types"])
         with _no_gc():
-            return _check_image(json.loads(rest, object_hook=decoder.hook))
+            return _check_image(json.loads(rest, object_pairs_hook=decoder.hook()))
     except ConfigError:
         raise
     except (
