@@ -353,7 +353,7 @@ class Registry:
                 writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
                 lease_ms=lease_ms)
             if self._plain is None:
-                self._plain = PlainWriter(self.bootstrap, self.timeout)
+                self._plain = PlainWriter(self.bootstrap, self.timeout, self.topic)
             self._waiting[grant.event_id] = None
             try:
                 try:
@@ -374,7 +374,13 @@ class Registry:
                 raise _rejection(decision)
             term = Term(self, grant.epoch, contender)
             self._terms.append(term)
-            term._start()
+            try:
+                term._start()
+            except BrokerError as e:
+                # The grant is in the log: the term is real. Its producer and the
+                # reassertions are retried by its first write.
+                _log.warning("term %d of %r starts without its producer (%s); its first "
+                             "write retries", term.epoch, contender, e)
             return term
 
     def elect(self, contender: str, lease: float, *,

@@ -278,11 +278,12 @@ class LogReader:
         self._consumer.close()
 
 
-def _warm_up(producer: Producer, timeout: float) -> None:
+def _warm_up(producer: Producer, timeout: float, topic: str | None) -> None:
     # Fetching metadata first brings a broker connection up, so the producer
     # id request does not wait for librdkafka's 500 ms retry timer (measured:
-    # producer start 0.5 s -> 0.06 s on the embedded broker).
-    producer.list_topics(timeout=timeout)
+    # producer start 0.5 s -> 0.06 s on the embedded broker). One topic only:
+    # a cluster's full metadata can be large.
+    producer.list_topics(topic=topic, timeout=timeout)
 
 
 class TransactionFailed(BrokerError):
@@ -326,7 +327,7 @@ class TransactionalWriter:
             **_CLIENT_DEFAULTS,
         })
         try:
-            _warm_up(self._producer, timeout)
+            _warm_up(self._producer, timeout, topic)
             self._producer.init_transactions(timeout)
         except KafkaException as e:
             raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
@@ -366,7 +367,7 @@ class TransactionalWriter:
 class PlainWriter:
     """An idempotent, non-transactional producer: for grants and for raw writes in tests."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0, topic: str | None = None) -> None:
         self._timeout = timeout
         self._bootstrap = bootstrap
         self._producer = Producer({
@@ -377,7 +378,7 @@ class PlainWriter:
             **_CLIENT_DEFAULTS,
         })
         try:
-            _warm_up(self._producer, timeout)
+            _warm_up(self._producer, timeout, topic)
         except KafkaException as e:
             raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
                               f"({e.args[0].str()})") from e
@@ -415,7 +416,7 @@ def write_raw(bootstrap: str, topic: str, partition: int, key: bytes | str | Non
         key = key.encode("utf-8")
     if partition < 0:
         raise ConfigError(f"partition must be >= 0, not {partition}")
-    writer = PlainWriter(bootstrap, timeout)
+    writer = PlainWriter(bootstrap, timeout, topic)
     try:
         return writer.write(topic, partition, [(key, value)])[0]
     finally:

@@ -53,14 +53,13 @@ import base64
 import binascii
 import contextlib
 import dataclasses
-import gc
 import gzip
 import hashlib
 import json
 import os
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -77,6 +76,7 @@ from .events import (
     InlineGraph,
     now_ms,
 )
+from .fold import bulk
 from .image import Decision, Image, JobView, LeaderView, Provenance, TermInfo
 
 __all__ = [
@@ -217,20 +217,6 @@ _EMPTY_CHECKPOINTS_JSON = json.loads(
 )
 
 
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    # As in the fold (registry.fold): building or walking millions of
-    # acyclic objects with the cyclic collector on makes it walk the ever
-    # larger heap again and again (measured: about half of the time).
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def _dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), sort_keys=True).encode("ascii")
 
@@ -240,7 +226,7 @@ def encode_image(image: Image) -> bytes:
     if not isinstance(image, Image):
         raise ConfigError(f"encode_image needs an Image, not {type(image).__qualname__}")
     head = _dumps({"format": FORMAT, "types": {k: list(v) for k, v in _FIELDS.items()}})
-    with _no_gc():
+    with bulk():
         text = _dumps(_enc(image))
     return gzip.compress(head + b"\n" + text, compresslevel=_COMPRESS_LEVEL, mtime=0)
 
@@ -394,7 +380,7 @@ def decode_image(data: bytes) -> Image:
         if header.get("format") != FORMAT:
             raise ValueError(f"body format {header.get('format')!r:.80}, expected {FORMAT!r}")
         decoder = _Decoder(header["types"])
-        with _no_gc():
+        with bulk():
             return _check_image(json.loads(rest, object_pairs_hook=decoder.hook()))
     except ConfigError:
         raise
@@ -516,7 +502,7 @@ def read_snapshot(
             header["body_sha256"],
             header["written_at_ms"],
         )
-        encoding = header["body_encoding"]
+        encoding, last_offset = header["body_encoding"], header["last_offset"]
     except KeyError as e:
         raise ConfigError(f"snapshot {where!r}: the header lacks {e}") from None
     if encoding != BODY_ENCODING:
@@ -538,10 +524,10 @@ def read_snapshot(
         image = decode_image(body)
     except ConfigError as e:
         raise ConfigError(f"snapshot {where!r}: {e}") from e
-    if image.namespace != h_ns:
+    if (image.namespace, image.provenance.last_offset) != (h_ns, last_offset):
         raise ConfigError(
-            f"snapshot {where!r}: the header names namespace {h_ns!r}, "
-            f"the image {image.namespace!r}"
+            f"snapshot {where!r}: the header says namespace {h_ns!r} at offset {last_offset!r}, "
+            f"the image {image.namespace!r} at {image.provenance.last_offset!r}"
         )
     if type(h_topic) is not str or type(h_part) is not int or type(written_at) is not int:
         raise ConfigError(f"snapshot {where!r}: malformed header")
@@ -555,6 +541,6 @@ def _parse_header(line: bytes, where: str) -> dict[str, Any]:
         header = json.loads(line)
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"{where!r} is not a jobreg snapshot: {e}") from e
-    if not isinstance(header, dict):
-        raise ConfigError(f"{where!r} is not a jobreg snapshot (the header is not an object)")
+    if not isinstance(header, dict) or "format" not in header:
+        raise ConfigError(f"{where!r} is not a jobreg snapshot (no format in its header)")
     return header

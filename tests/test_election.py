@@ -18,7 +18,7 @@ from registry import ConfigError, Registry
 
 pytestmark = pytest.mark.integration
 
-LEASE = 1.5
+LEASE = 2.0
 WORKER = Path(__file__).resolve().parent / "procs" / "elect_worker.py"
 
 
