@@ -144,3 +144,56 @@ def test_a_paused_leader_is_replaced_and_every_late_write_is_refused(broker, top
     reader.close()
     assert not [d for d in decisions if d.writer == "jm-1" and d.accepted and d.offset > grant2]
     reg.close()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("mode", ["cut", "blackhole"])
+def test_a_network_interruption_shorter_than_the_lease_causes_no_failover(topic, mode) -> None:
+    """Incident 001: Flink's leader gave up on a transient disconnect. Here every client reaches
+    the broker through a fault-injecting proxy; the network fails for 40% of a lease; the
+    leader keeps its term, its renewals resume, no contender takes over, and it writes on."""
+    from faultproxy import FaultProxy
+
+    from registry import EmbeddedBroker
+
+    lease = 3.0
+    listen, advertised = _free_port(), _free_port()
+    with EmbeddedBroker(port=listen, advertised_port=advertised) as broker, \
+            FaultProxy(("127.0.0.1", listen), port=advertised) as proxy:
+        leader_reg = Registry.connect(broker.bootstrap, "flaky", topic=topic, timeout=lease / 3)
+        rival_reg = Registry.connect(broker.bootstrap, "flaky", topic=topic, timeout=lease / 3)
+        election = leader_reg.elect("jm-1", lease=lease)
+        term = election.acquire()
+        time.sleep(lease / 2)
+        rival = rival_reg.elect("jm-2", lease=lease)
+        outcome: list[object] = []
+        waiting = threading.Thread(
+            target=lambda: outcome.append(_try(lambda: rival.acquire(timeout=lease * 3))))
+        waiting.start()
+        time.sleep(lease / 3)
+        renewals_before = leader_reg.sync().terms[1].renewals
+        proxy.interrupt(lease * 0.4, mode).join()  # the network is back after 1.2 s
+        waiting.join(lease * 5)
+        assert outcome and isinstance(outcome[0], TimeoutError), outcome  # no takeover
+        image = leader_reg.sync()
+        assert image.epoch == 1 and image.active_leader.contender == "jm-1"
+        assert image.terms[1].renewals > renewals_before  # renewals resumed after the fault
+        assert election.is_leader and term.submit("after-the-fault", b"g").epoch == 1
+        rival.cancel()
+        election.cancel(revoke=True)
+        for r in (leader_reg, rival_reg):
+            r.close()
+
+
+def _try(fn):
+    try:
+        return fn()
+    except Exception as e:  # the outcome is what the test inspects
+        return e
