@@ -144,13 +144,69 @@ def _play_002(bootstrap: str, out: Out) -> list[Verdict]:
                     fenced and view.live and view.owner_epoch == t2.epoch)]
 
 
+def _play_003(bootstrap: str, out: Out) -> list[Verdict]:
+    out("003  one job throws during recovery")
+    out("     Flink: the leader exited, every standby did the same, and the cluster never started "
+        "again until the HA store was wiped by hand.")
+    old = Registry.connect(bootstrap, "incident-003")
+    old.claim_leadership("jm-1").submit_many(
+        [(f"job-{i:02d}", f"graph {i}".encode()) for i in range(20)])
+
+    def initialize(job) -> None:  # the user's initialize-on-master
+        if job.job_id == "job-07":
+            raise RuntimeError("ClassNotFoundException in the job graph")
+
+    new = Registry.connect(bootstrap, "incident-003")
+    results = new.claim_leadership("jm-2").recover(initialize)
+    failed = [r for r in results if not r.ok]
+    out(f"     jobreg: {sum(r.ok for r in results)} jobs adopted; "
+        + ", ".join(f"{r.job_id} {r.status} ({r.error})" for r in failed)
+        + "; the leader carries on.")
+    again = Registry.connect(bootstrap, "incident-003")
+    second = again.claim_leadership("jm-3").recover(initialize)
+    for r in (old, new, again):
+        r.close()
+    return [
+        Verdict("003", "one job's recovery failure fails that job only",
+                len(results) == 20 and [r.job_id for r in failed] == ["job-07"]),
+        Verdict("003", "the next failover recovers the rest and leaves the failed job be",
+                len(second) == 19 and all(r.ok for r in second)),
+    ]
+
+
+def _play_004(bootstrap: str, out: Out) -> list[Verdict]:
+    out("004  a checkpoint discarded on the first decline")
+    out("     Flink: a task still writing checkpoint 5 failed after the discard, and the job "
+        "restarted over a checkpoint that no longer mattered.")
+    reg = Registry.connect(bootstrap, "incident-004")
+    term = reg.claim_leadership("jm-1")
+    term.submit("job", b"graph", max_checkpoint_failures=1)  # one failure is tolerable
+    term.checkpoint_triggered("job", 4)
+    term.checkpoint_completed("job", 4, "file:///checkpoints/job/4")
+    term.checkpoint_triggered("job", 5)
+    first = term.checkpoint_failed("job", 5, "DECLINED", task="map-1")
+    term.checkpoint_discarded("job", 5, "declined by map-1")
+    late = term.checkpoint_failed("job", 5, "DECLINED", task="sink-3")
+    view = reg.job("job")  # had the late failure counted, 2 > 1 would fail the job
+    out(f"     jobreg: the first decline counted (1 of 1 tolerable); the late failure was "
+        f"ignored ({late.ignored}); over budget: {view.over_budget}.")
+    term.checkpoint_triggered("job", 6)
+    term.checkpoint_completed("job", 6, "file:///checkpoints/job/6")
+    after = reg.job("job").checkpoints.consecutive_failures
+    reg.close()
+    return [Verdict("004", "a failure of a discarded checkpoint is ignored",
+                    first.ignored is None and late.ignored is not None
+                    and "discarded" in late.ignored and not view.over_budget
+                    and view.checkpoints.consecutive_failures == 1 and after == 0)]
+
+
 def run_demo(out: Out = print) -> list[Verdict]:
     """Play the incidents on a fresh embedded broker; return the verdicts (printing as it goes)."""
     started = time.monotonic()
     verdicts: list[Verdict] = []
     out("starting the embedded broker (Tansu, in memory) ...")
     with EmbeddedBroker() as broker:
-        for play in (_play_000, _play_001, _play_002):
+        for play in (_play_000, _play_001, _play_002, _play_003, _play_004):
             out("")
             verdicts += play(broker.bootstrap, out)
     out("")

@@ -22,7 +22,7 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 def test_demo_plays_the_incidents_and_every_guarantee_holds() -> None:
     result = run("demo")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4/4 guarantees held" in result.stdout
+    assert "7/7 guarantees held" in result.stdout
     assert "BROKEN" not in result.stdout
 
 
