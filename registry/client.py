@@ -440,7 +440,7 @@ class Term:
         self.contender = contender
         self.namespace = registry.namespace
         self._writer: TransactionalWriter | None = None
-        self._blobs_put: dict[str, bytes] = {}
+        self._blobs_put: dict[str, tuple[GraphRef, bytes]] = {}  # this call's blobs
         self._lease_guard: Callable[[], None] | None = None  # set by an Election
 
     def __repr__(self) -> str:
@@ -474,15 +474,15 @@ class Term:
                               max_checkpoint_failures=max_checkpoint_failures,
                               retained_checkpoints=retained_checkpoints)
                   for job_id, graph in items]
-        receipts = self._write(events)
-        # A blob collector that listed an old copy of a re-put blob may have
-        # deleted it meanwhile: the blob must exist now that the event is in.
-        for event in events:
-            graph = event.graph  # type: ignore[attr-defined]
-            if isinstance(graph, GraphRef) and self._blobs_put.get(graph.uri) is not None \
-                    and not self.registry.blob_store.exists(graph):
-                self.registry.blob_store.put(self._blobs_put[graph.uri])
-        self._blobs_put.clear()
+        try:
+            receipts = self._write(events)
+            # A blob collector that listed an old copy of a re-put blob may have
+            # deleted it meanwhile: the blob must exist now that the event is in.
+            for ref, data in self._blobs_put.values():
+                if not self.registry.blob_store.exists(ref):
+                    self.registry.blob_store.put(data)
+        finally:
+            self._blobs_put.clear()
         return receipts
 
     def adopt(self, *job_ids: str) -> list[Receipt]:
@@ -630,7 +630,7 @@ class Term:
             return InlineGraph(data)
         # Too large to travel in the event: the blob is written first, completely.
         ref = self.registry.blob_store.put(data)
-        self._blobs_put[ref.uri] = data
+        self._blobs_put[ref.uri] = (ref, data)
         return ref
 
     def _store_if_needed(self, image: Image) -> BlobStore | None:

@@ -71,7 +71,7 @@ class JobView(NamedTuple):
     jobs (their graph may be garbage-collected); ``error`` says why recovery
     failed (status ``RECOVERY_FAILED``). ``max_checkpoint_failures`` and
     ``retained_checkpoints`` come from the submit; ``checkpoints`` is the
-    job's checkpoint state (fold rule 4).
+    job's checkpoint state (fold rule 6).
     """
 
     job_id: str
