@@ -19,11 +19,11 @@ def say(**fields) -> None:
 def main() -> None:
     bootstrap, topic, namespace, contender, lease, seconds = sys.argv[1:7]
     lease_s, until = float(lease), time.monotonic() + float(seconds)
-    reg = Registry.connect(bootstrap, namespace, topic=topic, timeout=lease_s / 3)
+    reg = Registry.connect(bootstrap, namespace, topic=topic, timeout=lease_s / 2)
     say(event="contending", contender=contender)
     election = reg.elect(contender, lease=lease_s,
                          on_revoked=lambda term: say(event="revoked", epoch=term.epoch))
-    term = election.acquire()
+    term = election.acquire(timeout=120)
     say(event="leader", epoch=term.epoch)
     n = 0
     while time.monotonic() < until:
