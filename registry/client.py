@@ -527,21 +527,20 @@ class Term:
         """
         image = self.registry.sync()
         store = self._store_if_needed(image)
-        events: list[Event] = []
-        for view in candidates(image, self.epoch):
-            error = recover_one(view, store, on_recover)
-            events.append(self._event(JobAdopted, view.job_id) if error is None else
-                          self._event(JobRecoveryFailed, view.job_id, error=error))
+        outcomes = [(view.job_id, recover_one(view, store, on_recover))
+                    for view in candidates(image, self.epoch)]
         results: list[RecoveryResult] = []
-        for start in range(0, len(events), batch_size):
-            chunk = events[start:start + batch_size]
-            for event, d in zip(chunk, self._commit(chunk), strict=True):
+        for start in range(0, len(outcomes), batch_size):
+            chunk = outcomes[start:start + batch_size]
+            events = [self._event(JobAdopted, job_id) if error is None else
+                      self._event(JobRecoveryFailed, job_id, error=error)
+                      for job_id, error in chunk]
+            for (job_id, error), d in zip(chunk, self._commit(events), strict=True):
                 if not d.accepted:
                     raise _rejection(d)
-                failed = isinstance(event, JobRecoveryFailed)
                 results.append(RecoveryResult(
-                    event.job_id, JobStatus.RECOVERY_FAILED if failed else "ADOPTED",  # type: ignore[attr-defined]
-                    event.error if failed else None, d.offset))  # type: ignore[attr-defined]
+                    job_id, "ADOPTED" if error is None else JobStatus.RECOVERY_FAILED, error,
+                    d.offset))
         return results
 
     def retry(self, job_id: str, on_recover: RecoveryHook | None = None) -> RecoveryResult:
