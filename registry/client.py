@@ -80,6 +80,7 @@ from .fold import (
     fold_batches,
     plan_reassertions,
 )
+from .forensics import BrokerSource, DumpSource, Forensics, TermSummary
 from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
 from .keys import check_id, partition_for, record_key
 from .log import (
@@ -281,17 +282,43 @@ class Registry:
         """Every record about ``job_id`` in log order, with the fold's verdict on each.
 
         Reads the namespace's log from the start (a forensic read: it costs a
-        full scan) and folds it afresh.
+        full scan) and folds it afresh; see :mod:`registry.forensics`.
         """
-        check_id("job id", job_id)
-        out: list[Decision] = []
-        reader = LogReader(self.bootstrap, self.topic, self.partition)
-        try:
-            fold_batches(reader.sync(self.timeout), Image.empty(self.namespace), self._codec,
-                         lambda d: out.append(d) if d.job_id == job_id else None)
-        finally:
-            reader.close()
-        return out
+        return self.forensics().timeline(job_id)
+
+    # -- forensics (registry.forensics over this namespace's partition) -------------
+
+    def forensics(self) -> Forensics:
+        """Read-only questions answered by replaying this namespace's log from the start."""
+        return Forensics(BrokerSource(self.bootstrap, self.topic, self.partition, self.timeout,
+                                      self._codec), self.namespace)
+
+    def state_at(self, offset: int | None = None, time: int | None = None) -> Image:
+        """The image after the last record at or before ``offset``, or stamped at or before
+        ``time`` (ms since the Unix epoch; :mod:`registry.forensics` says what time means)."""
+        return self.forensics().state_at(offset=offset, time=time)
+
+    def explain(self, job_id: str) -> str:
+        """Why the job is in its current state: which record put it there, what was refused."""
+        return self.forensics().explain(job_id)
+
+    def terms(self) -> list[TermSummary]:
+        """Every leadership term: leader, how it started and ended, span, write counts."""
+        return self.forensics().terms()
+
+    def dump(self, path: str | os.PathLike[str]) -> int:
+        """Write this namespace's records to an Avro container file; return how many.
+
+        Replay it with no broker through :meth:`open_dump`.
+        """
+        return self.forensics().dump(path, topic=self.topic)
+
+    @staticmethod
+    def open_dump(path: str | os.PathLike[str]) -> Forensics:
+        """The read functions (``state_at``, ``timeline``, ``explain``, ``terms``,
+        ``decisions``, ``replay``) over a dump file, with no broker at all."""
+        source = DumpSource(path)
+        return Forensics(source, source.namespace)
 
     # -- job graphs ----------------------------------------------------------------
 

@@ -1,0 +1,304 @@
+"""Forensics: answer from the log alone what the registry believed, when, and why.
+
+Every answer here is the fold (:mod:`registry.fold`) replayed over a source of
+records - the broker, or an offline dump - and nothing else; no rule is
+restated. A :class:`Forensics` reads one namespace from a :class:`LogSource`:
+
+* :class:`BrokerSource` reads the namespace's partition from offset 0 to its end;
+* :class:`DumpSource` reads an Avro object container file written by
+  :meth:`Forensics.dump`, which embeds the writer schemas (the schema catalog),
+  so it replays with no broker and on a jobreg whose own catalog is older.
+
+**Time.** ``state_at(time=T)`` uses the record timestamps the broker assigned.
+The topics jobreg creates use ``LogAppendTime``: the broker stamps each record
+as it appends it, so timestamps follow log order (up to the broker clock's own
+steps). The image "at T" is the image after the longest prefix of the log
+whose records are all stamped at or before T: a record stamped after T ends
+the prefix even if a later record carries an earlier stamp (possible only
+with ``CreateTime`` topics or a broker clock stepping back). The returned
+image's provenance names the exact last offset it reflects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import fastavro
+
+from .codec import Catalog, Codec, default_codec
+from .errors import ConfigError
+from .fold import fold_batches
+from .image import Decision, Image, LogRecord, Outcome
+from .keys import check_id
+from .log import LogReader
+
+__all__ = [
+    "DUMP_SCHEMA",
+    "BrokerSource",
+    "DumpSource",
+    "Forensics",
+    "LogSource",
+    "TermSummary",
+]
+
+DUMP_SCHEMA = {
+    "type": "record",
+    "name": "DumpRecord",
+    "namespace": "jobreg.dump",
+    "doc": "One record of the registry topic, as read (key and value untouched).",
+    "fields": [
+        {"name": "partition", "type": "int"},
+        {"name": "offset", "type": "long"},
+        {"name": "timestamp", "type": ["null", "long"], "default": None},
+        {"name": "key", "type": ["null", "bytes"], "default": None},
+        {"name": "value", "type": ["null", "bytes"], "default": None},
+    ],
+}
+"""The Avro schema of a dump's records; the writer schemas of the values travel in the
+file's metadata (``jobreg.catalog``)."""
+
+_BATCH = 1000
+
+
+class LogSource(Protocol):
+    """Where forensics reads records from, in log order, in batches."""
+
+    def batches(self) -> Iterator[list[LogRecord]]:
+        """Every record of the source, oldest first."""
+        ...
+
+    def codec(self) -> Codec:
+        """The codec that decodes this source's values."""
+        ...
+
+
+class BrokerSource:
+    """One partition of a topic on a broker, read from offset 0 to its end."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, timeout: float = 10.0,
+                 codec: Codec | None = None) -> None:
+        self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
+        self.timeout = timeout
+        self._codec = codec
+
+    def batches(self) -> Iterator[list[LogRecord]]:
+        reader = LogReader(self.bootstrap, self.topic, self.partition)
+        try:
+            yield from reader.sync(self.timeout)
+        finally:
+            reader.close()
+
+    def codec(self) -> Codec:
+        return self._codec or default_codec()
+
+
+class DumpSource:
+    """An Avro object container file written by :meth:`Forensics.dump`."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            with self.path.open("rb") as f:
+                meta = fastavro.reader(f).metadata
+        except Exception as e:  # fastavro raises several types for a bad file
+            raise ConfigError(f"{self.path}: not a readable jobreg dump ({e})") from e
+        if meta.get("jobreg.format") != "jobreg-dump/1":
+            raise ConfigError(f"{self.path}: not a jobreg dump (format "
+                              f"{meta.get('jobreg.format')!r})")
+        try:
+            self.namespace = meta["jobreg.namespace"]
+            self.topic = meta["jobreg.topic"]
+            self._catalog = Catalog.from_dict(json.loads(meta["jobreg.catalog"]))
+        except (KeyError, ValueError) as e:
+            raise ConfigError(f"{self.path}: a jobreg dump without its {e} metadata") from e
+
+    def batches(self) -> Iterator[list[LogRecord]]:
+        with self.path.open("rb") as f:
+            batch: list[LogRecord] = []
+            for rec in fastavro.reader(f):
+                batch.append(LogRecord(rec["offset"], rec["key"], rec["value"],
+                                       rec["timestamp"], rec["partition"]))
+                if len(batch) >= _BATCH:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
+    def codec(self) -> Codec:
+        # The writer schemas the dump carries: newer than ours, perhaps.
+        return Codec(self._catalog)
+
+
+@dataclass(frozen=True)
+class TermSummary:
+    """One leadership term as the log tells it.
+
+    ``started`` says how it began (``granted``, with its lease if any);
+    ``ended`` how it ended (``revoked at N``, ``superseded by epoch E at N``,
+    or ``current``); ``first_offset``/``last_offset`` bound the records of
+    the term (its grant to its last record); ``accepted``/``rejected`` count
+    the writes that carried its epoch.
+    """
+
+    epoch: int
+    leader: str
+    started: str
+    ended: str
+    first_offset: int
+    last_offset: int
+    accepted: int
+    rejected: int
+
+
+class Forensics:
+    """Read-only questions about one namespace, answered by replaying the fold over a source."""
+
+    def __init__(self, source: LogSource, namespace: str) -> None:
+        self.source = source
+        self.namespace = check_id("namespace", namespace)
+
+    def replay(self, *, until_offset: int | None = None, until_time: int | None = None,
+               on_decision: Callable[[Decision], None] | None = None) -> Image:
+        """Fold the source from the start, stopping after ``until_offset`` or before the
+        first record stamped after ``until_time`` (ms since the Unix epoch)."""
+        def cut() -> Iterator[list[LogRecord]]:
+            for batch in self.source.batches():
+                keep = []
+                for r in batch:
+                    if until_offset is not None and r.offset > until_offset:
+                        break
+                    if until_time is not None and r.timestamp is not None \
+                            and r.timestamp > until_time:
+                        break
+                    keep.append(r)
+                if keep:
+                    yield keep
+                if len(keep) < len(batch):
+                    return
+
+        return fold_batches(cut(), Image.empty(self.namespace), self.source.codec(),
+                            on_decision)
+
+    def state_at(self, offset: int | None = None, time: int | None = None) -> Image:
+        """The image after the last record at or before ``offset``, or stamped at or before
+        ``time`` (ms; see the module docstring for what time means). Exactly one of them."""
+        if (offset is None) == (time is None):
+            raise ConfigError("give exactly one of offset and time")
+        if offset is not None and offset < -1:
+            raise ConfigError(f"offset must be >= -1, not {offset}")
+        return self.replay(until_offset=offset, until_time=time)
+
+    def decisions(self) -> list[Decision]:
+        """The fold's verdict on every record of the namespace, in log order."""
+        out: list[Decision] = []
+        self.replay(on_decision=lambda d: out.append(d) if d.outcome != Outcome.SKIPPED
+                    else None)
+        return out
+
+    def timeline(self, job_id: str) -> list[Decision]:
+        """Every record about ``job_id``, in log order, with the fold's verdict."""
+        check_id("job id", job_id)
+        return [d for d in self.decisions() if d.job_id == job_id]
+
+    def terms(self) -> list[TermSummary]:
+        """Every leadership term: who, how it started and ended, its span and write counts."""
+        decisions = self.decisions()
+        image = self.replay()
+        counts: dict[int, list[int]] = {}
+        last: dict[int, int] = {}
+        for d in decisions:
+            if d.epoch is None or d.event_type == "LeadershipGranted":
+                continue
+            c = counts.setdefault(d.epoch, [0, 0])
+            c[0 if d.accepted else 1] += 1
+            if d.accepted:
+                last[d.epoch] = d.offset
+        out = []
+        epochs = sorted(image.terms.keys())
+        for i, epoch in enumerate(epochs):
+            info = image.terms[epoch]
+            nxt = image.terms[epochs[i + 1]] if i + 1 < len(epochs) else None
+            if info.revoked_offset is not None:
+                ended = f"revoked at {info.revoked_offset}"
+            elif nxt is not None:
+                ended = f"superseded by epoch {nxt.epoch} at {nxt.granted_offset}"
+            else:
+                ended = "current"
+            started = "granted" + (f", lease {info.lease_ms} ms" if info.lease_ms else "")
+            accepted, rejected = counts.get(epoch, [0, 0])
+            out.append(TermSummary(epoch, info.leader, started, ended, info.granted_offset,
+                                   max(last.get(epoch, info.granted_offset),
+                                       info.revoked_offset or info.granted_offset),
+                                   accepted, rejected))
+        return out
+
+    def explain(self, job_id: str) -> str:
+        """A short account, for people, of why the job is in its current state."""
+        timeline = self.timeline(job_id)
+        image = self.replay()
+        view = image.jobs.get(job_id)
+        if view is None:
+            return (f"job {job_id!r} is not in namespace {self.namespace!r}"
+                    + (f"; {len(timeline)} record(s) about it were refused or quarantined."
+                       if timeline else "."))
+        accepted = [d for d in timeline if d.accepted]
+        lines = [f"job {job_id!r} is {view.status}"
+                 + (f", held by epoch {view.owner_epoch}" if view.owner_epoch else "")
+                 + (f" (recovery failed: {view.error})" if view.error else "") + "."]
+        if accepted:
+            first, last = accepted[0], accepted[-1]
+            lines.append(f"It was submitted at offset {first.offset} by {first.writer} "
+                         f"(epoch {first.epoch}).")
+            if last is not first:
+                lines.append(f"Its state was last set at offset {last.offset}: "
+                             f"{last.event_type} by {last.writer} (epoch {last.epoch}).")
+        refused = [d for d in timeline if d.outcome == Outcome.REJECTED]
+        for d in refused:
+            lines.append(f"Refused at offset {d.offset}: {d.event_type} by {d.writer} "
+                         f"(epoch {d.epoch}): {d.reason} - {d.detail}.")
+        ignored = [d for d in timeline if d.outcome == Outcome.IGNORED]
+        if ignored:
+            lines.append(f"{len(ignored)} record(s) were kept but ignored: "
+                         + "; ".join(d.detail for d in ignored) + ".")
+        return "\n".join(lines)
+
+    def dump(self, path: str | os.PathLike[str], *, topic: str = "") -> int:
+        """Write the namespace's records to an Avro object container file; return how many.
+
+        The file embeds the writer schemas (the schema catalog) so that
+        :class:`DumpSource` replays it anywhere. Written to a temporary file
+        and renamed, so a reader never sees half a dump.
+        """
+        from .keys import parse_key
+
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.tmp")
+        catalog = self.source.codec().catalog
+        count = 0
+
+        def records() -> Iterator[dict]:
+            nonlocal count
+            for batch in self.source.batches():
+                for r in batch:
+                    key = r.key.decode("utf-8", "replace") if r.key is not None else None
+                    parsed = parse_key(key) if key is not None else None
+                    if parsed is not None and parsed.namespace != self.namespace:
+                        continue  # another namespace on the same partition
+                    count += 1
+                    yield {"partition": r.partition, "offset": r.offset,
+                           "timestamp": r.timestamp, "key": r.key, "value": r.value}
+
+        meta = {"jobreg.format": "jobreg-dump/1", "jobreg.namespace": self.namespace,
+                "jobreg.topic": topic, "jobreg.catalog": json.dumps(catalog.to_dict())}
+        with tmp.open("wb") as f:
+            fastavro.writer(f, fastavro.parse_schema(DUMP_SCHEMA), records(), metadata=meta,
+                            codec="deflate")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return count

@@ -1,0 +1,105 @@
+"""Forensics on incident 000's timeline: state at any point, timelines, terms, offline dumps."""
+
+from __future__ import annotations
+
+import pytest
+
+from registry import ConfigError, EmbeddedBroker, JobStatus, Registry
+from registry.codec import encode
+from registry.events import JobLockReleased, new_event_id
+from registry.keys import lock_key
+from registry.log import write_raw
+
+pytestmark = pytest.mark.integration
+
+
+def _incident_000(reg_factory) -> dict:
+    jm1 = reg_factory()
+    t1 = jm1.claim_leadership("jm-1")
+    submitted = t1.submit("job-a", b"graph-a")
+    t1.submit("job-b", b"graph-b")
+    jm2 = reg_factory()
+    t2 = jm2.claim_leadership("jm-2")
+    grant2 = jm2.sync().terms[2].granted_offset
+    adopted = t2.adopt("job-a")[0]
+    late = write_raw(jm1.bootstrap, jm1.topic, jm1.partition, lock_key(jm1.namespace, "job-a"),
+                     encode(JobLockReleased(event_id=new_event_id(), namespace=jm1.namespace,
+                                            epoch=1, writer="jm-1", created_at=0,
+                                            job_id="job-a")))
+    cancelled = t2.cancel("job-a", "user cancel")
+    reg_factory().claim_leadership("jm-3")  # the restart
+    return dict(submitted=submitted.offset, grant2=grant2, adopted=adopted.offset, late=late,
+                cancelled=cancelled.offset, reg=jm2)
+
+
+def _answers(f, marks: dict) -> dict:
+    """The questions an operator asks, answered by a Registry or an open dump alike."""
+    return {
+        "before": f.state_at(offset=marks["submitted"] - 1).jobs.get("job-a"),
+        "submitted": f.state_at(offset=marks["submitted"]).jobs["job-a"],
+        "during": (f.state_at(offset=marks["grant2"]).epoch,
+                   f.state_at(offset=marks["grant2"]).jobs["job-a"].owner_epoch),
+        "adopted": f.state_at(offset=marks["adopted"]).jobs["job-a"].owner_epoch,
+        "after": f.state_at(offset=marks["cancelled"]).jobs["job-a"].status,
+        "timeline": [(d.offset, d.event_type, d.outcome, d.reason) for d in f.timeline("job-a")],
+        "explain": f.explain("job-a"),
+        "terms": f.terms(),
+    }
+
+
+def test_state_timeline_explain_and_terms_of_incident_000(connect) -> None:
+    marks = _incident_000(lambda: connect("forensics"))
+    reg = marks["reg"]
+    a = _answers(reg, marks)
+    assert a["before"] is None
+    assert a["submitted"].status == JobStatus.ACTIVE and a["submitted"].owner_epoch == 1
+    assert a["during"] == (2, 1)  # the new term exists; the job is not yet adopted
+    assert a["adopted"] == 2
+    assert a["after"] == JobStatus.CANCELLED
+    kinds = [(t, o) for _, t, o, _ in a["timeline"]]
+    assert kinds[:2] == [("JobSubmitted", "ACCEPTED"), ("JobAdopted", "ACCEPTED")]
+    assert ("JobLockReleased", "REJECTED") in kinds and ("JobCancelled", "ACCEPTED") in kinds
+    refused = [t for t in a["timeline"] if t[2] == "REJECTED"]
+    assert refused == [(marks["late"], "JobLockReleased", "REJECTED", "stale_epoch")]
+    assert "CANCELLED" in a["explain"] and f"Refused at offset {marks['late']}" in a["explain"]
+    assert "stale_epoch" in a["explain"] and "jm-1" in a["explain"]
+    terms = a["terms"]
+    assert [(t.epoch, t.leader) for t in terms] == [(1, "jm-1"), (2, "jm-2"), (3, "jm-3")]
+    assert terms[0].ended.startswith("superseded by epoch 2") and terms[2].ended == "current"
+    assert terms[0].rejected == 1 and terms[1].accepted >= 2
+    # by time: everything up to the cancel's stamp includes the cancel
+    stamp = next(d.timestamp for d in reg.timeline("job-a") if d.offset == marks["cancelled"])
+    assert reg.state_at(time=stamp).jobs["job-a"].status == JobStatus.CANCELLED
+    assert reg.state_at(time=0).epoch == 0
+    with pytest.raises(ConfigError, match="exactly one"):
+        reg.state_at(offset=1, time=1)
+
+
+def test_the_same_answers_from_a_dump_with_no_broker(topic, tmp_path) -> None:
+    path = tmp_path / "incident-000.jobreg.avro"
+    made: list[Registry] = []
+
+    def factory() -> Registry:
+        made.append(Registry.connect(broker.bootstrap, "dumped", topic=topic))
+        return made[-1]
+
+    with EmbeddedBroker() as broker:
+        marks = _incident_000(factory)
+        live = _answers(marks["reg"], marks)
+        written = marks["reg"].dump(path)
+        live_image = marks["reg"].sync()
+        for r in made:
+            r.close()
+    # the broker is gone: the dump answers alone
+    offline = Registry.open_dump(path)
+    assert written == len(offline.decisions()) > 0
+    assert _answers(offline, marks) == live
+    assert offline.replay() == live_image
+    assert offline.namespace == "dumped"
+
+
+def test_a_file_that_is_not_a_dump_is_a_clear_error(tmp_path) -> None:
+    bad = tmp_path / "x.avro"
+    bad.write_bytes(b"not avro")
+    with pytest.raises(ConfigError, match="not a readable jobreg dump"):
+        Registry.open_dump(bad)
