@@ -200,6 +200,14 @@ class Forensics:
                     else None)
         return out
 
+    def rejected(self) -> list[Decision]:
+        """Every record the fold refused, in log order, with reason and epochs."""
+        return list(self.replay().rejected)
+
+    def quarantined(self) -> list[Decision]:
+        """Every record the fold could not decode, in log order."""
+        return list(self.replay().quarantined)
+
     def timeline(self, job_id: str) -> list[Decision]:
         """Every record about ``job_id``, in log order, with the fold's verdict."""
         check_id("job id", job_id)

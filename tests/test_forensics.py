@@ -96,6 +96,8 @@ def test_the_same_answers_from_a_dump_with_no_broker(topic, tmp_path) -> None:
     assert _answers(offline, marks) == live
     assert offline.replay() == live_image
     assert offline.namespace == "dumped"
+    assert [d.reason for d in offline.rejected()] == ["stale_epoch"]
+    assert offline.quarantined() == []
 
 
 def test_a_file_that_is_not_a_dump_is_a_clear_error(tmp_path) -> None:
