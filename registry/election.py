@@ -13,15 +13,20 @@ How it decides, with no clock shared between machines:
   renewal, a revoke). It claims the next epoch (a compare-and-set grant, so
   of several contenders one wins) when no term is active, or when it has seen
   no progress for a full lease of the current term.
-* The leader renews (``LeaseRenewed``) every ``lease / 3``. Its lease runs
+* The leader renews (``LeaseRenewed``) every ``lease / 4``, and retries a
+  failed renewal after 0.1 s. Its lease runs
   from the moment it *sent* its last successful renewal (or its grant), which
   is before any contender can have seen it; it writes nothing once
   ``0.9 x lease`` has passed since then (:class:`~registry.errors.LeaseExpired`),
   so it stops before its lease can have run out on anyone else's clock.
-* A broker disconnect shorter than the lease costs nothing: renewals fail and
-  are retried, the leader keeps its term, and a renewal after the disconnect
-  restarts the lease (incident 001: Flink's leader gave up on the first
-  SUSPENDED). If the lease runs out, the leader stops writing but keeps
+* A broker disconnect costs nothing while the leader can renew before any
+  contender's lease clock runs out: renewals fail and are retried, the leader
+  keeps its term, and a renewal after the disconnect restarts the lease
+  (incident 001: Flink's leader gave up on the first SUSPENDED). A contender
+  last saw a renewal at most ``lease / 4`` before the disconnect began, and
+  the client needs up to a reconnect (librdkafka backs off at most 250 ms
+  here) plus one renewal round trip after it ends; so a disconnect of up to
+  about ``0.75 x lease - 0.5 s`` never causes a failover, and a longer one may. If the lease runs out, the leader stops writing but keeps
   trying to renew: if nobody took over, it simply continues.
 * When the leader learns its term is over (a newer grant, or a revoke), it
   stops renewing and calls ``on_revoked(term)`` once.
@@ -163,8 +168,10 @@ class Election:
                                "writing until it is")
 
     def _renew_loop(self, term: Term) -> None:
-        period = self.lease / 3
-        while not self._cancelled.wait(period if self.lease_valid() else period / 4):
+        period, retry = self.lease / 4, min(0.1, self.lease / 20)
+        wait = period
+        while not self._cancelled.wait(wait):
+            wait = retry  # until this renewal succeeds
             sent = self._clock()
             event = LeaseRenewed(event_id=new_event_id(), namespace=term.namespace,
                                  epoch=term.epoch, writer=term.contender, created_at=now_ms())
@@ -181,6 +188,7 @@ class Election:
                     return
                 continue
             self._valid_until = sent + _SAFETY * self.lease
+            wait = period
 
     def _lose(self, term: Term) -> None:
         if self._lost.is_set():
