@@ -336,6 +336,27 @@ def encode_image(image: Image) -> bytes:
         return gzip.compress(text, compresslevel=_COMPRESS_LEVEL, mtime=0)
 
 
+def _written_fields(name: Any, types: dict[str, Any]) -> tuple[type, Any, Any]:
+    """The class, the fields as the body lists them, and this jobreg's fields of ``name``.
+
+    Raises ``ValueError`` (made a ConfigError by the caller) for an unknown
+    type, one the body does not list, an unknown field or a repeated one.
+    """
+    cls = _TYPES.get(name) if type(name) is str else None
+    if cls is None:
+        raise ValueError(f"unknown record type {name!r:.80}")
+    written = types.get(name)
+    if written is None:
+        raise ValueError(f"record type {name!r} is not in the body's 'types'")
+    current = _FIELDS[name]
+    unknown = [f for f in written if f not in current]
+    if unknown:
+        raise ValueError(f"{name} has fields {unknown} this jobreg does not know")
+    if len(set(written)) != len(written):
+        raise ValueError(f"{name} lists a field twice: {written}")
+    return cls, written, current
+
+
 class _Rows(list):  # type: ignore[type-arg]
     """Records decoded from a ``rec`` column, with that column's type and field columns."""
 
@@ -489,18 +510,7 @@ class _Reader:
 
     def _plan(self, name: Any) -> Callable[[int, Any], _Rows]:
         """How to build records of type ``name`` from columns in the body's field order."""
-        cls = _TYPES.get(name) if type(name) is str else None
-        if cls is None:
-            raise ValueError(f"unknown record type {name!r:.80}")
-        written = self._written.get(name)
-        if written is None:
-            raise ValueError(f"record type {name!r} is not in the body's 'types'")
-        current = _FIELDS[name]
-        unknown = [f for f in written if f not in current]
-        if unknown:
-            raise ValueError(f"{name} has fields {unknown} this jobreg does not know")
-        if len(set(written)) != len(written):
-            raise ValueError(f"{name} lists a field twice: {written}")
+        cls, written, current = _written_fields(name, self._written)
         defaults: dict[str, Callable[[], Any]] = {}
         for f in current:
             if f not in written:
@@ -598,18 +608,7 @@ class _Decoder1:
         return hook
 
     def _plan(self, name: str) -> Callable[[Any], Any]:
-        cls = _TYPES.get(name)
-        if cls is None:
-            raise ValueError(f"unknown record type {name!r}")
-        written = self._written.get(name)
-        if written is None:
-            raise ValueError(f"record type {name!r} is not in the body's 'types'")
-        current = _FIELDS[name]
-        unknown = [n for n in written if n not in current]
-        if unknown:
-            raise ValueError(f"{name} has fields {unknown} this jobreg does not know")
-        if len(set(written)) != len(written):
-            raise ValueError(f"{name} lists a field twice: {written}")
+        cls, written, current = _written_fields(name, self._written)
         n = len(written)
         build: Callable[[Any], Any]
         if tuple(written) == current and not dataclasses.is_dataclass(cls):
