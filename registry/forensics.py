@@ -195,10 +195,14 @@ class Forensics:
 
     def decisions(self) -> list[Decision]:
         """The fold's verdict on every record of the namespace, in log order."""
+        return self._scan()[1]
+
+    def _scan(self) -> tuple[Image, list[Decision]]:
+        # One read of the source gives both the final image and every verdict.
         out: list[Decision] = []
-        self.replay(on_decision=lambda d: out.append(d) if d.outcome != Outcome.SKIPPED
-                    else None)
-        return out
+        image = self.replay(on_decision=lambda d: out.append(d)
+                            if d.outcome != Outcome.SKIPPED else None)
+        return image, out
 
     def rejected(self) -> list[Decision]:
         """Every record the fold refused, in log order, with reason and epochs."""
@@ -210,13 +214,16 @@ class Forensics:
 
     def timeline(self, job_id: str) -> list[Decision]:
         """Every record about ``job_id``, in log order, with the fold's verdict."""
+        return self._job(job_id)[1]
+
+    def _job(self, job_id: str) -> tuple[Image, list[Decision]]:
         check_id("job id", job_id)
-        return [d for d in self.decisions() if d.job_id == job_id]
+        image, decisions = self._scan()
+        return image, [d for d in decisions if d.job_id == job_id]
 
     def terms(self) -> list[TermSummary]:
         """Every leadership term: who, how it started and ended, its span and write counts."""
-        decisions = self.decisions()
-        image = self.replay()
+        image, decisions = self._scan()
         counts: dict[int, list[int]] = {}
         last: dict[int, int] = {}
         for d in decisions:
@@ -247,8 +254,7 @@ class Forensics:
 
     def explain(self, job_id: str) -> str:
         """A short account, for people, of why the job is in its current state."""
-        timeline = self.timeline(job_id)
-        image = self.replay()
+        image, timeline = self._job(job_id)
         view = image.jobs.get(job_id)
         if view is None:
             return (f"job {job_id!r} is not in namespace {self.namespace!r}"
