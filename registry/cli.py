@@ -12,19 +12,29 @@ To add a command, define it on :func:`main` (``@main.command()`` or a
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
 from registry.errors import RegistryError
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "CliError", "main", "registry_errors"]
+if TYPE_CHECKING:
+    from registry.forensics import Forensics
+
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "CliError", "main",
+           "registry_errors"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # the registry or the broker reported an error
 EXIT_USAGE = 2  # bad command line (click's own code), or no broker binary installed
+EXIT_NOT_FOUND = 3  # the job asked about has no record in the namespace
 
 
 class CliError(click.ClickException):
@@ -48,13 +58,162 @@ def registry_errors(exit_code: int = EXIT_ERROR) -> Iterator[None]:
         raise CliError(str(e), exit_code) from e
 
 
-@click.group(
-    epilog="Exit codes: 0 ok; 1 error reported by the registry or the broker; "
-    "2 usage error (or the broker binary is not installed)."
+EPILOG = (
+    "Exit codes: 0 ok; 1 error reported by the registry or the broker (unreachable broker, "
+    "missing topic, unreadable dump); 2 usage error (bad arguments; or the broker binary is "
+    "not installed); 3 the job asked about has no record in the namespace."
 )
+
+
+@dataclass
+class Settings:
+    """The global options, shared by every command through click's context."""
+
+    bootstrap: str | None
+    namespace: str
+    topic: str
+    from_file: str | None
+    as_json: bool
+    timeout: float
+    namespace_given: bool = False
+
+    def forensics(self) -> Forensics:
+        """The namespace's log, from the broker or from ``--from-file``, with a progress
+        bar on a terminal."""
+        from registry.forensics import BrokerSource, DumpSource, Forensics
+        from registry.keys import partition_for
+        from registry.log import topic_partitions
+
+        progress = ProgressBar.for_terminal()
+        if self.from_file is not None:
+            source = DumpSource(self.from_file)
+            if self.namespace_given and source.namespace != self.namespace:
+                raise CliError(f"{self.from_file} holds namespace {source.namespace!r}, not "
+                               f"{self.namespace!r} (leave out --namespace to read it)",
+                               EXIT_USAGE)
+            return Forensics(source, source.namespace, progress=progress)
+        if self.bootstrap is None:
+            raise CliError("say where the log is: --bootstrap HOST:PORT (or $JOBREG_BOOTSTRAP), "
+                           "or --from-file DUMP", EXIT_USAGE)
+        partitions = topic_partitions(self.bootstrap, self.topic, self.timeout)
+        source = BrokerSource(self.bootstrap, self.topic,
+                              partition_for(self.namespace, partitions), self.timeout)
+        return Forensics(source, self.namespace, progress=progress)
+
+    def emit(self, what: str, payload: dict[str, Any], human: Callable[[], str]) -> None:
+        """Print ``payload`` as JSON (``{"format": "jobreg.<what>/1", ...}``) under
+        ``--json``, else ``human()``."""
+        if self.as_json:
+            click.echo(json.dumps({"format": f"jobreg.{what}/1", **payload}, indent=2))
+        else:
+            click.echo(human())
+
+
+class ProgressBar:
+    """A one-line progress bar on stderr for long replays: shown only when stderr is a
+    terminal and only once a replay has read more than ``threshold`` records."""
+
+    def __init__(self, stream: TextIO, threshold: int = 2000) -> None:
+        self.stream = stream
+        self.threshold = threshold
+        self._shown = False
+        self._started = time.monotonic()
+
+    @classmethod
+    def for_terminal(cls) -> ProgressBar | None:
+        """A bar on stderr if stderr is a terminal, else ``None`` (nothing when piped)."""
+        stream = sys.stderr
+        return cls(stream) if stream.isatty() else None
+
+    def __call__(self, records: int, fraction: float | None) -> None:
+        if records <= self.threshold:
+            return
+        self._shown = True
+        rate = records / max(1e-6, time.monotonic() - self._started)
+        if fraction is None:
+            line = f"replaying: {records:,} records ({rate:,.0f}/s)"
+        else:
+            filled = int(fraction * 30)
+            line = (f"replaying [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%} "
+                    f"{records:,} records ({rate:,.0f}/s)")
+        self.stream.write("\r" + line)
+        if fraction is not None and fraction >= 1.0:
+            self.done()
+        self.stream.flush()
+
+    def done(self) -> None:
+        """End the bar's line (if one was drawn)."""
+        if self._shown:
+            self.stream.write("\n")
+            self.stream.flush()
+            self._shown = False
+
+
+def _check_job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    from registry.keys import check_id
+
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        if v is None:
+            continue
+        try:
+            check_id("job id", v)
+        except RegistryError as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
+def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    from registry.render import parse_time
+
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@click.group(epilog=EPILOG)
 @click.version_option(package_name="jobreg", prog_name="jobreg")
-def main() -> None:
-    """jobreg: an event-sourced job registry on a compacted Kafka log."""
+@click.option("--bootstrap", envvar="JOBREG_BOOTSTRAP", metavar="HOST:PORT",
+              help="Kafka bootstrap servers of the registry log. [env: JOBREG_BOOTSTRAP]")
+@click.option("--namespace", envvar="JOBREG_NAMESPACE", default="default", show_default=True,
+              help="The namespace to read. [env: JOBREG_NAMESPACE]")
+@click.option("--topic", envvar="JOBREG_TOPIC", default="jobreg", show_default=True,
+              help="The registry topic. [env: JOBREG_TOPIC]")
+@click.option("--from-file", "from_file", envvar="JOBREG_FROM_FILE", metavar="DUMP",
+              type=click.Path(exists=True, dir_okay=False),
+              help="Read a dump written by `jobreg dump` instead of a broker (no broker "
+                   "needed). [env: JOBREG_FROM_FILE]")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print JSON (stable shapes, see the README) instead of tables.")
+@click.option("--timeout", envvar="JOBREG_TIMEOUT", type=click.FloatRange(0.1, 3600),
+              default=10.0, show_default=True,
+              help="Seconds to wait for the broker before giving up (without progress, for "
+                   "long reads). [env: JOBREG_TIMEOUT]")
+@click.pass_context
+def main(ctx: click.Context, bootstrap: str | None, namespace: str, topic: str,
+         from_file: str | None, as_json: bool, timeout: float) -> None:
+    """jobreg: an event-sourced job registry on a compacted Kafka log.
+
+    The read commands (jobs, leader, terms, timeline, explain, rejected,
+    quarantine, state, dump, report) replay one namespace's log from a broker
+    (--bootstrap) or from a dump file (--from-file), and never write to it.
+    """
+    from registry.keys import check_id
+
+    for what, value in (("namespace", namespace), ("topic", topic)):
+        try:
+            check_id(what, value)
+        except RegistryError as e:
+            raise click.BadParameter(str(e), param_hint=f"--{what}") from None
+    source = ctx.get_parameter_source("namespace")
+    ctx.obj = Settings(bootstrap, namespace, topic, from_file, as_json, timeout,
+                       namespace_given=source not in (None, click.core.ParameterSource.DEFAULT))
+
+
+pass_settings = click.make_pass_decorator(Settings)
 
 
 @main.command()
@@ -166,6 +325,241 @@ def bench_recovery_cmd(log_events: int) -> None:
         figures = bench_recovery(log_events=log_events,
                                  progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_recovery(figures))
+
+
+# -- read commands: replay the log (broker or dump) and print ----------------------------------
+
+
+@contextlib.contextmanager
+def _reading(settings: Settings) -> Iterator[Forensics]:
+    """A Forensics for a read command; errors become one line, the progress bar is ended."""
+    with registry_errors():
+        f = settings.forensics()
+        try:
+            yield f
+        finally:
+            if isinstance(f.progress, ProgressBar):
+                f.progress.done()
+
+
+def _decision_rows(decisions: list[Any], with_job: bool = True) -> str:
+    from registry.render import format_time, table
+
+    headers = ["offset", "time", "type", *(["job"] if with_job else []), "epoch", "writer",
+               "outcome", "reason", "detail"]
+    return table(headers, ([d.offset, format_time(d.timestamp), d.event_type,
+                            *([d.job_id] if with_job else []), d.epoch, d.writer, d.outcome,
+                            d.reason, d.detail] for d in decisions))
+
+
+def _jobs_table(image: Any, include_terminal: bool) -> str:
+    from registry.render import table
+
+    views = sorted((v for v in image.jobs.values() if include_terminal or v.live),
+                   key=lambda v: v.job_id)
+    if not views:
+        return "(no jobs)"
+    return table(["job", "status", "owner epoch", "checkpoint failures", "error"],
+                 ([v.job_id, v.status, v.owner_epoch,
+                   f"{v.checkpoints.consecutive_failures}/{v.max_checkpoint_failures}"
+                   + (" OVER BUDGET" if v.over_budget else ""), v.error] for v in views))
+
+
+@main.command()
+@click.option("--all", "include_terminal", is_flag=True,
+              help="Include terminal jobs (cancelled, finished, failed).")
+@pass_settings
+def jobs(settings: Settings, include_terminal: bool) -> None:
+    """The namespace's jobs now: live ones, or every one with --all."""
+    from registry.render import state_json
+
+    with _reading(settings) as f:
+        image = f.replay()
+    state = state_json(image, include_terminal=include_terminal)
+    settings.emit("jobs", {"namespace": image.namespace, "last_offset": state["last_offset"],
+                           "jobs": state["jobs"]},
+                  lambda: _jobs_table(image, include_terminal))
+
+
+@main.command()
+@pass_settings
+def leader(settings: Settings) -> None:
+    """Who leads the namespace now: epoch, leader, whether the term was revoked."""
+    with _reading(settings) as f:
+        image = f.replay()
+
+    def human() -> str:
+        if image.leader is None:
+            return f"namespace {image.namespace!r} has never had a leader"
+        state = "revoked, no leader now" if image.revoked else "leading"
+        return f"epoch {image.epoch}: {image.leader} ({state})"
+
+    settings.emit("leader", {"namespace": image.namespace, "epoch": image.epoch,
+                             "leader": image.leader, "revoked": image.revoked,
+                             "last_offset": image.provenance.last_offset}, human)
+
+
+@main.command()
+@pass_settings
+def terms(settings: Settings) -> None:
+    """Every leadership term: leader, how it started and ended, its span and write counts."""
+    from registry.render import table, term_json
+
+    with _reading(settings) as f:
+        found = f.terms()
+    settings.emit("terms", {"namespace": f.namespace, "terms": [term_json(t) for t in found]},
+                  lambda: table(["epoch", "leader", "started", "ended", "first", "last",
+                                 "accepted", "rejected"],
+                                ([t.epoch, t.leader, t.started, t.ended, t.first_offset,
+                                  t.last_offset, t.accepted, t.rejected] for t in found))
+                  if found else "(no terms)")
+
+
+@main.command()
+@click.argument("job", callback=_check_job_id)
+@pass_settings
+def timeline(settings: Settings, job: str) -> None:
+    """Every record about JOB in log order, with the fold's verdict and reason.
+
+    Exits 3 if no record mentions JOB.
+    """
+    from registry.render import decision_json
+
+    with _reading(settings) as f:
+        found = f.timeline(job)
+    settings.emit("timeline", {"namespace": f.namespace, "job_id": job,
+                               "records": [decision_json(d) for d in found]},
+                  lambda: _decision_rows(found, with_job=False) if found
+                  else f"no record mentions job {job!r}")
+    if not found:
+        raise SystemExit(EXIT_NOT_FOUND)
+
+
+@main.command()
+@click.argument("job", callback=_check_job_id)
+@pass_settings
+def explain(settings: Settings, job: str) -> None:
+    """Why JOB is in its current state: the record that put it there, what was refused.
+
+    Exits 3 if no record mentions JOB.
+    """
+    from registry.render import job_json
+
+    with _reading(settings) as f:
+        image, found = f.job_history(job)
+        text = f.explain_from(image, found, job)
+    view = image.jobs.get(job)
+    settings.emit("explain", {"namespace": f.namespace, "job_id": job,
+                              "job": job_json(view) if view is not None else None,
+                              "explanation": text}, lambda: text)
+    if not found:
+        raise SystemExit(EXIT_NOT_FOUND)
+
+
+@main.command()
+@pass_settings
+def rejected(settings: Settings) -> None:
+    """Every record the fold refused, with who wrote it and why."""
+    from registry.render import decision_json
+
+    with _reading(settings) as f:
+        found = f.rejected()
+    settings.emit("rejected", {"namespace": f.namespace,
+                               "records": [decision_json(d) for d in found]},
+                  lambda: _decision_rows(found) if found else "(no refused records)")
+
+
+@main.command()
+@pass_settings
+def quarantine(settings: Settings) -> None:
+    """Every record the fold could not decode (kept in the log, without effect)."""
+    from registry.render import decision_json, format_time, table
+
+    with _reading(settings) as f:
+        found = f.quarantined()
+    settings.emit("quarantine", {"namespace": f.namespace,
+                                 "records": [decision_json(d) for d in found]},
+                  lambda: table(["offset", "time", "key", "reason", "detail"],
+                                ([d.offset, format_time(d.timestamp), d.key, d.reason,
+                                  d.detail] for d in found))
+                  if found else "(no quarantined records)")
+
+
+@main.command()
+@click.option("--offset", type=click.IntRange(-1), default=None,
+              help="The image after the record at this offset (-1: before any record).")
+@click.option("--time", "at_time", callback=_time_option, metavar="T", default=None,
+              help="The image after every record stamped at or before T (ISO 8601, UTC "
+                   "unless a zone is given, or ms since the Unix epoch).")
+@click.option("--all", "include_terminal", is_flag=True, help="Include terminal jobs.")
+@pass_settings
+def state(settings: Settings, offset: int | None, at_time: int | None,
+          include_terminal: bool) -> None:
+    """What the registry believed at an offset or a time: leader, epoch, jobs.
+
+    Give exactly one of --offset and --time. Time is the broker's stamp on
+    each record (LogAppendTime); the README says what that means.
+    """
+    from registry.render import format_time, state_json
+
+    if (offset is None) == (at_time is None):
+        raise click.UsageError("give exactly one of --offset N and --time T")
+    with _reading(settings) as f:
+        image = f.state_at(offset=offset, time=at_time)
+    payload = {"at": {"offset": offset, "time": format_time(at_time)},
+               **state_json(image, include_terminal=include_terminal)}
+
+    def human() -> str:
+        p = image.provenance
+        where = (f"after offset {p.last_offset}" if p.last_offset >= 0 else "before any record")
+        lead = ("no leader" if image.leader is None else
+                f"epoch {image.epoch}, {image.leader}" + (" (revoked)" if image.revoked else ""))
+        stamp = format_time(p.log_time)
+        return (f"namespace {image.namespace!r} {where}"
+                + (f" (stamped {stamp})" if stamp else "") + f": {lead}\n"
+                + _jobs_table(image, include_terminal))
+
+    settings.emit("state", payload, human)
+
+
+@main.command()
+@click.argument("file", type=click.Path(dir_okay=False, writable=True))
+@pass_settings
+def dump(settings: Settings, file: str) -> None:
+    """Write the namespace's records to FILE (Avro container, writer schemas embedded).
+
+    Every read command replays it with --from-file FILE, with no broker.
+    """
+    with _reading(settings) as f:
+        count = f.dump(file, topic=settings.topic if settings.from_file is None else
+                       getattr(f.source, "topic", ""))
+    settings.emit("dump", {"namespace": f.namespace, "file": file, "records": count},
+                  lambda: f"wrote {count:,} records of namespace {f.namespace!r} to {file}")
+
+
+@main.command()
+@click.option("--out", required=True, type=click.Path(dir_okay=False, writable=True),
+              help="The HTML file to write (self-contained: it makes no network request).")
+@click.option("--job", "jobs_", multiple=True, callback=_check_job_id,
+              help="A job to draw and explain (repeatable). Default: every job in the window.")
+@click.option("--since", callback=_time_option, metavar="T", default=None,
+              help="Draw records stamped at or after T (ISO 8601 or ms).")
+@click.option("--until", callback=_time_option, metavar="T", default=None,
+              help="Draw records stamped at or before T (ISO 8601 or ms).")
+@pass_settings
+def report(settings: Settings, out: str, jobs_: tuple[str, ...], since: int | None,
+           until: int | None) -> None:
+    """Write an incident report: one HTML file with the timeline as a picture (terms as
+    bands, jobs as lanes, refused and quarantined records highlighted) and the
+    explanation of each selected job."""
+    if since is not None and until is not None and since > until:
+        raise click.BadParameter("--since is after --until", param_hint="--since")
+    from registry.report import write_report
+
+    with _reading(settings) as f:
+        path = write_report(f, out, jobs=list(jobs_) or None, since=since, until=until)
+    settings.emit("report", {"namespace": f.namespace, "file": str(path)},
+                  lambda: f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 import fastavro
 
@@ -76,25 +76,50 @@ class LogSource(Protocol):
         """The codec that decodes this source's values."""
         ...
 
+    def fraction_read(self) -> float | None:
+        """How much of the source the current :meth:`batches` has read, 0..1 (``None``:
+        unknown). Only for progress bars."""
+        ...
+
+
+Progress = Callable[[int, "float | None"], None]
+"""``progress(records_read, fraction_read)``, called after each batch a replay reads."""
+
 
 class BrokerSource:
-    """One partition of a topic on a broker, read from offset 0 to its end."""
+    """One partition of a topic on a broker, read from offset 0 to its end as of the start
+    of each read.
+
+    ``timeout`` bounds how long a read may go without progress (not the whole
+    read: a million records take longer than any sensible timeout); a broker
+    that stops answering raises :class:`~registry.errors.BrokerError` after it.
+    """
 
     def __init__(self, bootstrap: str, topic: str, partition: int, timeout: float = 10.0,
                  codec: Codec | None = None) -> None:
         self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
         self.timeout = timeout
         self._codec = codec
+        self._read = 0
+        self._end: int | None = None
 
     def batches(self) -> Iterator[list[LogRecord]]:
         reader = LogReader(self.bootstrap, self.topic, self.partition)
         try:
-            yield from reader.sync(self.timeout)
+            # The end offset only sizes the progress bar; the end-of-partition event
+            # ends the read (LogReader explains why the offset cannot).
+            self._read, self._end = 0, reader.end_offset(self.timeout)
+            for batch in reader.read_to_end(self.timeout):
+                self._read = batch[-1].offset + 1
+                yield batch
         finally:
             reader.close()
 
     def codec(self) -> Codec:
         return self._codec or default_codec()
+
+    def fraction_read(self) -> float | None:
+        return min(1.0, self._read / self._end) if self._end else None
 
 
 class DumpSource:
@@ -102,6 +127,8 @@ class DumpSource:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._file: BinaryIO | None = None
+        self._size = 1
         try:
             with self.path.open("rb") as f:
                 meta = fastavro.reader(f).metadata
@@ -118,7 +145,9 @@ class DumpSource:
             raise ConfigError(f"{self.path}: a jobreg dump without its {e} metadata") from e
 
     def batches(self) -> Iterator[list[LogRecord]]:
+        self._size = max(1, self.path.stat().st_size)
         with self.path.open("rb") as f:
+            self._file = f
             batch: list[LogRecord] = []
             for rec in fastavro.reader(f):
                 batch.append(LogRecord(rec["offset"], rec["key"], rec["value"],
@@ -128,10 +157,15 @@ class DumpSource:
                     batch = []
             if batch:
                 yield batch
+            self._file = None
 
     def codec(self) -> Codec:
         # The writer schemas the dump carries: newer than ours, perhaps.
         return Codec(self._catalog)
+
+    def fraction_read(self) -> float | None:
+        f = self._file
+        return None if f is None or f.closed else min(1.0, f.tell() / self._size)
 
 
 @dataclass(frozen=True)
@@ -158,16 +192,28 @@ class TermSummary:
 class Forensics:
     """Read-only questions about one namespace, answered by replaying the fold over a source."""
 
-    def __init__(self, source: LogSource, namespace: str) -> None:
+    def __init__(self, source: LogSource, namespace: str, *,
+                 progress: Progress | None = None) -> None:
         self.source = source
         self.namespace = check_id("namespace", namespace)
+        self.progress = progress
+        """Called after each batch of every read (a progress bar, say)."""
+
+    def _batches(self) -> Iterator[list[LogRecord]]:
+        read = 0
+        for batch in self.source.batches():
+            yield batch
+            read += len(batch)
+            if self.progress is not None:
+                fraction = getattr(self.source, "fraction_read", None)
+                self.progress(read, fraction() if fraction is not None else None)
 
     def replay(self, *, until_offset: int | None = None, until_time: int | None = None,
                on_decision: Callable[[Decision], None] | None = None) -> Image:
         """Fold the source from the start, stopping after ``until_offset`` or before the
         first record stamped after ``until_time`` (ms since the Unix epoch)."""
         def cut() -> Iterator[list[LogRecord]]:
-            for batch in self.source.batches():
+            for batch in self._batches():
                 keep = []
                 for r in batch:
                     if until_offset is not None and r.offset > until_offset:
@@ -214,9 +260,10 @@ class Forensics:
 
     def timeline(self, job_id: str) -> list[Decision]:
         """Every record about ``job_id``, in log order, with the fold's verdict."""
-        return self._job(job_id)[1]
+        return self.job_history(job_id)[1]
 
-    def _job(self, job_id: str) -> tuple[Image, list[Decision]]:
+    def job_history(self, job_id: str) -> tuple[Image, list[Decision]]:
+        """The final image and the job's timeline, from one read of the source."""
         check_id("job id", job_id)
         image, decisions = self._scan()
         return image, [d for d in decisions if d.job_id == job_id]
@@ -254,7 +301,11 @@ class Forensics:
 
     def explain(self, job_id: str) -> str:
         """A short account, for people, of why the job is in its current state."""
-        image, timeline = self._job(job_id)
+        image, timeline = self.job_history(job_id)
+        return self.explain_from(image, timeline, job_id)
+
+    def explain_from(self, image: Image, timeline: list[Decision], job_id: str) -> str:
+        """:meth:`explain` from a final image and the job's timeline already read."""
         view = image.jobs.get(job_id)
         if view is None:
             return (f"job {job_id!r} is not in namespace {self.namespace!r}"
@@ -297,7 +348,7 @@ class Forensics:
 
         def records() -> Iterator[dict]:
             nonlocal count
-            for batch in self.source.batches():
+            for batch in self._batches():
                 for r in batch:
                     key = r.key.decode("utf-8", "replace") if r.key is not None else None
                     parsed = parse_key(key) if key is not None else None

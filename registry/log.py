@@ -37,6 +37,7 @@ __all__ = [
     "TransactionFailed",
     "TransactionalWriter",
     "ensure_topic",
+    "topic_partitions",
     "transactional_id",
     "write_raw",
 ]
@@ -143,6 +144,23 @@ def ensure_topic(bootstrap: str, topic: str, config: TopicConfig | None = None,
     return TopicInfo(partitions, retention_ms)
 
 
+def topic_partitions(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
+    """How many partitions an existing topic has (never creates it).
+
+    Raises :class:`BrokerError` if the broker does not answer within ``timeout``
+    seconds and :class:`ConfigError` if the topic does not exist.
+    """
+    meta = _list_topics(_admin(bootstrap), bootstrap, timeout)
+    found = meta.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        names = sorted(t for t in meta.topics if not t.startswith("__"))
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
+                                         else "")
+        raise ConfigError(f"topic {topic!r} does not exist on {bootstrap} "
+                          f"(topics there: {shown or 'none'})")
+    return len(found.partitions)
+
+
 def _list_topics(admin: AdminClient, bootstrap: str, timeout: float):
     try:
         return admin.list_topics(timeout=timeout)
@@ -247,6 +265,27 @@ class LogReader:
                                   f"readable from {self.bootstrap} within {timeout:g} s")
             batch = self.poll(min(left, 0.2))
             if batch:
+                yield batch
+
+    def read_to_end(self, timeout: float) -> Iterable[list[LogRecord]]:
+        """Yield batches until the end of the partition, as :meth:`sync` does, except that
+        ``timeout`` bounds the time *without progress*, not the whole read:
+        raises :class:`BrokerError` when no record arrived and no end was seen
+        for ``timeout`` seconds (an unreachable broker, for instance).
+        """
+        self._eof = False
+        with contextlib.suppress(KafkaException):
+            self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
+        deadline = time.monotonic() + timeout
+        while not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise BrokerError(f"reading {self.topic}[{self.partition}] at {self.bootstrap} "
+                                  f"made no progress for {timeout:g} s at offset "
+                                  f"{self.position} (is the broker reachable?)")
+            batch = self.poll(min(left, 0.2))
+            if batch:
+                deadline = time.monotonic() + timeout
                 yield batch
 
     def sync(self, timeout: float) -> Iterable[list[LogRecord]]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from registry import ConfigError, EmbeddedBroker, JobStatus, Registry
+from registry import ConfigError, EmbeddedBroker, JobStatus, Registry, WriteRejected
 from registry.codec import encode
-from registry.events import JobLockReleased, new_event_id
-from registry.keys import lock_key
+from registry.events import InlineGraph, JobLockReleased, JobSubmitted, new_event_id
+from registry.keys import job_key, lock_key
 from registry.log import write_raw
 
 pytestmark = pytest.mark.integration
@@ -105,3 +105,57 @@ def test_a_file_that_is_not_a_dump_is_a_clear_error(tmp_path) -> None:
     bad.write_bytes(b"not avro")
     with pytest.raises(ConfigError, match="not a readable jobreg dump"):
         Registry.open_dump(bad)
+
+
+def _incident_001(reg_factory) -> dict:
+    """001: a job finished a month ago; a needless failover; the new leader (and a zombie of
+    the old one) try to bring it back from its left-behind graph."""
+    jm1 = reg_factory()
+    t1 = jm1.claim_leadership("jm-1")
+    t1.submit_many([("job-old", b"old"), ("job-run", b"run")])
+    finished = t1.terminate("job-old", "FINISHED")
+    jm2 = reg_factory()
+    t2 = jm2.claim_leadership("jm-2")
+    grant2 = jm2.sync().terms[2].granted_offset
+    adopted = t2.adopt("job-run")[0]
+    with pytest.raises(WriteRejected):
+        t2.submit("job-old", b"old")  # the left-behind graph, resubmitted
+    zombie = write_raw(jm1.bootstrap, jm1.topic, jm1.partition, job_key(jm1.namespace, "job-old"),
+                       encode(JobSubmitted(event_id=new_event_id(), namespace=jm1.namespace,
+                                           epoch=1, writer="jm-1", created_at=0,
+                                           job_id="job-old", graph=InlineGraph(b"old"))))
+    t2.reassert()
+    return dict(finished=finished.offset, grant2=grant2, adopted=adopted.offset, zombie=zombie,
+                reg=jm2)
+
+
+def test_incident_001_the_finished_job_that_flink_brought_back(connect) -> None:
+    marks = _incident_001(lambda: connect("forensics-001"))
+    reg = marks["reg"]
+    assert reg.state_at(offset=marks["finished"] - 1).jobs["job-old"].status == JobStatus.ACTIVE
+    at_finish = reg.state_at(offset=marks["finished"])
+    assert at_finish.jobs["job-old"].status == JobStatus.FINISHED and at_finish.epoch == 1
+    during = reg.state_at(offset=marks["grant2"])
+    assert (during.epoch, during.leader) == (2, "jm-2")
+    assert during.jobs["job-run"].owner_epoch == 1  # granted, not yet adopted
+    after = reg.state_at(offset=marks["zombie"])
+    assert after.jobs["job-old"].status == JobStatus.FINISHED
+    assert after.jobs["job-run"].owner_epoch == 2
+    assert reg.state_at(offset=marks["adopted"]).live_jobs().keys() == {"job-run"}
+    stamp = next(d.timestamp for d in reg.timeline("job-old") if d.offset == marks["finished"])
+    assert reg.state_at(time=stamp).jobs["job-old"].status == JobStatus.FINISHED
+
+    steps = [(d.event_type, d.outcome, d.reason, d.writer) for d in reg.timeline("job-old")]
+    assert steps[:2] == [("JobSubmitted", "ACCEPTED", None, "jm-1"),
+                         ("JobTerminated", "ACCEPTED", None, "jm-1")]
+    refused = [(t, r, w) for t, o, r, w in steps if o == "REJECTED"]
+    assert ("JobSubmitted", "terminal_job", "jm-2") in refused
+    assert refused[-1][2] == "jm-1" and refused[-1][1] in ("stale_epoch", "terminal_job")
+    assert steps[-1][:2] == ("JobReasserted", "ACCEPTED")
+    text = reg.explain("job-old")
+    assert text.startswith("job 'job-old' is FINISHED")
+    assert "terminal_job" in text and "jm-2" in text and f"offset {marks['zombie']}" in text
+    terms = reg.terms()
+    assert [(t.epoch, t.leader, t.ended.split(" at")[0]) for t in terms] == [
+        (1, "jm-1", "superseded by epoch 2"), (2, "jm-2", "current")]
+    assert terms[0].rejected == 1 and terms[1].rejected == 1

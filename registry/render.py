@@ -1,0 +1,132 @@
+"""Plain shapes and text tables for the CLI's answers (``--json`` and human output).
+
+Every JSON answer of ``jobreg`` is one object with ``"format": "jobreg.<what>/1"``
+first; fields are only ever added within a format version, never renamed or
+removed. The shapes, field by field, are in the README ("JSON output"):
+
+* a **job** (:func:`job_json`): ``job_id``, ``status``, ``owner_epoch``,
+  ``error``, ``graph`` (``{"kind": "inline", "size"}`` or ``{"kind": "blob",
+  "uri", "sha256", "size"}`` or ``null``), ``max_checkpoint_failures``,
+  ``retained_checkpoints``, ``consecutive_failures``, ``over_budget``,
+  ``checkpoints`` (the retained completed ones: ``[{"checkpoint_id", "location"}]``);
+* a **decision** (:func:`decision_json`): the fields of
+  :class:`~registry.image.Decision` plus ``time`` (UTC ISO 8601 of ``timestamp``)
+  and ``accepted``;
+* a **term** (:func:`term_json`): the fields of
+  :class:`~registry.forensics.TermSummary`;
+* a **state** (:func:`state_json`): ``namespace``, ``last_offset``, ``log_time``,
+  ``epoch``, ``leader``, ``revoked`` and ``jobs``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .events import GraphRef, InlineGraph
+from .forensics import TermSummary
+from .image import Decision, Image, JobView
+
+__all__ = [
+    "decision_json",
+    "format_time",
+    "job_json",
+    "parse_time",
+    "state_json",
+    "table",
+    "term_json",
+]
+
+
+def format_time(ms: int | None) -> str | None:
+    """UTC ISO 8601 with milliseconds (``2026-11-22T21:12:04.120Z``), or ``None``."""
+    if ms is None:
+        return None
+    t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def parse_time(text: str) -> int:
+    """A point in time for ``--time``/``--since``/``--until``: ms since the Unix epoch
+    (digits), or ISO 8601 (``2026-11-22T21:12:04``, ``...Z``, ``...+01:00``; no zone
+    means UTC). Raises :class:`ValueError` with a message for people."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    try:
+        t = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"{text!r} is neither ms since the Unix epoch nor an ISO 8601 time "
+                         "(like 2026-11-22T21:12:04Z)") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1000)
+
+
+def _graph(graph: InlineGraph | GraphRef | None) -> dict[str, Any] | None:
+    if isinstance(graph, InlineGraph):
+        return {"kind": "inline", "size": len(graph.data)}
+    if isinstance(graph, GraphRef):
+        return {"kind": "blob", "uri": graph.uri, "sha256": graph.sha256, "size": graph.size}
+    return None
+
+
+def job_json(view: JobView) -> dict[str, Any]:
+    """One job (see the module docstring)."""
+    return {
+        "job_id": view.job_id,
+        "status": view.status,
+        "owner_epoch": view.owner_epoch,
+        "error": view.error,
+        "graph": _graph(view.graph),
+        "max_checkpoint_failures": view.max_checkpoint_failures,
+        "retained_checkpoints": view.retained_checkpoints,
+        "consecutive_failures": view.checkpoints.consecutive_failures,
+        "over_budget": view.over_budget,
+        "checkpoints": [{"checkpoint_id": c.checkpoint_id, "location": c.location}
+                        for c in view.latest_checkpoints],
+    }
+
+
+def decision_json(d: Decision) -> dict[str, Any]:
+    """One verdict of the fold on one record."""
+    out = d.as_dict()
+    out["time"] = format_time(d.timestamp)
+    out["accepted"] = d.accepted
+    return out
+
+
+def term_json(t: TermSummary) -> dict[str, Any]:
+    """One leadership term."""
+    return {"epoch": t.epoch, "leader": t.leader, "started": t.started, "ended": t.ended,
+            "first_offset": t.first_offset, "last_offset": t.last_offset,
+            "accepted": t.accepted, "rejected": t.rejected}
+
+
+def state_json(image: Image, *, include_terminal: bool = True) -> dict[str, Any]:
+    """The registry's state as one image holds it."""
+    jobs = sorted(image.jobs.values(), key=lambda v: v.job_id)
+    return {
+        "namespace": image.namespace,
+        "last_offset": image.provenance.last_offset,
+        "log_time": image.provenance.log_time,
+        "epoch": image.epoch,
+        "leader": image.leader,
+        "revoked": image.revoked,
+        "jobs": [job_json(v) for v in jobs if include_terminal or v.live],
+    }
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A plain text table; ``None`` shows as ``-``."""
+    cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, c in enumerate(row):
+            widths[i] = max(widths[i], len(c))
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                 for row in cells)
+    return "\n".join(lines)

@@ -1,0 +1,248 @@
+"""The forensics CLI through its real entry point: every read command, --json shapes, exit
+codes, environment variables, dumps with no broker, progress bars, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+from test_forensics import _incident_000
+
+from registry import EmbeddedBroker, Registry
+from registry.cli import EXIT_NOT_FOUND, ProgressBar, main
+from registry.codec import encode
+from registry.events import InlineGraph, JobSubmitted, new_event_id
+from registry.log import write_raw
+
+pytestmark = pytest.mark.integration
+
+JOBREG = [sys.executable, "-m", "registry.cli"]
+NS = "cli-000"
+
+
+@pytest.fixture(scope="module")
+def incident(broker: EmbeddedBroker):
+    """Incident 000 on a topic of its own, plus one corrupt record, for every test here."""
+    topic = f"jobreg-cli-{new_event_id()[:8]}"
+    made: list[Registry] = []
+
+    def factory() -> Registry:
+        made.append(Registry.connect(broker.bootstrap, NS, topic=topic))
+        return made[-1]
+
+    marks = _incident_000(factory)
+    reg = marks["reg"]
+    marks["corrupt"] = write_raw(reg.bootstrap, topic, reg.partition, f"{NS}/job/job-z",
+                                 b"\x00\x00\x00\x00\x07 not avro")
+    marks["topic"], marks["bootstrap"] = topic, broker.bootstrap
+    yield marks
+    for r in made:
+        r.close()
+
+
+def cli(marks: dict, *args: str, env: dict | None = None) -> tuple[int, str, str]:
+    """Run ``jobreg --bootstrap B --topic T --namespace N ARGS`` in-process (click's runner)."""
+    runner = CliRunner()
+    result = runner.invoke(main, ["--bootstrap", marks["bootstrap"], "--topic", marks["topic"],
+                                  "--namespace", NS, *args], env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def as_json(marks: dict, *args: str) -> dict:
+    code, out, err = cli(marks, "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_jobs_and_leader(incident) -> None:
+    code, out, _ = cli(incident, "jobs")
+    assert code == 0 and "job-b" in out and "job-a" not in out  # job-a is cancelled
+    assert "job-a" in cli(incident, "jobs", "--all")[1]
+    doc = as_json(incident, "jobs", "--all")
+    assert doc["format"] == "jobreg.jobs/1" and doc["namespace"] == NS
+    by_id = {j["job_id"]: j for j in doc["jobs"]}
+    assert by_id["job-a"]["status"] == "CANCELLED" and by_id["job-a"]["owner_epoch"] is None
+    assert by_id["job-b"] == {"job_id": "job-b", "status": "ACTIVE", "owner_epoch": 1,
+                              "error": None, "graph": {"kind": "inline", "size": 7},
+                              "max_checkpoint_failures": 0, "retained_checkpoints": 1,
+                              "consecutive_failures": 0, "over_budget": False,
+                              "checkpoints": []}
+    assert as_json(incident, "leader") == {
+        "format": "jobreg.leader/1", "namespace": NS, "epoch": 3, "leader": "jm-3",
+        "revoked": False, "last_offset": doc["last_offset"]}
+    assert "epoch 3: jm-3 (leading)" in cli(incident, "leader")[1]
+
+
+def test_terms_timeline_explain(incident) -> None:
+    doc = as_json(incident, "terms")
+    assert [(t["epoch"], t["leader"], t["rejected"]) for t in doc["terms"]] == [
+        (1, "jm-1", 1), (2, "jm-2", 0), (3, "jm-3", 0)]
+    assert set(doc["terms"][0]) == {"epoch", "leader", "started", "ended", "first_offset",
+                                    "last_offset", "accepted", "rejected"}
+    code, out, _ = cli(incident, "terms")
+    assert code == 0 and "superseded by epoch 2" in out
+
+    doc = as_json(incident, "timeline", "job-a")
+    steps = [(r["offset"], r["event_type"], r["outcome"], r["reason"]) for r in doc["records"]]
+    assert (incident["late"], "JobLockReleased", "REJECTED", "stale_epoch") in steps
+    first = doc["records"][0]
+    assert first["time"].endswith("Z") and first["accepted"] is True
+    assert {"offset", "outcome", "timestamp", "key", "event_type", "event_id", "job_id",
+            "epoch", "writer", "reason", "detail", "expected_epoch", "actual_epoch", "leader",
+            "time", "accepted"} == set(first)
+    code, out, _ = cli(incident, "timeline", "job-a")
+    assert code == 0 and "stale_epoch" in out and "JobCancelled" in out
+
+    doc = as_json(incident, "explain", "job-a")
+    assert doc["job"]["status"] == "CANCELLED"
+    assert f"Refused at offset {incident['late']}" in doc["explanation"]
+    code, out, _ = cli(incident, "explain", "job-a")
+    assert code == 0 and out.startswith("job 'job-a' is CANCELLED")
+
+
+def test_rejected_quarantine_state(incident) -> None:
+    doc = as_json(incident, "rejected")
+    assert [(r["offset"], r["writer"], r["reason"]) for r in doc["records"]] == [
+        (incident["late"], "jm-1", "stale_epoch")]
+    doc = as_json(incident, "quarantine")
+    assert [r["offset"] for r in doc["records"]] == [incident["corrupt"]]
+    assert "QUARANTINED" in doc["records"][0]["outcome"]
+    code, out, _ = cli(incident, "quarantine")
+    assert code == 0 and str(incident["corrupt"]) in out
+
+    before = as_json(incident, "state", "--offset", str(incident["adopted"] - 1), "--all")
+    after = as_json(incident, "state", "--offset", str(incident["adopted"]), "--all")
+    owner = {d: {j["job_id"]: j["owner_epoch"] for j in s["jobs"]}
+             for d, s in (("before", before), ("after", after))}
+    assert owner["before"]["job-a"] == 1 and owner["after"]["job-a"] == 2
+    assert after["last_offset"] == incident["adopted"] and after["epoch"] == 2
+    assert after["at"] == {"offset": incident["adopted"], "time": None}
+    empty = as_json(incident, "state", "--offset", "-1")
+    assert empty["epoch"] == 0 and empty["jobs"] == [] and empty["leader"] is None
+    # by time: an ISO time long ago, and ms far ahead
+    assert as_json(incident, "state", "--time", "2001-01-01T00:00:00Z")["last_offset"] == -1
+    ahead = as_json(incident, "state", "--time", str(10**13))
+    assert ahead["last_offset"] == as_json(incident, "jobs")["last_offset"]
+    code, out, _ = cli(incident, "state", "--offset", str(incident["adopted"]))
+    assert code == 0 and f"after offset {incident['adopted']}" in out and "epoch 2, jm-2" in out
+
+
+def test_dump_then_every_command_from_the_file_with_no_broker(incident, tmp_path) -> None:
+    path = str(tmp_path / "incident.avro")
+    code, out, _ = cli(incident, "dump", path)
+    assert code == 0 and "records of namespace 'cli-000'" in out
+    live = {cmd: as_json(incident, *cmd.split()) for cmd in
+            ("jobs --all", "leader", "terms", "timeline job-a", "rejected", "quarantine")}
+    runner = CliRunner()
+    for cmd, expected in live.items():
+        # no --bootstrap at all: the file answers alone
+        result = runner.invoke(main, ["--json", "--from-file", path, *cmd.split()],
+                               env={"JOBREG_BOOTSTRAP": None})
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout) == expected, cmd
+    result = runner.invoke(main, ["--from-file", path, "--namespace", "other", "jobs"])
+    assert result.exit_code == 2 and "holds namespace 'cli-000'" in result.stderr
+
+
+def test_the_real_entry_point_with_environment_variables(incident, tmp_path) -> None:
+    env = {**os.environ, "JOBREG_BOOTSTRAP": incident["bootstrap"],
+           "JOBREG_TOPIC": incident["topic"], "JOBREG_NAMESPACE": NS}
+    result = subprocess.run([*JOBREG, "--json", "rejected"], capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["records"][0]["reason"] == "stale_epoch"
+    assert result.stderr == ""  # piped: no progress bar
+    result = subprocess.run([*JOBREG, "timeline", "job-never"], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == EXIT_NOT_FOUND and "no record mentions job" in result.stdout
+
+
+def test_exit_codes_for_bad_input(incident) -> None:
+    assert cli(incident, "explain", "no-such-job")[0] == EXIT_NOT_FOUND
+    for args in (["timeline", "bad id!"], ["state"], ["state", "--offset", "1", "--time", "1"],
+                 ["state", "--time", "yesterday"], ["state", "--offset", "-5"],
+                 ["report"], ["jobs", "--bogus"], ["report", "--out", "x.html",
+                                                   "--since", "2030-01-01",
+                                                   "--until", "2020-01-01"]):
+        code, _, err = cli(incident, *args)
+        assert code == 2, (args, err)
+        assert "Usage" in err or "Error" in err
+    runner = CliRunner()
+    result = runner.invoke(main, ["--namespace", "no/slash", "jobs"])
+    assert result.exit_code == 2 and "namespace" in result.stderr
+    result = runner.invoke(main, ["jobs"], env={"JOBREG_BOOTSTRAP": None})
+    assert result.exit_code == 2 and "--bootstrap" in result.stderr
+    code, _, err = cli(incident, "--topic", "no-such-topic", "jobs")
+    assert code == 1 and "does not exist" in err
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_an_unreachable_broker_is_a_clear_error_within_the_timeout() -> None:
+    start = time.monotonic()
+    result = subprocess.run([*JOBREG, "--bootstrap", f"127.0.0.1:{_closed_port()}",
+                             "--timeout", "2", "jobs"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    assert "no Kafka broker answered" in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - start < 20
+
+
+def test_a_long_replay_shows_progress_on_a_terminal_and_none_when_piped(broker) -> None:
+    topic = f"jobreg-cli-long-{new_event_id()[:8]}"
+    with Registry.connect(broker.bootstrap, "long", topic=topic) as reg:
+        term = reg.claim_leadership("jm-1")
+        term.submit_many([(f"job-{i}", b"g") for i in range(3000)])
+        # and a zombie write, so the table has something to show
+        write_raw(reg.bootstrap, topic, reg.partition, "long/job/job-1",
+                  encode(JobSubmitted(event_id=new_event_id(), namespace="long", epoch=0,
+                                      writer="zombie", created_at=0, job_id="job-1",
+                                      graph=InlineGraph(b"g"))))
+    args = [*JOBREG, "--bootstrap", broker.bootstrap, "--topic", topic, "--namespace", "long",
+            "rejected"]
+    piped = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""
+    primary, replica = pty.openpty()
+    try:
+        on_tty = subprocess.run(args, stdout=subprocess.PIPE, stderr=replica, timeout=120)
+        os.close(replica)
+        replica = -1
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(primary)
+        if replica >= 0:
+            os.close(replica)
+    assert on_tty.returncode == 0
+    assert b"replaying [" in seen and b"100%" in seen
+
+
+def test_progress_bar_draws_only_past_its_threshold() -> None:
+    stream = io.StringIO()
+    bar = ProgressBar(stream, threshold=10)
+    bar(5, 0.1)
+    assert stream.getvalue() == ""
+    bar(50, 0.5)
+    bar(100, None)
+    bar(120, 1.0)
+    text = stream.getvalue()
+    assert "\r" in text and " 50%" in text and "100 records" in text and text.endswith("\n")
