@@ -11,24 +11,29 @@ versus from a snapshot for a 100,000-event log.
 3. replay throughput: a fresh client folding the whole log from the broker, next to the raw
    limit measured in the same run on the same records (confluent-kafka consume + Avro decode,
    no fold).
+
+``jobreg bench replay``: forensics on a 1,000,000-record log (two terms, submits,
+adoptions, cancels, 1% refused late writes): ``state_at`` from the broker at the end and
+at the middle, ``dump`` to an Avro file, and ``open_dump`` + ``state_at`` from that file.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .broker import EmbeddedBroker
 from .client import Registry
 from .codec import default_codec
 from .fold import fold_batches
+from .forensics import DumpSource
 from .image import Image
 from .log import LogReader
 
-__all__ = ["CoreResult", "RecoveryFigures", "bench_core", "bench_recovery", "format_recovery",
-           "format_table"]
+__all__ = ["CoreResult", "RecoveryFigures", "ReplayFigures", "bench_core", "bench_recovery",
+           "bench_replay", "format_recovery", "format_replay", "format_table"]
 
 
 @dataclass
@@ -225,5 +230,153 @@ def format_recovery(f: RecoveryFigures) -> str:
     w0 = max(len(a) for a, _, _ in rows)
     w1 = max(len(b) for _, b, _ in rows)
     lines = [f"{'measure':<{w0}}  {'figure':>{w1}}  target", "-" * (w0 + w1 + 10)]
+    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+@dataclass
+class ReplayFigures:
+    """Figures of ``bench replay`` on one log: seconds for each read, and the dump's size."""
+
+    records: int
+    produce_s: float
+    state_at_end_s: float
+    state_at_middle_s: float
+    dump_s: float
+    dump_bytes: int
+    open_dump_state_s: float
+    peak_rss_mib: float
+    accepted: int
+    rejected: int
+
+
+def _replay_log(records: int) -> Iterator[tuple[str, bytes]]:
+    """A realistic registry history of ``records`` records: two terms, submits, a failover
+    with adoptions, cancels, and 1% late writes of the old term (refused)."""
+    from .codec import encode
+    from .events import (
+        InlineGraph,
+        JobAdopted,
+        JobCancelled,
+        JobLockReleased,
+        JobSubmitted,
+        LeadershipGranted,
+        new_event_id,
+    )
+    from .keys import record_key
+
+    ns, graph = "replay", InlineGraph(b"g" * 200)
+    body = records - 2
+    submits, adopts = body // 2, body * 2 // 5
+    late = body // 100
+    cancels = body - submits - adopts - late
+
+    def event(cls, epoch: int, writer: str, **kw):  # noqa: ANN001, ANN202
+        e = cls(event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
+                created_at=0, **kw)
+        return record_key(e), encode(e)
+
+    yield event(LeadershipGranted, 1, "jm-1", prev_epoch=0)
+    for i in range(submits):
+        yield event(JobSubmitted, 1, "jm-1", job_id=f"job-{i}", graph=graph)
+    yield event(LeadershipGranted, 2, "jm-2", prev_epoch=1)
+    for i in range(adopts):
+        yield event(JobAdopted, 2, "jm-2", job_id=f"job-{i}")
+        if i < late:
+            yield event(JobLockReleased, 1, "jm-1", job_id=f"job-{i}")  # refused: stale
+    for i in range(cancels):
+        yield event(JobCancelled, 2, "jm-2", job_id=f"job-{adopts + i}", reason="bench")
+
+
+def bench_replay(*, records: int = 1_000_000, work_dir: str | None = None,
+                 progress: Callable[[str], None] = lambda _: None) -> ReplayFigures:
+    """``state_at`` and ``dump``/``open_dump`` throughput on a log of ``records`` records,
+    on a fresh embedded broker."""
+    import os
+    import resource
+    import tempfile
+
+    from confluent_kafka import Producer
+
+    from .forensics import BrokerSource, Forensics
+    from .keys import partition_for
+    from .log import TopicConfig, ensure_topic
+
+    topic = "jobreg-bench-replay"
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        info = ensure_topic(broker.bootstrap, topic, TopicConfig())
+        partition = partition_for("replay", info.partitions)
+        progress(f"producing {records:,} records")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                             "linger.ms": 20, "batch.num.messages": 10_000,
+                             "queue.buffering.max.messages": 500_000,
+                             "queue.buffering.max.kbytes": 1_048_576})
+        t0 = time.perf_counter()
+        for n, (key, value) in enumerate(_replay_log(records), 1):
+            while True:
+                try:
+                    producer.produce(topic, value, key, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if n % 100_000 == 0:
+                producer.poll(0)
+                progress(f"  {n:,} produced")
+        left = producer.flush(120)
+        produce_s = time.perf_counter() - t0
+        del producer  # leave the broker before it stops
+        if left:
+            raise RuntimeError("the embedded broker did not take every benchmark record")
+
+        f = Forensics(BrokerSource(broker.bootstrap, topic, partition, timeout=60), "replay")
+        progress("state_at(end) from the broker")
+        t0 = time.perf_counter()
+        end_image = f.state_at(offset=records + 10)
+        state_end = time.perf_counter() - t0
+        last = end_image.provenance.last_offset
+        progress("state_at(middle) from the broker")
+        t0 = time.perf_counter()
+        f.state_at(offset=last // 2)
+        state_middle = time.perf_counter() - t0
+        progress("dump")
+        path = os.path.join(tmp, "replay.jobreg.avro")
+        t0 = time.perf_counter()
+        dumped = f.dump(path, topic=topic)
+        dump_s = time.perf_counter() - t0
+        progress("open_dump + state_at(end)")
+        t0 = time.perf_counter()
+        offline = Forensics(DumpSource(path), "replay").state_at(offset=last)
+        open_dump_s = time.perf_counter() - t0
+        if offline != end_image or dumped != records:
+            raise RuntimeError("the dump did not replay to the broker's image")
+        return ReplayFigures(
+            records=dumped, produce_s=produce_s, state_at_end_s=state_end,
+            state_at_middle_s=state_middle, dump_s=dump_s, dump_bytes=os.path.getsize(path),
+            open_dump_state_s=open_dump_s,
+            peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            accepted=sum(1 for _ in end_image.jobs), rejected=len(end_image.rejected))
+
+
+def format_replay(f: ReplayFigures) -> str:
+    """The replay figures as a plain-text table."""
+    n = f.records
+    rows = [
+        (f"log built (produce {n:,} records)", f"{f.produce_s:.1f} s",
+         f"{n / f.produce_s:,.0f} rec/s"),
+        ("state_at(end) from the broker", f"{f.state_at_end_s:.1f} s",
+         f"{n / f.state_at_end_s:,.0f} rec/s"),
+        ("state_at(middle) from the broker", f"{f.state_at_middle_s:.1f} s",
+         f"{n / 2 / f.state_at_middle_s:,.0f} rec/s"),
+        ("dump to an Avro file", f"{f.dump_s:.1f} s", f"{n / f.dump_s:,.0f} rec/s"),
+        ("dump file size", f"{f.dump_bytes / 2**20:.1f} MiB",
+         f"{f.dump_bytes / n:.0f} B/rec"),
+        ("open_dump + state_at(end)", f"{f.open_dump_state_s:.1f} s",
+         f"{n / f.open_dump_state_s:,.0f} rec/s"),
+        ("peak RSS of this process", f"{f.peak_rss_mib:,.0f} MiB", ""),
+        ("jobs / refused records in the final image", f"{f.accepted:,} / {f.rejected:,}", ""),
+    ]
+    w0 = max(len(a) for a, _, _ in rows)
+    w1 = max(len(b) for _, b, _ in rows)
+    lines = [f"{'measure':<{w0}}  {'time':>{w1}}  throughput", "-" * (w0 + w1 + 14)]
     lines += [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
     return "\n".join(lines)

@@ -327,6 +327,19 @@ def bench_recovery_cmd(log_events: int) -> None:
     click.echo(format_recovery(figures))
 
 
+@bench.command("replay")
+@click.option("--records", type=click.IntRange(1000), default=1_000_000, show_default=True,
+              help="Records in the log replayed.")
+def bench_replay_cmd(records: int) -> None:
+    """Forensics throughput: state_at from the broker, dump, open_dump + state_at."""
+    from registry.bench import bench_replay, format_replay
+
+    with registry_errors():
+        figures = bench_replay(records=records,
+                               progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_replay(figures))
+
+
 # -- read commands: replay the log (broker or dump) and print ----------------------------------
 
 
