@@ -36,10 +36,47 @@ def test_first_screen_has_exactly_two_commands() -> None:
     assert "\nmake test\n" in ci
 
 
-def test_documented_cli_commands_exist() -> None:
-    documented = re.findall(r"^\| `jobreg ([a-z][a-z ]*?)(?: \[|`)", README.read_text(), re.M)
-    assert documented, "the README lists CLI commands"
-    for command in documented:
-        args = [sys.executable, "-m", "registry.cli", *command.split(), "--help"]
-        result = subprocess.run(args, capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, f"`jobreg {command}` is documented but fails: {result.stderr}"
+def _help(*words: str) -> str:
+    args = [sys.executable, "-m", "registry.cli", *words, "--help"]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"`jobreg {' '.join(words)}` is documented but fails: " \
+        f"{result.stderr}"
+    return result.stdout
+
+
+def _documented_commands() -> dict[str, list[str]]:
+    """README CLI rows: command words -> the options the row names."""
+    rows = re.findall(r"^\| `jobreg ([^`]+)`", README.read_text(), re.M)
+    out: dict[str, list[str]] = {}
+    for row in rows:
+        words = []
+        for token in row.split():
+            if not re.fullmatch(r"[a-z][a-z-]*", token):
+                break
+            words.append(token)
+        out.setdefault(" ".join(words), []).extend(re.findall(r"--[a-z][a-z-]*", row))
+    return out
+
+
+def test_documented_cli_commands_and_options_exist() -> None:
+    documented = _documented_commands()
+    assert len(documented) >= 10, "the README lists CLI commands"
+    for command, options in documented.items():
+        text = _help(*command.split())
+        for option in options:
+            assert option in text, f"README documents `jobreg {command} {option}`; it has none"
+
+
+def test_every_command_is_documented_and_global_options_match() -> None:
+    text = _help()
+    listed = re.findall(r"^  ([a-z][a-z-]*)  ", text.split("Commands:", 1)[1], re.M)
+    documented = {c.split()[0] for c in _documented_commands() if c}
+    assert set(listed) <= documented, f"undocumented: {set(listed) - documented}"
+    from registry.cli import main
+
+    options = {opt: p.envvar for p in main.params for opt in p.opts if opt.startswith("--")}
+    table = README.read_text().split("| global option |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `(--[a-z-]+)[^`]*` \|\s*`?([A-Z_]*)`?\s*\|", table, re.M)
+    assert {o for o, _ in rows} == set(options) - {"--version", "--help"}
+    for option, env in rows:
+        assert options[option] == (env or None), f"{option} reads ${options[option]}, not ${env}"
