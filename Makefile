@@ -4,7 +4,19 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean system
+
+# System packages the tests use: Debian's chromium (the incident report opens in it).
+# Installed when missing and we may (root with apt-get, as on CI); else a warning.
+system:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing chromium (apt-get)"; \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	  else \
+	    echo "warning: chromium is missing; the report test fails (apt-get install chromium)"; \
+	  fi; }
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,7 +27,7 @@ $(BIN)/.installed: pyproject.toml
 demo: $(BIN)/.installed
 	$(BIN)/jobreg demo
 
-test: $(BIN)/.installed
+test: $(BIN)/.installed system
 	$(BIN)/ruff check registry consumers tests
 	$(BIN)/jobreg catalog --check
 	$(BIN)/pytest -q

@@ -226,11 +226,17 @@ class Delta:
         self._duplicates = image.duplicates
         self._last_offset = image.provenance.last_offset
         self._log_time = image.provenance.log_time
+        self.last_event: Event | None = None
 
     # -- the one entry point -------------------------------------------------
 
     def replay(self, record: LogRecord) -> Decision:
-        """Fold one record; return the verdict. Never raises for record content."""
+        """Fold one record; return the verdict. Never raises for record content.
+
+        :attr:`last_event` is then the record's decoded event (``None`` if it did
+        not decode), for consumers that need more of it than the verdict says.
+        """
+        self.last_event = None
         self._last_offset = record.offset
         if record.timestamp is not None:
             self._log_time = record.timestamp
@@ -252,10 +258,20 @@ class Delta:
             return self._quarantine(record, key, "undecodable", str(e))
         if parsed is None and event.namespace != self._ns:
             return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
+        self.last_event = event
         decision = self._decide(record, key, event)
         if parsed is not None and parsed.job_id is not None:
             self._note_settlement(key, parsed.job_id, decision)
         return decision
+
+    def job(self, job_id: str) -> JobView | None:
+        """The job as the records replayed so far leave it (``None``: unknown); for
+        consumers that record the state after each record, such as the audit stream."""
+        return self._jobs.get(job_id)
+
+    def term(self, epoch: int) -> TermInfo | None:
+        """The term ``epoch`` as the records replayed so far leave it (``None``: unknown)."""
+        return self._terms.get(epoch)
 
     def apply(self) -> Image:
         """The image with every replayed record applied."""

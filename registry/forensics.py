@@ -241,10 +241,11 @@ class Forensics:
 
     def decisions(self) -> list[Decision]:
         """The fold's verdict on every record of the namespace, in log order."""
-        return self._scan()[1]
+        return self.scan()[1]
 
-    def _scan(self) -> tuple[Image, list[Decision]]:
-        # One read of the source gives both the final image and every verdict.
+    def scan(self) -> tuple[Image, list[Decision]]:
+        """The final image and every verdict (SKIPPED ones left out), from one read of the
+        source: the other questions are answered from this."""
         out: list[Decision] = []
         image = self.replay(on_decision=lambda d: out.append(d)
                             if d.outcome != Outcome.SKIPPED else None)
@@ -265,16 +266,22 @@ class Forensics:
     def job_history(self, job_id: str) -> tuple[Image, list[Decision]]:
         """The final image and the job's timeline, from one read of the source."""
         check_id("job id", job_id)
-        image, decisions = self._scan()
+        image, decisions = self.scan()
         return image, [d for d in decisions if d.job_id == job_id]
 
     def terms(self) -> list[TermSummary]:
         """Every leadership term: who, how it started and ended, its span and write counts."""
-        image, decisions = self._scan()
+        return self.terms_from(*self.scan())
+
+    @staticmethod
+    def terms_from(image: Image, decisions: list[Decision]) -> list[TermSummary]:
+        """:meth:`terms` from a :meth:`scan` already made."""
         counts: dict[int, list[int]] = {}
         last: dict[int, int] = {}
         for d in decisions:
-            if d.epoch is None or d.event_type == "LeadershipGranted":
+            # a duplicate is neither: it is a copy of a record counted already
+            if d.epoch is None or d.event_type == "LeadershipGranted" \
+                    or d.outcome == Outcome.DUPLICATE:
                 continue
             c = counts.setdefault(d.epoch, [0, 0])
             c[0 if d.accepted else 1] += 1

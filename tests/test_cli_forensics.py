@@ -246,3 +246,13 @@ def test_progress_bar_draws_only_past_its_threshold() -> None:
     bar(120, 1.0)
     text = stream.getvalue()
     assert "\r" in text and " 50%" in text and "100 records" in text and text.endswith("\n")
+
+
+def test_report_writes_a_self_contained_page(incident, tmp_path) -> None:
+    out = tmp_path / "incident.html"
+    doc = as_json(incident, "report", "--out", str(out), "--job", "job-a")
+    assert doc == {"format": "jobreg.report/1", "namespace": NS, "file": str(out)}
+    page = out.read_text()
+    assert "stale_epoch" in page and "job-a" in page and "https://" not in page
+    code, _, err = cli(incident, "report", "--out", str(out), "--job", "job-never")
+    assert code == 1 and "unknown job id" in err
