@@ -1,0 +1,337 @@
+"""Writing the audit tables exactly once, and checking them against the library's fold.
+
+:class:`AuditWriter` owns one :class:`~registry.audit.projection.AuditProjection`
+and one database. :meth:`AuditWriter.write` commits a batch's rows *and* the
+stream's progress (``audit_progress``: per partition, the first offset not yet
+reflected) in one database transaction. The database is the only progress
+store that counts:
+
+* a crash before the commit leaves neither rows nor progress; the restarted
+  stream starts from the progress and writes the batch again;
+* a batch delivered twice (a source replaying after a crash, a Spark
+  checkpoint behind the database) is cut at the progress, so nothing is
+  written twice;
+* on start, :meth:`AuditWriter.catch_up` folds the log up to the progress (no
+  writes) so the projection's images match the rows already committed.
+
+:func:`check` compares a database with the fold the library computes on the
+same log up to the same offsets: every record exactly once, the same verdicts,
+the same jobs and terms. Any difference is listed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine, Table, delete, func, insert, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from ..image import LogRecord, Outcome
+from ..log import LogReader, topic_partitions
+from .db import AuditError, current_revision, engine_for
+from .models import (
+    AuditCheckpoint,
+    AuditJob,
+    AuditProgress,
+    AuditQuarantine,
+    AuditRecord,
+    AuditTerm,
+)
+from .projection import AuditProjection, BatchRows
+
+__all__ = ["FAULT_KILL_ENV", "AuditWriter", "check"]
+
+FAULT_KILL_ENV = "JOBREG_FAULT_KILL_AFTER_ROWS"
+"""Fault injection for crash tests: when set to N, the process kills itself (SIGKILL) as soon as
+it has written N record rows in all, after the rows and before their batch's commit."""
+
+_CHUNK = 2000  # rows per INSERT statement
+
+
+def _table(model: Any) -> Table:
+    return model.__table__
+
+
+class AuditWriter:
+    """Projects batches of one topic's records into an audit database, exactly once."""
+
+    def __init__(self, url: str, topic: str, *, stream: str = "audit") -> None:
+        self.url = url
+        self.topic = topic
+        self.stream = stream
+        self.engine: Engine = engine_for(url)
+        self.projection = AuditProjection(topic)
+        self.batches = 0
+        self.rows = 0
+        kill = os.environ.get(FAULT_KILL_ENV)
+        self._kill_after = int(kill) if kill else None
+
+    # -- start ---------------------------------------------------------------------
+
+    def require_schema(self) -> None:
+        """Raise :class:`AuditError` unless the database is migrated to the head revision."""
+        from alembic.script import ScriptDirectory
+
+        from .db import alembic_config
+
+        head = ScriptDirectory.from_config(alembic_config(self.url)).get_current_head()
+        have = current_revision(self.url)
+        if have != head:
+            raise AuditError(f"the audit database {self.engine.url.render_as_string()!r} is at "
+                             f"revision {have or 'none'}, not {head}: run `jobreg audit "
+                             f"migrate --db ...` first")
+
+    def progress(self) -> dict[int, int]:
+        """partition -> the first offset the database does not reflect yet."""
+        t = _table(AuditProgress)
+        with self._conn() as conn:
+            rows = conn.execute(select(t.c.partition, t.c.next_offset).where(
+                t.c.stream == self.stream, t.c.topic == self.topic)).all()
+        return {p: n for p, n in rows}
+
+    def catch_up(self, bootstrap: str, *, timeout: float = 30.0,
+                 on_progress: Callable[[int], None] | None = None) -> int:
+        """Fold the log up to the database's progress without writing; return the records
+        folded. Call once, before the first :meth:`write`."""
+        done = self.progress()
+        self.projection.start_at({})
+        folded = 0
+        for partition, next_offset in sorted(done.items()):
+            reader = LogReader(bootstrap, self.topic, partition)
+            try:
+                for batch in reader.read_until(next_offset - 1, timeout):
+                    keep = [r for r in batch if r.offset < next_offset]
+                    self.projection.replay(keep)
+                    folded += len(keep)
+                    if on_progress is not None:
+                        on_progress(folded)
+            finally:
+                reader.close()
+        self.projection.start_at(done)
+        return folded
+
+    # -- write ---------------------------------------------------------------------
+
+    def write(self, records: Iterable[LogRecord], batch_id: int) -> int:
+        """Project ``records`` and commit their rows and the progress in one transaction;
+        return the number of records written (those already in the database are skipped)."""
+        rows = self.projection.project(records)
+        if not rows.progress:
+            return 0
+        try:
+            with self.engine.begin() as conn:
+                self._insert_rows(conn, rows)
+                self._progress(conn, rows, batch_id)
+        except DBAPIError as e:
+            raise AuditError(f"writing batch {batch_id} to the audit database failed; nothing "
+                             f"of it was committed: {' '.join(str(e.orig).split())}") from None
+        self.projection.advance(rows)
+        self.batches += 1
+        self.rows += len(rows.records)
+        return len(rows.records)
+
+    def _insert_rows(self, conn: Connection, rows: BatchRows) -> None:
+        records = _table(AuditRecord)
+        for start in range(0, len(rows.records), _CHUNK):
+            chunk = rows.records[start:start + _CHUNK]
+            conn.execute(insert(records), chunk)
+            if self._kill_after is not None and \
+                    self.rows + start + len(chunk) >= self._kill_after:
+                # rows are written, the transaction is open: die as a crashed driver would
+                os.kill(os.getpid(), signal.SIGKILL)
+        if rows.quarantine:
+            conn.execute(insert(_table(AuditQuarantine)), rows.quarantine)
+        self._upsert(conn, _table(AuditJob), rows.jobs)
+        self._upsert(conn, _table(AuditTerm), rows.terms)
+        self._upsert(conn, _table(AuditCheckpoint), rows.checkpoints)
+        self._upsert(conn, _table(AuditCheckpoint), rows.checkpoint_failures,
+                     only=("counted", "ignored_reason", "failure_reason", "last_offset"))
+
+    def _progress(self, conn: Connection, rows: BatchRows, batch_id: int) -> None:
+        now = int(time.time() * 1000)
+        self._upsert(conn, _table(AuditProgress), [
+            {"stream": self.stream, "topic": self.topic, "partition": p, "next_offset": n,
+             "batch_id": batch_id, "updated_at": now} for p, n in sorted(rows.progress.items())])
+
+    def _upsert(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]],
+                only: Sequence[str] | None = None) -> None:
+        if not rows:
+            return
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert as dialect_insert
+        stmt = dialect_insert(table)
+        keys = [c.name for c in table.primary_key.columns]
+        update = only or [c.name for c in table.columns if c.name not in keys]
+        stmt = stmt.on_conflict_do_update(index_elements=keys,
+                                          set_={c: stmt.excluded[c] for c in update})
+        for start in range(0, len(rows), _CHUNK):
+            conn.execute(stmt, list(rows[start:start + _CHUNK]))
+
+    def _conn(self) -> Any:
+        try:
+            return self.engine.connect()
+        except (DBAPIError, OSError) as e:
+            raise AuditError(f"cannot connect to the audit database "
+                             f"{self.engine.url.render_as_string()!r}: {e}") from None
+
+    def reset(self) -> None:
+        """Delete every row this stream wrote (all audit tables) and its progress."""
+        with self.engine.begin() as conn:
+            for model in (AuditRecord, AuditQuarantine, AuditJob, AuditTerm, AuditCheckpoint):
+                conn.execute(delete(_table(model)))
+            t = _table(AuditProgress)
+            conn.execute(delete(t).where(t.c.stream == self.stream, t.c.topic == self.topic))
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.engine.dispose()
+
+
+# -- check -------------------------------------------------------------------------------
+
+
+def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
+          timeout: float = 30.0) -> list[str]:
+    """Compare the audit database with the library's fold of the same log up to the same
+    offsets; return the differences (empty: the database is right).
+
+    Checked: every record of every partition below the stream's progress has exactly one
+    row and no other row exists; every namespace's verdicts (outcome, reason, type,
+    epoch, writer, job) equal those of :class:`~registry.forensics.Forensics` replaying
+    the namespace from the broker; the ``audit_jobs`` and ``audit_terms`` rows equal the
+    fold's jobs and terms.
+    """
+    from ..forensics import BrokerSource, Forensics
+    from ..keys import partition_for
+
+    writer = AuditWriter(url, topic, stream=stream)
+    diffs: list[str] = []
+    try:
+        done = writer.progress()
+        engine = writer.engine
+        r = _table(AuditRecord)
+        with writer._conn() as conn:
+            stored: dict[int, set[int]] = {}
+            for p, o in conn.execute(select(r.c.partition, r.c.offset).where(r.c.topic == topic)):
+                stored.setdefault(p, set()).add(o)
+            dup = conn.execute(select(func.count()).select_from(r).where(r.c.topic == topic)
+                               ).scalar_one() - sum(len(s) for s in stored.values())
+            namespaces = [n for (n,) in conn.execute(
+                select(r.c.namespace).where(r.c.topic == topic, r.c.namespace.is_not(None))
+                .distinct())]
+        if dup:
+            diffs.append(f"{dup} record rows are duplicates")
+        for partition in sorted(set(done) | set(stored)):
+            upto = done.get(partition, 0)
+            log_offsets: set[int] = set()
+            if upto > 0:
+                reader = LogReader(bootstrap, topic, partition)
+                try:
+                    for batch in reader.read_until(upto - 1, timeout):
+                        log_offsets.update(x.offset for x in batch if x.offset < upto)
+                finally:
+                    reader.close()
+            have = stored.get(partition, set())
+            missing, extra = sorted(log_offsets - have), sorted(have - log_offsets)
+            if missing:
+                diffs.append(f"partition {partition}: {len(missing)} records have no row "
+                             f"(first offsets {missing[:5]})")
+            if extra:
+                diffs.append(f"partition {partition}: {len(extra)} rows are for no record "
+                             f"below the progress {upto} (first offsets {extra[:5]})")
+        partitions = topic_partitions(bootstrap, topic, timeout)
+        for ns in sorted(namespaces):
+            partition = partition_for(ns, partitions)
+            upto = done.get(partition, 0)
+            f = Forensics(BrokerSource(bootstrap, topic, partition, timeout), ns)
+            decisions: list[Any] = []
+            image = f.replay(until_offset=upto - 1, on_decision=decisions.append)
+            decisions = [d for d in decisions if d.outcome != Outcome.SKIPPED]
+            diffs.extend(_compare_namespace(engine, topic, ns, partition, image, decisions,
+                                            f.terms_from(image, decisions)))
+    finally:
+        writer.close()
+    return diffs
+
+
+def _compare_namespace(engine: Engine, topic: str, ns: str, partition: int, image: Any,
+                       decisions: list[Any], terms: list[Any]) -> list[str]:
+    from .projection import _job_row
+
+    r, j, t = _table(AuditRecord), _table(AuditJob), _table(AuditTerm)
+    diffs: list[str] = []
+    fields = ("outcome", "reason", "event_type", "epoch", "writer", "job_id")
+    try:
+        with engine.connect() as conn:
+            rows = {row.offset: row for row in conn.execute(
+                select(r).where(r.c.topic == topic, r.c.partition == partition,
+                                r.c.namespace == ns))}
+            jobs = {row.job_id: row for row in conn.execute(select(j).where(j.c.namespace == ns))}
+            term_rows = {row.epoch: row for row in conn.execute(
+                select(t).where(t.c.namespace == ns))}
+    except SQLAlchemyError as e:
+        raise AuditError(f"reading the audit database failed: {e}") from None
+    for d in decisions:
+        row = rows.pop(d.offset, None)
+        if row is None:
+            diffs.append(f"{ns}: no row for offset {d.offset} ({d.event_type} {d.outcome})")
+            continue
+        mismatch = [f"{k} {getattr(row, k)!r} != {getattr(d, k)!r}" for k in fields
+                    if getattr(row, k) != getattr(d, k)]
+        if mismatch:
+            diffs.append(f"{ns}: offset {d.offset}: " + ", ".join(mismatch))
+    diffs.extend(f"{ns}: row for offset {o} the fold did not decide" for o in sorted(rows))
+    compare = ("status", "owner_epoch", "error", "max_checkpoint_failures",
+               "retained_checkpoints", "consecutive_failures", "graph_kind")
+    for job_id, view in image.jobs.items():
+        row = jobs.pop(job_id, None)
+        want = _job_row(ns, view, 0, None)
+        if row is None:
+            diffs.append(f"{ns}: job {job_id!r} ({view.status}) has no row")
+            continue
+        mismatch = [f"{k} {getattr(row, k)!r} != {want[k]!r}" for k in compare
+                    if getattr(row, k) != want[k]]
+        if mismatch:
+            diffs.append(f"{ns}: job {job_id!r}: " + ", ".join(mismatch))
+    diffs.extend(f"{ns}: job row {k!r} the fold does not know" for k in sorted(jobs))
+    for term in terms:
+        row = term_rows.pop(term.epoch, None)
+        if row is None:
+            diffs.append(f"{ns}: term {term.epoch} has no row")
+            continue
+        want = {"leader": term.leader, "granted_offset": term.first_offset,
+                "accepted_writes": term.accepted, "rejected_writes": term.rejected}
+        mismatch = [f"{k} {getattr(row, k)!r} != {v!r}" for k, v in want.items()
+                    if getattr(row, k) != v]
+        if mismatch:
+            diffs.append(f"{ns}: term {term.epoch}: " + ", ".join(mismatch))
+    diffs.extend(f"{ns}: term row {e} the fold does not know" for e in sorted(term_rows))
+    return diffs
+
+
+def run_plain(writer: AuditWriter, bootstrap: str, *, timeout: float = 30.0,
+              on_batch: Callable[[int, int], None] | None = None) -> int:
+    """The same work without Spark: read every partition from the database's progress to
+    its end with confluent-kafka and write each batch; return the records written. The
+    caller has run :meth:`AuditWriter.catch_up`. (The benchmark's baseline, and a
+    fallback where Spark cannot run.)"""
+    written = 0
+    progress = writer.projection.next_offsets
+    for partition in range(topic_partitions(bootstrap, writer.topic, timeout)):
+        reader = LogReader(bootstrap, writer.topic, partition,
+                           start_offset=progress.get(partition, 0))
+        try:
+            for batch in reader.read_to_end(timeout):
+                n = writer.write(batch, writer.batches)
+                written += n
+                if on_batch is not None:
+                    on_batch(writer.batches, n)
+        finally:
+            reader.close()
+    return written

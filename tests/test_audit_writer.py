@@ -1,0 +1,155 @@
+"""The audit projection and its exactly-once writer, without Spark: incidents 000 and 002 into
+SQLite and PostgreSQL, `check` against the library's fold, crashes before the commit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from test_forensics import _incident_000
+
+from registry.audit.db import migrate, query
+from registry.audit.writer import FAULT_KILL_ENV, AuditWriter, check, run_plain
+from registry.codec import encode
+from registry.events import InlineGraph, JobLockReleased, JobSubmitted, new_event_id
+from registry.keys import job_key, lock_key
+from registry.log import write_raw
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'audit.db'}"
+    else:
+        url = request.getfixturevalue("pg_db")
+    migrate(url)
+    return url
+
+
+def _incident_002(connect) -> None:
+    """002: the old leader removes a job after the new leader resubmitted it."""
+    old = connect("ns-002")
+    t1 = old.claim_leadership("jm-old")
+    t1.submit("job-x", b"x")
+    t2 = connect("ns-002").claim_leadership("jm-new")
+    t2.adopt("job-x")
+    write_raw(old.bootstrap, old.topic, old.partition, lock_key("ns-002", "job-x"),
+              encode(JobLockReleased(event_id=new_event_id(), namespace="ns-002", epoch=1,
+                                     writer="jm-old", created_at=0, job_id="job-x")))
+    t2.reassert()
+
+
+def _write_all(url: str, reg) -> AuditWriter:
+    writer = AuditWriter(url, reg.topic)
+    writer.require_schema()
+    writer.catch_up(reg.bootstrap)
+    run_plain(writer, reg.bootstrap)
+    return writer
+
+
+def test_incidents_land_in_the_views_and_check_passes(connect, db_url) -> None:
+    marks = _incident_000(lambda: connect("ns-000"))
+    _incident_002(connect)
+    reg = marks["reg"]
+    write_raw(reg.bootstrap, reg.topic, reg.partition, "ns-000/job/job-z", b"\x00garbage")
+    writer = _write_all(db_url, reg)
+    try:
+        assert writer.rows > 0
+        assert check(db_url, reg.bootstrap, reg.topic) == []
+        cols, rows = query(db_url, "SELECT namespace, job_id, writer, reason FROM "
+                                   "refused_writes ORDER BY namespace")
+        assert rows == [("ns-000", "job-a", "jm-1", "stale_epoch"),
+                        ("ns-002", "job-x", "jm-old", "stale_epoch")]
+        assert query(db_url, "SELECT * FROM resurrections")[1] == []
+        _, q = query(db_url, "SELECT namespace, reason FROM audit_quarantine")
+        assert q == [("ns-000", "undecodable")]
+        _, jobs = query(db_url, "SELECT namespace, job_id, status, owner_epoch FROM audit_jobs "
+                                "ORDER BY namespace, job_id")
+        assert jobs == [("ns-000", "job-a", "CANCELLED", None), ("ns-000", "job-b", "ACTIVE", 1),
+                        ("ns-002", "job-x", "ACTIVE", 2)]
+        _, terms = query(db_url, "SELECT namespace, epoch, leader, rejected_writes FROM "
+                                 "audit_terms ORDER BY namespace, epoch")
+        assert terms == [("ns-000", 1, "jm-1", 1), ("ns-000", 2, "jm-2", 0),
+                         ("ns-000", 3, "jm-3", 0), ("ns-002", 1, "jm-old", 1),
+                         ("ns-002", 2, "jm-new", 0)]
+        # written again from the start: the progress cuts everything off
+        again = AuditWriter(db_url, reg.topic)
+        again.catch_up(reg.bootstrap)
+        assert run_plain(again, reg.bootstrap) == 0
+        again.close()
+        # more records later: only they are added, and the check still passes
+        t = connect("ns-000").claim_leadership("jm-4")
+        t.submit("job-c", b"c")
+        more = AuditWriter(db_url, reg.topic)
+        more.catch_up(reg.bootstrap)
+        assert run_plain(more, reg.bootstrap) >= 2
+        more.close()
+        assert check(db_url, reg.bootstrap, reg.topic) == []
+    finally:
+        writer.close()
+
+
+def test_check_finds_a_missing_and_a_changed_row(connect, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    migrate(url)
+    marks = _incident_000(lambda: connect("ns-000"))
+    writer = _write_all(url, marks["reg"])
+    with writer.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE audit_records SET outcome = 'ACCEPTED', accepted = 1, "
+                             "reason = NULL WHERE outcome = 'REJECTED'")
+        conn.exec_driver_sql("DELETE FROM audit_records WHERE offset = 0")
+        conn.exec_driver_sql("UPDATE audit_jobs SET status = 'ACTIVE' WHERE job_id = 'job-a'")
+    writer.close()
+    diffs = check(url, marks["reg"].bootstrap, marks["reg"].topic)
+    text = "\n".join(diffs)
+    assert "records have no row (first offsets [0])" in text
+    assert f"offset {marks['late']}: outcome 'ACCEPTED' != 'REJECTED'" in text
+    assert "job 'job-a': status 'ACTIVE' != 'CANCELLED'" in text
+
+
+CRASHER = """
+import sys
+from registry.audit.writer import AuditWriter, run_plain
+w = AuditWriter(sys.argv[1], sys.argv[2])
+w.catch_up(sys.argv[3])
+run_plain(w, sys.argv[3])
+print("finished", w.rows)
+"""
+
+
+def test_a_crash_before_the_commit_leaves_every_row_exactly_once(connect, db_url) -> None:
+    reg = connect("crash")
+    term = reg.claim_leadership("jm-1")
+    term.submit_many([(f"job-{i}", b"g") for i in range(5000)])
+    write_raw(reg.bootstrap, reg.topic, reg.partition, job_key("crash", "job-1"),
+              encode(JobSubmitted(event_id=new_event_id(), namespace="crash", epoch=0,
+                                  writer="zombie", created_at=0, job_id="job-1",
+                                  graph=InlineGraph(b"z"))))
+    total = reg.sync().provenance.last_offset + 1 - _gaps(reg)
+    args = [sys.executable, "-c", CRASHER, db_url, reg.topic, reg.bootstrap]
+    env = {**os.environ, FAULT_KILL_ENV: "2500"}
+    killed = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+    assert killed.returncode == -9, killed.stderr  # SIGKILL inside a batch, rows written
+    _, [(kept,)] = query(db_url, "SELECT count(*) FROM audit_records")
+    assert 0 < kept < 2500  # the committed batches only, nothing of the one that died
+    assert check(db_url, reg.bootstrap, reg.topic) == []  # consistent up to its progress
+    finished = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 0, finished.stderr
+    assert check(db_url, reg.bootstrap, reg.topic) == []
+    _, rows = query(db_url, "SELECT count(*), count(DISTINCT \"offset\") FROM audit_records")
+    assert rows[0][0] == rows[0][1] == total
+    assert query(db_url, "SELECT count(*) FROM refused_writes")[1] == [(1,)]
+
+
+def _gaps(reg) -> int:
+    """Offsets of the partition that hold no record (transaction markers)."""
+    from registry.log import LogReader
+
+    reader = LogReader(reg.bootstrap, reg.topic, reg.partition)
+    n = sum(len(b) for b in reader.sync(30))
+    reader.close()
+    return reg.sync().provenance.last_offset + 1 - n
