@@ -20,6 +20,8 @@ with warnings.catch_warnings():
 
     SchemaRegistryClient.new_client({"url": "mock://warm-up"})
 
+from pg import pg_db, postgres_cluster, postgres_url  # noqa: E402,F401  (PostgreSQL fixtures)
+
 from registry import EmbeddedBroker, Registry
 
 

@@ -1,0 +1,36 @@
+"""The SQL audit database: tables and views the fold's decisions are materialized into.
+
+* :mod:`registry.audit.models`: the tables (SQLAlchemy declarative models).
+* :mod:`registry.audit.db`: engines, Alembic migrations (``migrate``,
+  ``downgrade``, ``current_revision``) and the read-only :func:`query` path.
+* :mod:`registry.audit.pgcluster`: a throwaway PostgreSQL cluster for tests
+  and benchmarks (not imported here).
+"""
+
+from __future__ import annotations
+
+from .db import (
+    DEFAULT_DB_URL,
+    AuditError,
+    alembic_config,
+    current_revision,
+    downgrade,
+    engine_for,
+    migrate,
+    query,
+)
+from .models import TABLES, VIEWS, Base
+
+__all__ = [
+    "DEFAULT_DB_URL",
+    "TABLES",
+    "VIEWS",
+    "AuditError",
+    "Base",
+    "alembic_config",
+    "current_revision",
+    "downgrade",
+    "engine_for",
+    "migrate",
+    "query",
+]

@@ -1,0 +1,63 @@
+"""PostgreSQL fixtures: one throwaway cluster per test session, a fresh database per test.
+
+``postgres_cluster`` (session) starts :class:`registry.audit.pgcluster.ThrowawayPostgres`
+on 127.0.0.1 and stops it, by its pid, when the session ends. ``postgres_url``
+(session) is the URL of the database ``jobreg_audit_test`` on it; ``pg_db``
+(per test) creates a database of its own and drops it afterwards, so tests
+never share state.
+
+Without PostgreSQL server binaries the tests that need them are skipped, with
+the reason, unless ``CI`` is set or ``JOBREG_REQUIRE_POSTGRES=1``: then they
+fail, because CI must run them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from registry.audit.pgcluster import PostgresNotFound, ThrowawayPostgres
+
+#: The session's shared database (``postgres_url``).
+TEST_DATABASE = "jobreg_audit_test"
+
+
+def postgres_required() -> bool:
+    """True when missing PostgreSQL binaries must fail the tests instead of skipping them."""
+    return bool(os.environ.get("CI")) or os.environ.get("JOBREG_REQUIRE_POSTGRES") == "1"
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL cluster on a free 127.0.0.1 port for the whole session."""
+    cluster = ThrowawayPostgres()
+    try:
+        cluster.start()
+    except PostgresNotFound as e:
+        if postgres_required():
+            pytest.fail(f"PostgreSQL is required here (CI or JOBREG_REQUIRE_POSTGRES=1): {e}")
+        pytest.skip(f"{e}; set JOBREG_REQUIRE_POSTGRES=1 to make this a failure")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_cluster: ThrowawayPostgres) -> str:
+    """SQLAlchemy URL of the session's database ``jobreg_audit_test`` (psycopg 3)."""
+    return postgres_cluster.create_database(TEST_DATABASE)
+
+
+@pytest.fixture
+def pg_db(postgres_cluster: ThrowawayPostgres) -> Iterator[str]:
+    """SQLAlchemy URL of a database created for this test alone, dropped afterwards."""
+    name = f"jobreg_t_{uuid.uuid4().hex[:16]}"
+    url = postgres_cluster.create_database(name)
+    try:
+        yield url
+    finally:
+        postgres_cluster.drop_database(name)

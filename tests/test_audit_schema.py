@@ -1,0 +1,527 @@
+"""The audit database: migration 0001 against the models, the views, the read-only query path.
+
+Every schema test runs on SQLite (a file in the test's tmp dir) and on PostgreSQL (a
+database of its own on the session's throwaway cluster, ``tests/pg.py``). Rows are
+crafted by hand: the views are checked on exactly the histories they must recognise.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.exc import IntegrityError
+
+from registry.audit import VIEWS, AuditError, Base, db
+from registry.audit.db import (
+    alembic_config,
+    current_revision,
+    downgrade,
+    engine_for,
+    migrate,
+    query,
+)
+from registry.audit.models import (
+    OUTCOMES,
+    TABLES,
+    TERMINAL_STATUSES,
+    AuditJob,
+    AuditRecord,
+    AuditTerm,
+)
+from registry.errors import RegistryError
+from registry.events import JobStatus
+from registry.image import Outcome
+
+HEAD = "0001"
+
+
+# --------------------------------------------------------------------------- fixtures, helpers
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database: a SQLite file, or a PostgreSQL database of this test's own."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'audit.db'}"
+    return str(request.getfixturevalue("pg_db"))
+
+
+@pytest.fixture
+def audit(db_url: str) -> Iterator[tuple[str, sa.Engine]]:
+    """``(url, writable engine)`` of a database migrated to head."""
+    migrate(db_url)
+    engine = engine_for(db_url)
+    try:
+        yield db_url, engine
+    finally:
+        engine.dispose()
+
+
+def rec(
+    offset: int,
+    event_type: str | None,
+    outcome: str = Outcome.ACCEPTED,
+    *,
+    job_id: str | None = None,
+    job_status: str | None = None,
+    namespace: str | None = "prod",
+    topic: str = "jobreg",
+    partition: int = 0,
+    **columns: Any,
+) -> dict[str, Any]:
+    """One ``audit_records`` row with every column set (defaults for what a test ignores)."""
+    row: dict[str, Any] = {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "namespace": namespace,
+        "key": f"{namespace}/job/{job_id}" if job_id else f"{namespace}/term/1/e{offset}",
+        "event_id": f"e{offset}",
+        "event_type": event_type,
+        "job_id": job_id,
+        "epoch": 1,
+        "writer": "jm-1",
+        "created_at": 1_000 + offset,
+        "log_time": 2_000 + 10 * offset,
+        "outcome": outcome,
+        "accepted": outcome in (Outcome.ACCEPTED, Outcome.IGNORED),
+        "reason": None,
+        "detail": None,
+        "expected_epoch": None,
+        "actual_epoch": None,
+        "leader": None,
+        "job_status": job_status,
+    }
+    unknown = set(columns) - set(row)
+    assert not unknown, unknown
+    row.update(columns)
+    return row
+
+
+def insert(engine: sa.Engine, model: type[Base], rows: list[dict[str, Any]]) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.insert(model.__table__), rows)
+
+
+def select(url: str, sql: str, **params: Any) -> list[dict[str, Any]]:
+    """Rows of a read-only query as dicts."""
+    columns, rows = query(url, sql, params)
+    return [dict(zip(columns, row, strict=True)) for row in rows]
+
+
+def schema(engine: sa.Engine) -> tuple[set[str], set[str]]:
+    """(tables, views) in the database."""
+    with engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        return set(inspector.get_table_names()), set(inspector.get_view_names())
+
+
+def diff_against_models(engine: sa.Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return compare_metadata(MigrationContext.configure(conn), Base.metadata)
+
+
+A, C, F = JobStatus.ACTIVE, JobStatus.CANCELLED, JobStatus.FINISHED
+
+
+def normal_history() -> list[dict[str, Any]]:
+    """What a correct log looks like: job-a submitted, cancelled, refused, reasserted cancelled."""
+    return [
+        rec(0, "LeadershipGranted"),
+        rec(1, "JobSubmitted", job_id="job-a", job_status=A),
+        rec(2, "CheckpointTriggered", job_id="job-a", job_status=A),
+        rec(3, "JobCancelled", job_id="job-a", job_status=C),
+        rec(4, "JobAdopted", Outcome.REJECTED, job_id="job-a", job_status=C,
+            reason="terminal_job"),
+        rec(5, "JobSubmitted", Outcome.REJECTED, job_id="job-a", job_status=C,
+            reason="terminal_job"),
+        rec(6, "JobReasserted", job_id="job-a", job_status=C),
+        rec(7, "JobSubmitted", job_id="job-b", job_status=A),
+        rec(8, "JobTerminated", job_id="job-b", job_status=F),
+        rec(9, "JobReasserted", job_id="job-b", job_status=F),
+        # The same namespace and job id in another registry topic, or on another partition
+        # (a topic whose partition count was changed): histories of their own.
+        *(rec(offset, event_type, job_id="job-a", job_status=A, topic=topic, partition=partition)
+          for topic, partition in (("jobreg", 1), ("jobreg-staging", 0))
+          for offset, event_type in ((3, "JobSubmitted"), (4, "JobAdopted"))),
+    ]
+
+
+# --------------------------------------------------------------------------- migrations
+
+
+def test_upgrade_matches_the_models_and_downgrade_removes_everything(db_url: str) -> None:
+    migrate(db_url)
+    engine = engine_for(db_url)
+    try:
+        assert current_revision(db_url) == HEAD
+        tables, views = schema(engine)
+        assert tables == {*TABLES, "alembic_version"}
+        assert views == set(VIEWS)
+        assert diff_against_models(engine) == []
+
+        downgrade(db_url)
+        assert current_revision(db_url) is None
+        assert schema(engine) == ({"alembic_version"}, set())  # only Alembic's bookkeeping
+
+        migrate(db_url)  # and again, from base
+        assert current_revision(db_url) == HEAD
+        assert schema(engine) == ({*TABLES, "alembic_version"}, set(VIEWS))
+        assert diff_against_models(engine) == []
+        migrate(db_url)  # at head already: nothing to do
+        assert current_revision(db_url) == HEAD
+    finally:
+        engine.dispose()
+
+
+def test_a_failed_migration_changes_nothing(db_url: str) -> None:
+    """The whole upgrade is one transaction, on SQLite too: tables, views and version stamp."""
+    engine = engine_for(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE job_history (a INTEGER)")  # the view's name
+        with pytest.raises(AuditError, match="refused the audit schema upgrade") as caught:
+            migrate(db_url)
+        assert "job_history" in str(caught.value)
+        assert schema(engine) == ({"job_history"}, set())
+        assert current_revision(db_url) is None
+    finally:
+        engine.dispose()
+
+
+def test_the_schema_knows_exactly_the_codes_statuses_and_outcomes(
+    audit: tuple[str, sa.Engine],
+) -> None:
+    """CHECK constraints (not compared by autogenerate) accept the code's values, refuse others."""
+    _url, engine = audit
+    assert set(OUTCOMES) == {
+        v for k, v in vars(Outcome).items() if k.isupper() and v != Outcome.SKIPPED
+    }
+    assert set(TERMINAL_STATUSES) == JobStatus.TERMINAL
+    insert(engine, AuditRecord,
+           [rec(i, "JobSubmitted", outcome) for i, outcome in enumerate(OUTCOMES)])
+    job = {"namespace": "prod", "max_checkpoint_failures": 0, "retained_checkpoints": 1,
+           "consecutive_failures": 0, "graph_kind": "inline", "last_offset": 1}
+    insert(engine, AuditJob,
+           [{**job, "job_id": f"j-{s}", "status": s} for s in JobStatus.ALL])
+
+    refused = [
+        (AuditJob, {**job, "job_id": "j-x", "status": "ZOMBIE"}),
+        (AuditJob, {**job, "job_id": "j-y", "status": A, "graph_kind": "tape"}),
+        (AuditRecord, rec(100, "JobSubmitted", Outcome.SKIPPED)),
+        (AuditRecord, rec(101, "JobSubmitted", Outcome.REJECTED, accepted=True)),
+        (AuditRecord, rec(102, "JobSubmitted", job_id="j", job_status="ZOMBIE")),
+    ]
+    for model, row in refused:
+        with pytest.raises(IntegrityError):
+            insert(engine, model, [row])
+
+
+def test_offline_mode_renders_the_migration_sql(capsys: pytest.CaptureFixture[str]) -> None:
+    command.upgrade(alembic_config("postgresql://jobreg@127.0.0.1:1/none"), "head", sql=True)
+    out = capsys.readouterr().out
+    assert "CREATE TABLE audit_records" in out
+    assert "CREATE VIEW resurrections" in out
+
+
+def test_migrations_are_found() -> None:
+    found = db.migrations_dir()
+    assert (found / "env.py").is_file()
+    assert (found / "versions" / "0001_audit_schema.py").is_file()
+
+
+# --------------------------------------------------------------------------- views
+
+
+def test_resurrections_is_empty_for_a_correct_history(audit: tuple[str, sa.Engine]) -> None:
+    url, engine = audit
+    insert(engine, AuditRecord, normal_history())
+    assert select(url, "SELECT * FROM resurrections") == []
+
+
+def test_resurrections_catches_a_terminal_job_accepted_as_live_again(
+    audit: tuple[str, sa.Engine],
+) -> None:
+    url, engine = audit
+    insert(engine, AuditRecord, [
+        *normal_history(),
+        # What the fold must never do: accept records that leave a terminal job live.
+        rec(11, "JobReasserted", job_id="job-a", job_status=A, epoch=2, writer="jm-2"),
+        rec(12, "CheckpointFailed", Outcome.IGNORED, job_id="job-b", job_status=A),
+        # A refused record cannot resurrect anything, whatever it claims.
+        rec(13, "JobSubmitted", Outcome.REJECTED, job_id="job-b", job_status=A),
+    ])
+    rows = select(url, 'SELECT * FROM resurrections ORDER BY "offset"')
+    assert [(r["namespace"], r["job_id"], r["topic"], r["partition"], r["offset"]) for r in rows] \
+        == [("prod", "job-a", "jobreg", 0, 11), ("prod", "job-b", "jobreg", 0, 12)]
+    first = rows[0]
+    assert (first["event_type"], first["job_status"], first["epoch"], first["writer"]) == (
+        "JobReasserted", A, 2, "jm-2")
+    assert (first["terminal_offset"], first["terminal_status"], first["terminal_event_type"]) == (
+        3, C, "JobCancelled")
+    assert (rows[1]["terminal_offset"], rows[1]["terminal_status"]) == (8, F)
+
+
+def test_refused_writes(audit: tuple[str, sa.Engine]) -> None:
+    url, engine = audit
+    insert(engine, AuditRecord, [
+        rec(0, "LeadershipGranted"),
+        rec(1, "LeadershipGranted", epoch=2, writer="jm-2"),
+        rec(2, "JobCancelled", Outcome.REJECTED, job_id="job-a", job_status=A,
+            reason="stale_epoch", detail="expected epoch 2, actual 1: ...",
+            expected_epoch=2, actual_epoch=1, leader="jm-2"),
+        rec(3, "LeadershipGranted", Outcome.REJECTED, epoch=2, writer="jm-3",
+            reason="cas_failed", expected_epoch=2, actual_epoch=2, leader="jm-2"),
+        rec(4, "JobSubmitted", Outcome.DUPLICATE, job_id="job-a", job_status=A),
+        rec(5, None, Outcome.QUARANTINED, namespace=None, reason="undecodable"),
+        rec(6, "CheckpointFailed", Outcome.IGNORED, job_id="job-a", job_status=A,
+            reason="checkpoint_discarded"),
+    ])
+    rows = select(url, 'SELECT * FROM refused_writes ORDER BY "offset"')
+    assert {"offset", "log_time", "namespace", "event_type", "job_id", "writer", "epoch",
+            "expected_epoch", "leader", "reason", "detail"} <= set(rows[0])
+    assert [(r["offset"], r["event_type"], r["job_id"], r["writer"], r["epoch"],
+             r["expected_epoch"], r["actual_epoch"], r["leader"], r["reason"]) for r in rows] == [
+        (2, "JobCancelled", "job-a", "jm-1", 1, 2, 1, "jm-2", "stale_epoch"),
+        (3, "LeadershipGranted", None, "jm-3", 2, 2, 2, "jm-2", "cas_failed"),
+    ]
+    assert rows[0]["detail"] == "expected epoch 2, actual 1: ..."
+    assert rows[0]["log_time"] == 2_020
+
+
+def test_leadership_terms(audit: tuple[str, sa.Engine]) -> None:
+    url, engine = audit
+    term = {"granted_offset": 0, "revoked_offset": None, "lease_ms": 5_000, "renewals": 3,
+            "accepted_writes": 10, "rejected_writes": 1, "revoked_at": None}
+    insert(engine, AuditTerm, [
+        {**term, "namespace": "prod", "epoch": 1, "leader": "jm-1", "granted_at": 1_000},
+        {**term, "namespace": "prod", "epoch": 2, "leader": "jm-2", "granted_at": 5_000,
+         "granted_offset": 7, "revoked_offset": 9, "revoked_at": 7_000},
+        {**term, "namespace": "prod", "epoch": 3, "leader": "jm-1", "granted_at": 9_000,
+         "granted_offset": 12},
+        {**term, "namespace": "test", "epoch": 1, "leader": "jm-9", "granted_at": 100},
+    ])
+    rows = select(url, "SELECT * FROM leadership_terms ORDER BY namespace, epoch")
+    assert [(r["namespace"], r["epoch"], r["leader"], r["next_epoch"], r["ended_at"],
+             r["ended_by"], r["duration_ms"]) for r in rows] == [
+        ("prod", 1, "jm-1", 2, 5_000, "SUPERSEDED", 4_000),
+        ("prod", 2, "jm-2", 3, 7_000, "REVOKED", 2_000),
+        ("prod", 3, "jm-1", None, None, None, None),
+        ("test", 1, "jm-9", None, None, None, None),
+    ]
+    assert set(term) <= set(rows[0])  # every column of audit_terms is there too
+    assert (rows[0]["renewals"], rows[0]["accepted_writes"], rows[0]["lease_ms"]) == (3, 10, 5_000)
+
+
+def test_job_history_is_every_job_record_in_log_order(audit: tuple[str, sa.Engine]) -> None:
+    url, engine = audit
+    history = normal_history()
+    insert(engine, AuditRecord, list(reversed(history)))  # insertion order must not matter
+    rows = select(url, "SELECT * FROM job_history")
+    assert [(r["job_id"], r["topic"], r["partition"], r["offset"]) for r in rows] == [
+        *(("job-a", "jobreg", 0, offset) for offset in range(1, 7)),
+        ("job-a", "jobreg", 1, 3), ("job-a", "jobreg", 1, 4),
+        ("job-a", "jobreg-staging", 0, 3), ("job-a", "jobreg-staging", 0, 4),
+        ("job-b", "jobreg", 0, 7), ("job-b", "jobreg", 0, 8), ("job-b", "jobreg", 0, 9),
+    ]
+    assert {r["namespace"] for r in rows} == {"prod"}
+    refused = rows[3]
+    assert (refused["outcome"], refused["reason"], refused["job_status"]) == (
+        Outcome.REJECTED, "terminal_job", C)
+    assert {"outcome", "reason", "job_status", "event_type", "log_time"} <= set(refused)
+
+
+def test_checkpoint_failures(audit: tuple[str, sa.Engine]) -> None:
+    url, engine = audit
+    insert(engine, AuditRecord, [
+        rec(1, "JobSubmitted", job_id="job-a", job_status=A),
+        rec(2, "CheckpointTriggered", job_id="job-a", job_status=A),
+        rec(3, "CheckpointFailed", job_id="job-a", job_status=A, detail="task 3 timed out"),
+        rec(4, "CheckpointFailed", Outcome.IGNORED, job_id="job-a", job_status=A,
+            reason="checkpoint_discarded", detail="checkpoint 2 was discarded"),
+        rec(5, "CheckpointFailed", Outcome.REJECTED, job_id="job-a", job_status=A,
+            reason="stale_epoch"),
+        rec(6, "CheckpointCompleted", job_id="job-a", job_status=A),
+    ])
+    rows = select(url, 'SELECT * FROM checkpoint_failures ORDER BY "offset"')
+    # SQLite has no boolean type: TRUE/FALSE come back as 1/0, which compare equal.
+    assert [(r["offset"], r["job_id"], r["outcome"], r["counted"], r["reason"], r["detail"])
+            for r in rows] == [
+        (3, "job-a", Outcome.ACCEPTED, True, None, "task 3 timed out"),
+        (4, "job-a", Outcome.IGNORED, False, "checkpoint_discarded", "checkpoint 2 was discarded"),
+        (5, "job-a", Outcome.REJECTED, None, "stale_epoch", None),
+    ]
+
+
+# --------------------------------------------------------------------------- the query path
+
+
+def test_query_returns_columns_and_rows(audit: tuple[str, sa.Engine]) -> None:
+    url, engine = audit
+    insert(engine, AuditRecord, normal_history())
+    sql = ('SELECT "offset", event_type, outcome FROM audit_records '
+           'WHERE job_id = :job AND topic = :topic AND "partition" = :p ORDER BY "offset"')
+    params = {"job": "job-a", "topic": "jobreg", "p": 0}
+    columns, rows = query(url, sql, params)
+    assert columns == ["offset", "event_type", "outcome"]
+    assert rows[:2] == [(1, "JobSubmitted", "ACCEPTED"), (2, "CheckpointTriggered", "ACCEPTED")]
+    assert len(rows) == 6
+    assert query(url, sql, params, limit=2) == (columns, rows[:2])
+    assert query(url, sql, params, limit=0) == (columns, [])
+    assert query(url, "SELECT COUNT(*) AS n FROM audit_records WHERE event_id LIKE 'e3%'") == (
+        ["n"], [(3,)])
+
+
+WRITES = {
+    "DELETE": "DELETE FROM audit_records",
+    "DROP TABLE": "DROP TABLE audit_records",
+    "UPDATE": "UPDATE audit_records SET outcome = 'REJECTED', accepted = FALSE",
+    "INSERT": ("INSERT INTO audit_progress (stream, topic, \"partition\", next_offset, batch_id,"
+               " updated_at) VALUES ('s', 'jobreg', 0, 1, 1, 1)"),
+    "CREATE TABLE": "CREATE TABLE sneaky (a INTEGER)",
+}
+
+
+def test_query_writes_are_refused_by_the_database(audit: tuple[str, sa.Engine]) -> None:
+    url, engine = audit
+    insert(engine, AuditRecord, normal_history())
+    before = query(url, 'SELECT * FROM audit_records ORDER BY topic, "offset"')
+    assert len(before[1]) == len(normal_history())
+    for verb, sql in WRITES.items():
+        with pytest.raises(AuditError) as caught:
+            query(url, sql)
+        message = str(caught.value)
+        assert "database refused the write" in message
+        if engine.dialect.name == "sqlite":
+            assert "attempt to write a readonly database" in message  # SQLite's own words
+        else:
+            assert f"cannot execute {verb} in a read-only transaction" in message  # PostgreSQL's
+        assert isinstance(caught.value, RegistryError)
+    assert query(url, 'SELECT * FROM audit_records ORDER BY topic, "offset"') == before
+    assert query(url, "SELECT COUNT(*) FROM audit_progress")[1] == [(0,)]
+    assert schema(engine) == ({*TABLES, "alembic_version"}, set(VIEWS))
+
+
+def test_query_read_only_cannot_be_switched_off_from_sql(audit: tuple[str, sa.Engine]) -> None:
+    """No second statement rides along, and a setting does not outlive its call."""
+    url, engine = audit
+    insert(engine, AuditRecord, normal_history())
+    sneaky = [
+        "SELECT 1; DELETE FROM audit_records",
+        "SET TRANSACTION READ WRITE; DELETE FROM audit_records",
+        "COMMIT; DELETE FROM audit_records",
+    ]
+    for sql in sneaky:
+        with pytest.raises(AuditError, match="refused"):
+            query(url, sql)
+    if engine.dialect.name == "sqlite":
+        query(url, "PRAGMA query_only = OFF")
+    else:
+        query(url, "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
+        query(url, "SET default_transaction_read_only = off")
+    with pytest.raises(AuditError, match="refused the write"):
+        query(url, "DELETE FROM audit_records")
+    assert query(url, "SELECT COUNT(*) FROM audit_records")[1] == [(len(normal_history()),)]
+
+
+def test_query_errors_are_audit_errors(audit: tuple[str, sa.Engine]) -> None:
+    url, _engine = audit
+    with pytest.raises(AuditError, match="refused the query"):
+        query(url, "SELECT * FROM no_such_table")
+    with pytest.raises(AuditError, match="invalid query"):
+        query(url, "SELECT * FROM audit_records WHERE job_id = :job")  # no value for :job
+    with pytest.raises(RegistryError, match="limit"):
+        query(url, "SELECT 1", limit=-1)
+
+
+def test_the_session_database_fixture(postgres_url: str) -> None:
+    assert postgres_url.startswith("postgresql+psycopg://jobreg@127.0.0.1:")
+    assert query(postgres_url, "SELECT current_database(), current_user") == (
+        ["current_database", "current_user"], [("jobreg_audit_test", "jobreg")])
+
+
+# --------------------------------------------------------------------------- unusable databases
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_unreachable_postgres_is_a_quick_audit_error() -> None:
+    url = f"postgresql+psycopg://jobreg@127.0.0.1:{_closed_port()}/jobreg"
+    for call in (lambda: query(url, "SELECT 1"), lambda: migrate(url),
+                 lambda: current_revision(url), lambda: downgrade(url)):
+        started = time.monotonic()
+        with pytest.raises(AuditError, match="cannot connect to the audit database") as caught:
+            call()
+        assert time.monotonic() - started < 5
+        assert "Connection refused" in str(caught.value)
+
+
+def test_a_postgres_that_never_answers_times_out() -> None:
+    """A port that accepts TCP but never speaks (a hung server): bounded by connect_timeout."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        accepted: list[socket.socket] = []
+        stop = threading.Event()
+
+        def hold() -> None:  # accept and say nothing
+            server.settimeout(0.1)
+            while not stop.is_set():
+                try:
+                    accepted.append(server.accept()[0])
+                except OSError:
+                    continue
+
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        try:
+            started = time.monotonic()
+            with pytest.raises(AuditError, match="cannot connect"):
+                query(f"postgresql+psycopg://jobreg@127.0.0.1:{port}/x?connect_timeout=2",
+                      "SELECT 1")
+            assert time.monotonic() - started < 10
+        finally:
+            stop.set()
+            holder.join(5)
+            for conn in accepted:
+                conn.close()
+
+
+def test_sqlite_in_a_missing_directory_or_file(tmp_path: Path) -> None:
+    missing_dir = f"sqlite:///{tmp_path / 'nope' / 'audit.db'}"
+    for call in (lambda: migrate(missing_dir), lambda: query(missing_dir, "SELECT 1")):
+        with pytest.raises(AuditError, match="does not exist"):
+            call()
+    missing_file = tmp_path / "audit.db"
+    with pytest.raises(AuditError, match="no SQLite database"):
+        query(f"sqlite:///{missing_file}", "SELECT 1")
+    assert not missing_file.exists()  # a read never creates the database
+
+
+@pytest.mark.parametrize("url", [
+    "not a url",
+    "",
+    "postgresql+psycopg://jobreg:secret@localhost:port/db",
+    "nosuchdb://host/db",
+    "sqlite://somehost/audit.db",
+    "postgresql+nosuchdriver://localhost/db",
+])
+def test_malformed_url_is_an_audit_error(url: str) -> None:
+    with pytest.raises(AuditError) as caught:
+        query(url, "SELECT 1")
+    assert "secret" not in str(caught.value)
