@@ -104,7 +104,8 @@ class Settings:
         """Print ``payload`` as JSON (``{"format": "jobreg.<what>/1", ...}``) under
         ``--json``, else ``human()``."""
         if self.as_json:
-            click.echo(json.dumps({"format": f"jobreg.{what}/1", **payload}, indent=2))
+            click.echo(json.dumps({"format": f"jobreg.{what}/1", **payload}, indent=2,
+                                  default=lambda o: o.hex() if isinstance(o, bytes) else str(o)))
         else:
             click.echo(human())
 
@@ -573,6 +574,182 @@ def report(settings: Settings, out: str, jobs_: tuple[str, ...], since: int | No
         path = write_report(f, out, jobs=list(jobs_) or None, since=since, until=until)
     settings.emit("report", {"namespace": f.namespace, "file": str(path)},
                   lambda: f"wrote {path}")
+
+
+# -- audit: the SQL views the streaming job keeps -------------------------------------------
+
+_DB_OPTION = click.option(
+    "--db", "db_url", envvar="JOBREG_AUDIT_DB", default="sqlite:///jobreg-audit.db",
+    show_default=True, metavar="URL",
+    help="The audit database (SQLAlchemy URL: sqlite:///file.db or "
+         "postgresql://user@host/db). [env: JOBREG_AUDIT_DB]")
+
+NAMED_QUERIES = {
+    "refused": ("Every refused write: who wrote it, with which epoch, and why.",
+                'SELECT namespace, "offset", log_time, event_type, job_id, writer, epoch, '
+                'expected_epoch, reason FROM refused_writes ORDER BY namespace, "partition", '
+                '"offset"'),
+    "terms": ("Every leadership term with its duration and write counts.",
+              "SELECT namespace, epoch, leader, granted_offset, ended_by, duration_ms, "
+              "accepted_writes, rejected_writes FROM leadership_terms ORDER BY namespace, epoch"),
+    "resurrections": ("Jobs with accepted activity after they became terminal (must be "
+                      "empty; exit 1 if not).",
+                      'SELECT namespace, job_id, "offset", event_type, writer, job_status, '
+                      "terminal_offset, terminal_status FROM resurrections "
+                      'ORDER BY namespace, job_id, "offset"'),
+}
+
+
+def _need_bootstrap(settings: Settings) -> str:
+    if settings.bootstrap is None:
+        raise CliError("say where the log is: --bootstrap HOST:PORT (or $JOBREG_BOOTSTRAP)",
+                       EXIT_USAGE)
+    return settings.bootstrap
+
+
+def _print_rows(settings: Settings, what: str, columns: list[str], rows: list[tuple]) -> None:
+    from registry.render import table
+
+    settings.emit(what, {"columns": columns, "rows": [list(r) for r in rows]},
+                  lambda: table(columns, rows) + f"\n({len(rows)} row{'s' * (len(rows) != 1)})"
+                  if columns else "(no rows)")
+
+
+@main.group()
+def audit() -> None:
+    """SQL audit views of the registry log, kept by a Spark Structured Streaming job."""
+
+
+@audit.command("migrate")
+@_DB_OPTION
+@pass_settings
+def audit_migrate(settings: Settings, db_url: str) -> None:
+    """Create or upgrade the audit schema (alembic upgrade head)."""
+    from registry.audit.db import current_revision, migrate
+
+    with registry_errors():
+        migrate(db_url)
+        revision = current_revision(db_url)
+    settings.emit("audit-migrate", {"db": db_url, "revision": revision},
+                  lambda: f"audit database at revision {revision}")
+
+
+@audit.command("run")
+@_DB_OPTION
+@click.option("--once/--follow", default=True, show_default=True,
+              help="--once: everything in the log now, then stop (availableNow); --follow: "
+                   "keep going (processing-time trigger) until Ctrl-C.")
+@click.option("--interval", default="1 second", show_default=True,
+              help="The processing-time trigger of --follow.")
+@click.option("--max-offsets-per-trigger", type=click.IntRange(1), default=100_000,
+              show_default=True, help="Most records per micro-batch.")
+@click.option("--source", type=click.Choice(["auto", "python", "kafka"]), default="auto",
+              show_default=True,
+              help="kafka: Spark's built-in source (its connector must be on the classpath); "
+                   "python: jobreg-kafka over confluent-kafka; auto: kafka when available.")
+@click.option("--plain", is_flag=True,
+              help="No Spark: the same fold and writes from plain Python (always --once).")
+@pass_settings
+def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
+              max_offsets_per_trigger: int, source: str, plain: bool) -> None:
+    """Materialize the audit tables from the topic, exactly once (migrates first)."""
+    from registry.audit.db import migrate
+
+    bootstrap = _need_bootstrap(settings)
+    stop = threading.Event()
+
+    def note(batch_id: int, records: int) -> None:
+        if not settings.as_json:
+            click.echo(f"batch {batch_id}: {records:,} records", err=True)
+
+    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if not once else None
+    try:
+        with registry_errors():
+            migrate(db_url)
+            if plain:
+                from registry.audit.writer import AuditWriter, run_plain
+
+                writer = AuditWriter(db_url, settings.topic)
+                try:
+                    started = time.monotonic()
+                    caught_up = writer.catch_up(bootstrap, timeout=settings.timeout)
+                    run_plain(writer, bootstrap, timeout=settings.timeout, on_batch=note)
+                    result = {"batches": writer.batches, "records": writer.rows,
+                              "caught_up": caught_up,
+                              "seconds": round(time.monotonic() - started, 3),
+                              "source": "plain"}
+                finally:
+                    writer.close()
+            else:
+                from consumers.audit_job import run_audit
+
+                run = run_audit(db_url, bootstrap, settings.topic,
+                                mode="once" if once else "follow", interval=interval,
+                                max_offsets_per_trigger=max_offsets_per_trigger,
+                                source=source, stop_event=stop, on_batch=note,
+                                timeout=settings.timeout)
+                result = {"batches": run.batches, "records": run.records,
+                          "caught_up": run.caught_up, "seconds": round(run.seconds, 3),
+                          "source": run.source}
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    settings.emit("audit-run", {"db": db_url, **result},
+                  lambda: f"wrote {result['records']:,} records in {result['batches']} "
+                          f"batches ({result['source']}, {result['seconds']:.1f} s)")
+
+
+@audit.command("query")
+@click.argument("sql")
+@_DB_OPTION
+@click.option("--limit", type=click.IntRange(0), default=1000, show_default=True,
+              help="Most rows printed.")
+@pass_settings
+def audit_query(settings: Settings, sql: str, db_url: str, limit: int) -> None:
+    """Run one read-only SQL statement; the database itself refuses any write."""
+    from registry.audit.db import query
+
+    with registry_errors():
+        columns, rows = query(db_url, sql, limit=limit)
+    _print_rows(settings, "audit-query", columns, rows)
+
+
+@audit.command("check")
+@_DB_OPTION
+@pass_settings
+def audit_check(settings: Settings, db_url: str) -> None:
+    """Compare the audit database with the library's fold at the same offsets; exit 1 on any
+    difference."""
+    from registry.audit.writer import check
+
+    bootstrap = _need_bootstrap(settings)
+    with registry_errors():
+        diffs = check(db_url, bootstrap, settings.topic, timeout=settings.timeout)
+    settings.emit("audit-check", {"db": db_url, "ok": not diffs, "differences": diffs},
+                  lambda: "\n".join(diffs) if diffs else
+                  "the audit database agrees with the fold")
+    if diffs:
+        raise SystemExit(EXIT_ERROR)
+
+
+def _named(name: str) -> None:
+    doc, sql = NAMED_QUERIES[name]
+
+    @audit.command(name, help=doc)
+    @_DB_OPTION
+    @pass_settings
+    def command(settings: Settings, db_url: str) -> None:
+        from registry.audit.db import query
+
+        with registry_errors():
+            columns, rows = query(db_url, sql)
+        _print_rows(settings, f"audit-{name}", columns, rows)
+        if name == "resurrections" and rows:
+            raise SystemExit(EXIT_ERROR)
+
+
+for _name in NAMED_QUERIES:
+    _named(_name)
 
 
 if __name__ == "__main__":
