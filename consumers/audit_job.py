@@ -91,11 +91,13 @@ def run_audit(url: str, bootstrap: str, topic: str, *,
         done = writer.projection.next_offsets
         starting = json.dumps({topic: {str(p): done.get(p, -2) for p in range(partitions)}})
         spark = spark or spark_session()
-        df = read_stream(spark, bootstrap, topic, source=source, starting_offsets=starting,
-                         max_offsets_per_trigger=max_offsets_per_trigger,
-                         **{"fetch.wait.max.ms": 10})
         used = "kafka" if source == "kafka" or (
             source == "auto" and kafka_format_available(spark)) else "jobreg-kafka"
+        # librdkafka's long-poll setting; the Java client names it fetch.max.wait.ms
+        wait = {"fetch.wait.max.ms": 10} if used == "jobreg-kafka" else {"fetch.max.wait.ms": 10}
+        df = read_stream(spark, bootstrap, topic, source="kafka" if used == "kafka" else "python",
+                         starting_offsets=starting,
+                         max_offsets_per_trigger=max_offsets_per_trigger, **wait)
 
         def batch(frame: Any, batch_id: int) -> None:
             n = writer.write(_records(frame), batch_id)

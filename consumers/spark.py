@@ -1,0 +1,156 @@
+"""Spark sessions for the audit consumers, and a Kafka stream from whichever source exists.
+
+:func:`spark_session` starts a local session the way this project runs Spark (loopback only,
+no UI, the current interpreter for Python workers) and registers the ``jobreg-kafka``
+source. :func:`read_stream` returns the topic as a streaming DataFrame with Spark's Kafka
+schema, from Spark's built-in ``kafka`` source when its connector is on the classpath and
+from ``jobreg-kafka`` otherwise, with the same option names either way.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+
+from .kafka_source import SOURCE_NAME, KafkaOptionError, KafkaSource
+
+__all__ = [
+    "KafkaConnectorMissing",
+    "connector_package",
+    "kafka_format_available",
+    "read_stream",
+    "spark_session",
+]
+
+#: Settings every session gets unless ``extra_conf`` overrides them.
+DEFAULT_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "1g",
+    "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+}
+
+
+class KafkaConnectorMissing(RuntimeError):
+    """``source="kafka"`` was asked for, but Spark's Kafka connector is not on the classpath."""
+
+
+def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
+                  extra_conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A Spark session for the audit jobs, with ``jobreg-kafka`` registered.
+
+    Sets the environment Spark needs here before the JVM starts: ``SPARK_LOCAL_IP`` to
+    127.0.0.1 (unless already set), ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` to this
+    interpreter (the workers must import confluent-kafka and this package). Applies
+    :data:`DEFAULT_CONF` (no UI, loopback driver, two shuffle partitions, UTC session time
+    zone), then ``extra_conf``; sets the log level to WARN. If a session is already active in
+    this process, ``getOrCreate`` returns it (JVM-level settings then stay as they were).
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    builder = SparkSession.builder.appName(app_name).master(master)
+    for key, value in {**DEFAULT_CONF, **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    spark.dataSource.register(KafkaSource)
+    return spark
+
+
+def connector_package(spark: SparkSession) -> str:
+    """The Maven coordinates of the Kafka connector matching this Spark (Scala 2.13)."""
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}"
+
+
+def kafka_format_available(spark: SparkSession) -> bool:
+    """Whether Spark's built-in ``kafka`` format can be used (its connector is on the
+    classpath). Asks the JVM the way ``format("kafka")`` would, without reading anything."""
+    jvm = getattr(spark, "_jvm", None) or spark.sparkContext._jvm
+    try:
+        data_source = getattr(jvm, "org.apache.spark.sql.execution.datasources.DataSource")
+        data_source.lookupDataSource("kafka", spark._jsparkSession.sessionState().conf())
+        return True
+    except Exception as e:  # Py4JJavaError wrapping DATA_SOURCE_NOT_FOUND
+        text = str(e)
+        if "DATA_SOURCE_NOT_FOUND" in text or "ClassNotFound" in text or \
+                "Failed to find data source" in text:
+            return False
+        raise
+
+
+def _ensure_registered(spark: SparkSession) -> None:
+    """Register ``jobreg-kafka`` unless this session has it (re-registering logs a warning)."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        if manager.dataSourceExists(SOURCE_NAME):
+            return
+    except Exception:  # no JVM handle (Spark Connect): just register
+        pass
+    spark.dataSource.register(KafkaSource)
+
+
+def _kafka_name(key: str) -> str:
+    """``fetch_wait_max_ms`` -> ``kafka.fetch.wait.max.ms``; ``kafka.x`` stays."""
+    if key.startswith("kafka."):
+        return key
+    if "." not in key:
+        key = key.replace("_", ".")
+    return f"kafka.{key}"
+
+
+def read_stream(spark: SparkSession, bootstrap: str, topic: str, *,
+                source: Literal["auto", "python", "kafka"] = "auto",
+                starting_offsets: str = "earliest",
+                max_offsets_per_trigger: int | None = None,
+                options: Mapping[str, Any] | None = None,
+                **kafka_options: Any) -> DataFrame:
+    """The topic as a streaming DataFrame with Spark's Kafka schema.
+
+    ``source``: ``"kafka"`` (Spark's built-in source; :class:`KafkaConnectorMissing` if
+    its connector is not on the classpath), ``"python"`` (``jobreg-kafka``) or ``"auto"``
+    (``kafka`` when available, else ``jobreg-kafka``). Both read with
+    ``kafka.isolation.level=read_committed`` unless told otherwise.
+
+    ``options``: further source options by their Spark names (``failOnDataLoss``,
+    ``includeHeaders``, ``kafkaConsumer.pollTimeoutMs``, ...). ``kafka_options``: Kafka
+    client settings, given as Kafka spells them (``**{"fetch.wait.max.ms": 10}``) or with
+    underscores for dots (``fetch_wait_max_ms=10``); each becomes the ``kafka.``-prefixed
+    option. The client differs by source (librdkafka for ``jobreg-kafka``, the Java client
+    for ``kafka``), and so do a few setting names.
+    """
+    if source not in ("auto", "python", "kafka"):
+        raise KafkaOptionError(f"source must be 'auto', 'python' or 'kafka', not {source!r}")
+    if source == "auto":
+        source = "kafka" if kafka_format_available(spark) else "python"
+    elif source == "kafka" and not kafka_format_available(spark):
+        raise KafkaConnectorMissing(
+            "Spark's built-in 'kafka' source is not on the classpath: add the connector "
+            f"package {connector_package(spark)} (spark.jars.packages, or its jar and "
+            "dependencies in spark.jars), or use source='python' (jobreg-kafka)")
+    merged: dict[str, Any] = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": starting_offsets,
+        "kafka.isolation.level": "read_committed",
+    }
+    if max_offsets_per_trigger is not None:
+        merged["maxOffsetsPerTrigger"] = max_offsets_per_trigger
+    merged.update({_kafka_name(k): v for k, v in kafka_options.items()})
+    merged.update(options or {})
+    fmt = "kafka" if source == "kafka" else SOURCE_NAME
+    if fmt == SOURCE_NAME:
+        _ensure_registered(spark)
+    reader = spark.readStream.format(fmt)
+    for key, value in merged.items():
+        reader = reader.option(key, str(value).lower() if isinstance(value, bool) else value)
+    return reader.load()

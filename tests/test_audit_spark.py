@@ -1,0 +1,125 @@
+"""The audit streaming job on Spark: incidents 000 and 002 into SQLite and PostgreSQL, corrupt
+records while it runs, and a driver killed in the middle of a batch."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from test_audit_writer import _incident_002
+from test_forensics import _incident_000
+
+from consumers.audit_job import run_audit
+from registry.audit.db import migrate, query
+from registry.audit.writer import FAULT_KILL_ENV, check
+from registry.log import write_raw
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'audit.db'}"
+    else:
+        url = request.getfixturevalue("pg_db")
+    migrate(url)
+    return url
+
+
+def test_incidents_000_and_002_in_the_views(spark, connect, db_url) -> None:
+    marks = _incident_000(lambda: connect("ns-000"))
+    _incident_002(connect)
+    reg = marks["reg"]
+    run = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark, max_offsets_per_trigger=5)
+    assert run.records > 0 and run.batches >= 3  # 5 records per trigger: several batches
+    assert check(db_url, reg.bootstrap, reg.topic) == []
+    _, refused = query(db_url, "SELECT namespace, job_id, writer, reason, expected_epoch "
+                               "FROM refused_writes ORDER BY namespace")
+    assert refused == [("ns-000", "job-a", "jm-1", "stale_epoch", 2),
+                       ("ns-002", "job-x", "jm-old", "stale_epoch", 2)]
+    assert query(db_url, "SELECT * FROM resurrections")[1] == []
+    _, terms = query(db_url, "SELECT namespace, epoch, leader, ended_by FROM leadership_terms "
+                             "ORDER BY namespace, epoch")
+    assert [t[:3] for t in terms] == [("ns-000", 1, "jm-1"), ("ns-000", 2, "jm-2"),
+                                      ("ns-000", 3, "jm-3"), ("ns-002", 1, "jm-old"),
+                                      ("ns-002", 2, "jm-new")]
+    _, history = query(db_url, "SELECT event_type, outcome, job_status FROM job_history "
+                               "WHERE namespace = 'ns-000' AND job_id = 'job-a'")
+    assert ("JobLockReleased", "REJECTED", "ACTIVE") in history
+    assert history[-1][2] == "CANCELLED"
+    # run again: nothing new, nothing twice
+    again = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark)
+    assert again.records == 0 and again.caught_up == run.records
+    assert check(db_url, reg.bootstrap, reg.topic) == []
+
+
+def test_corrupt_records_are_quarantined_and_the_stream_keeps_running(spark, connect,
+                                                                      tmp_path) -> None:
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    migrate(url)
+    reg = connect("live")
+    term = reg.claim_leadership("jm-1")
+    term.submit("job-1", b"g")
+    stop = threading.Event()
+    result: list[object] = []
+
+    def follow() -> None:
+        try:
+            result.append(run_audit(url, reg.bootstrap, reg.topic, spark=spark, mode="follow",
+                                    interval="200 milliseconds", stop_event=stop))
+        except BaseException as e:  # reported below
+            result.append(e)
+
+    thread = threading.Thread(target=follow)
+    thread.start()
+    try:
+        bad = [write_raw(reg.bootstrap, reg.topic, reg.partition, key, value)
+               for key, value in (("live/job/job-1", b"\x00\x00\x00\x00\x63garbage"),
+                                  (b"\xff\xfe not utf-8", b"neither key nor value"),
+                                  ("live/job/job-1", None))]
+        term.submit("job-2", b"g")  # after the garbage: the stream must get here
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            _, rows = query(url, "SELECT count(*) FROM audit_jobs WHERE job_id = 'job-2'")
+            if rows == [(1,)]:
+                break
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join(120)
+    assert result and not isinstance(result[0], BaseException), result
+    _, quarantined = query(url, 'SELECT "offset", namespace, reason FROM audit_quarantine '
+                                'ORDER BY "offset"')
+    assert [q[0] for q in quarantined] == bad
+    assert [(q[1], q[2]) for q in quarantined] == [
+        ("live", "undecodable"), (None, "undecodable"), ("live", "tombstone")]
+    assert query(url, "SELECT status FROM audit_jobs WHERE job_id = 'job-2'")[1] == [("ACTIVE",)]
+    assert check(url, reg.bootstrap, reg.topic) == []
+
+
+def test_a_driver_killed_mid_batch_restarts_with_every_row_exactly_once(connect,
+                                                                          db_url) -> None:
+    reg = connect("crash")
+    term = reg.claim_leadership("jm-1")
+    for start in range(0, 6000, 1000):
+        term.submit_many([(f"job-{i}", b"g") for i in range(start, start + 1000)])
+    jobreg = [sys.executable, "-m", "registry.cli", "--bootstrap", reg.bootstrap, "--topic",
+              reg.topic, "audit", "run", "--once", "--db", db_url,
+              "--max-offsets-per-trigger", "2000"]
+    killed = subprocess.run(jobreg, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, FAULT_KILL_ENV: "3000"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    _, [(kept,)] = query(db_url, "SELECT count(*) FROM audit_records")
+    assert 0 < kept < 3000  # whole batches only: the one being written died uncommitted
+    finished = subprocess.run(jobreg, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert check(db_url, reg.bootstrap, reg.topic) == []
+    _, [(rows, distinct)] = query(db_url, 'SELECT count(*), count(DISTINCT "offset") '
+                                          "FROM audit_records")
+    _, [(jobs,)] = query(db_url, "SELECT count(*) FROM audit_jobs")
+    assert rows == distinct and jobs == 6000
