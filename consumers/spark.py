@@ -52,14 +52,20 @@ def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
     127.0.0.1 (unless already set), ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` to this
     interpreter (the workers must import confluent-kafka and this package). Applies
     :data:`DEFAULT_CONF` (no UI, loopback driver, two shuffle partitions, UTC session time
-    zone), then ``extra_conf``; sets the log level to WARN. If a session is already active in
+    zone), then ``extra_conf``; sets the log level to WARN. ``$JOBREG_SPARK_MASTER`` overrides
+    ``master`` and ``$JOBREG_SPARK_PACKAGES`` sets ``spark.jars.packages`` (production puts
+    Spark's Kafka connector there). If a session is already active in
     this process, ``getOrCreate`` returns it (JVM-level settings then stay as they were).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in {**DEFAULT_CONF, **(extra_conf or {})}.items():
+    conf = dict(DEFAULT_CONF)
+    if os.environ.get("JOBREG_SPARK_PACKAGES"):  # e.g. the Kafka connector, in production
+        conf["spark.jars.packages"] = os.environ["JOBREG_SPARK_PACKAGES"]
+    builder = SparkSession.builder.appName(app_name).master(
+        os.environ.get("JOBREG_SPARK_MASTER", master))
+    for key, value in {**conf, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

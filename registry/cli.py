@@ -341,6 +341,24 @@ def bench_replay_cmd(records: int) -> None:
     click.echo(format_replay(figures))
 
 
+@bench.command("audit")
+@click.option("--events", type=click.IntRange(1000), default=100_000, show_default=True,
+              help="Events written into each database for the throughput figures.")
+@click.option("--rate", type=click.IntRange(10), default=1000, show_default=True,
+              help="Events per second for the freshness figures.")
+@click.option("--seconds", type=click.FloatRange(2), default=20.0, show_default=True,
+              help="How long the steady load of the freshness figures lasts.")
+def bench_audit_cmd(events: int, rate: int, seconds: float) -> None:
+    """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, Spark next to
+    plain Python in the same run."""
+    from registry.audit.bench import bench_audit, format_audit
+
+    with registry_errors():
+        figures = bench_audit(events=events, rate=rate, seconds=seconds,
+                              progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_audit(figures))
+
+
 # -- read commands: replay the log (broker or dump) and print ----------------------------------
 
 

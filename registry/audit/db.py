@@ -57,6 +57,7 @@ from ..errors import ConfigError, RegistryError
 __all__ = [
     "DEFAULT_DB_URL",
     "MIGRATIONS_PACKAGE",
+    "PASSWORD_FILE_ENV",
     "PG_CONNECT_TIMEOUT",
     "AuditError",
     "alembic_config",
@@ -70,6 +71,9 @@ __all__ = [
 
 #: The audit database when none is given: a SQLite file in the working directory.
 DEFAULT_DB_URL = "sqlite:///jobreg-audit.db"
+#: Environment variable naming a file that holds the PostgreSQL password (used when the URL
+#: has none).
+PASSWORD_FILE_ENV = "JOBREG_AUDIT_DB_PASSWORD_FILE"
 #: Seconds a PostgreSQL connection attempt may take (libpq ``connect_timeout``).
 PG_CONNECT_TIMEOUT = 5
 #: The installed package holding ``env.py``, ``script.py.mako`` and ``versions/``.
@@ -114,6 +118,13 @@ def _parse(url: str | URL) -> URL:
             ) from None
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+    secret = os.environ.get(PASSWORD_FILE_ENV)
+    if secret and parsed.password is None and parsed.get_backend_name() == "postgresql":
+        try:  # a password in a file (a Docker secret), never in the URL or the compose file
+            parsed = parsed.set(password=Path(secret).read_text().strip())
+        except OSError as e:
+            raise AuditError(f"cannot read the database password from {secret} "
+                             f"(${PASSWORD_FILE_ENV}): {e.strerror}") from None
     backend = parsed.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise AuditError(

@@ -338,3 +338,24 @@ def run_plain(writer: AuditWriter, bootstrap: str, *, timeout: float = 30.0,
         finally:
             reader.close()
     return written
+
+
+def follow_plain(writer: AuditWriter, bootstrap: str, stop: Any, *, poll: float = 0.05,
+                 timeout: float = 30.0) -> int:
+    """:func:`run_plain`, but following the log until ``stop`` (a ``threading.Event``) is set:
+    each partition's new records are written as they arrive. Returns the records written."""
+    progress = writer.projection.next_offsets
+    readers = [LogReader(bootstrap, writer.topic, p, start_offset=progress.get(p, 0))
+               for p in range(topic_partitions(bootstrap, writer.topic, timeout))]
+    written = 0
+    try:
+        while not stop.is_set():
+            batch: list[LogRecord] = []
+            for reader in readers:
+                batch.extend(reader.poll(poll / len(readers)))
+            if batch:
+                written += writer.write(batch, writer.batches)
+    finally:
+        for reader in readers:
+            reader.close()
+    return written
