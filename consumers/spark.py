@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
@@ -37,6 +38,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "1g",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+    "spark.sql.adaptive.enabled": "false",  # not used by streaming queries; it warns if on
 }
 
 
@@ -61,6 +63,9 @@ def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     conf = dict(DEFAULT_CONF)
+    # errors only from the JVM's log (Spark's default prints INFO and WARN lines)
+    log4j = Path(__file__).with_name("log4j2.properties")
+    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
     if os.environ.get("JOBREG_SPARK_PACKAGES"):  # e.g. the Kafka connector, in production
         conf["spark.jars.packages"] = os.environ["JOBREG_SPARK_PACKAGES"]
     builder = SparkSession.builder.appName(app_name).master(

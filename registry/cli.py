@@ -268,15 +268,22 @@ def broker(port: int | None, log_file: str | None) -> None:
 
 
 @main.command()
-def demo() -> None:
-    """Play the seeds' incidents live on an embedded broker and check every guarantee.
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, writable=True),
+              default="jobreg-demo", show_default=True,
+              help="Where the audit database (audit.db) and the HTML reports go.")
+@click.option("--audit", "audit_engine", type=click.Choice(["spark", "plain", "none"]),
+              default="spark", show_default=True,
+              help="Materialize the audit views with Spark, with plain Python, or not at all.")
+def demo(out_dir: str, audit_engine: str) -> None:
+    """Play the seeds' incidents live on an embedded broker with coordinator processes,
+    materialize the audit views, write the incident reports, check every guarantee.
 
     Exits 1 if any guarantee did not hold.
     """
     from registry.demo import run_demo
 
     with registry_errors():
-        verdicts = run_demo(click.echo)
+        verdicts = run_demo(click.echo, out_dir=out_dir, audit=audit_engine)
     if not all(v.held for v in verdicts):
         raise CliError("a guarantee did not hold (see the verdict table)")
 

@@ -1,27 +1,28 @@
 """``jobreg demo``: the incidents of the seeds, played live against an embedded broker.
 
-Each incident runs in its own namespace with separate clients (each its own
-:class:`~registry.client.Registry`, with its own consumer and producers, as
-separate coordinator processes would have), with threads giving the
-interleaving from the incident report. The demo checks its own guarantees by
-reading the log afresh and returns one :class:`Verdict` per guarantee.
+Each incident runs in its own namespace with real coordinator processes
+(:mod:`registry.coordinator`: each its own Python process with its own
+:class:`~registry.client.Registry`), frozen with SIGSTOP for a GC pause or a
+network blip and killed for a crash, in the interleaving of the incident
+report. Then the audit stream (Spark, local mode) materializes the SQL views
+into a SQLite file and the demo asks them the audit questions, writes one HTML
+incident report per incident, and checks its own guarantees; it returns one
+:class:`Verdict` per guarantee.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .broker import EmbeddedBroker
 from .client import Registry
-from .codec import encode
-from .errors import Fenced, WriteRejected
-from .events import InlineGraph, JobLockReleased, JobSubmitted, JobTerminated, new_event_id, now_ms
+from .coordinator import CoordinatorProcess
 from .image import Decision
-from .keys import job_key, lock_key
-from .log import write_raw
 
 __all__ = ["Verdict", "run_demo"]
 
@@ -43,134 +44,164 @@ def _refusals(out: Out, decisions: list[Decision]) -> None:
             f"epoch {d.epoch}: {d.reason} ({d.detail})")
 
 
-def _zombie(reg: Registry, cls, key: str, epoch: int, writer: str, **payload) -> None:
-    event = cls(event_id=new_event_id(), namespace=reg.namespace, epoch=epoch, writer=writer,
-                created_at=now_ms(), **payload)
-    write_raw(reg.bootstrap, reg.topic, reg.partition, key, encode(event))
+def _coordinators(bootstrap: str, namespace: str, *names: str,
+                  registry_timeout: float = 10.0) -> list[CoordinatorProcess]:
+    """Start one coordinator process per name, all at once (each starts in about a second)."""
+    out: list[CoordinatorProcess | None] = [None] * len(names)
+    errors: list[BaseException] = []
+
+    def start(i: int, name: str) -> None:
+        try:
+            out[i] = CoordinatorProcess(bootstrap, namespace, name,
+                                        registry_timeout=registry_timeout)
+        except BaseException as e:  # noqa: B036 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=start, args=(i, n)) for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for c in out:
+            if c is not None:
+                c.close()
+        raise errors[0]
+    return [c for c in out if c is not None]
+
+
+def _rejected(bootstrap: str, namespace: str) -> list[Decision]:
+    with Registry.connect(bootstrap, namespace) as reg:
+        return reg.rejected()
 
 
 def _play_000(bootstrap: str, out: Out) -> list[Verdict]:
     out("000  GC pause: revoke and grant ran concurrently")
     out("     Flink: the old leader's late release let the cancelled job be recovered after a "
         "restart, and its deleted blob crashed the cluster.")
-    jm1 = Registry.connect(bootstrap, "incident-000")
-    t1 = jm1.claim_leadership("jm-1")
-    t1.submit("job-a", b"graph of job-a")
-    woke = threading.Event()
-    late: list[BaseException] = []
-
-    def paused_leader() -> None:  # jm-1 in a long GC pause
-        woke.wait(30)
-        for op in (lambda: t1.release("job-a"), lambda: t1.terminate("job-a", "FINISHED")):
-            try:
-                op()
-            except BaseException as e:  # noqa: B036 - reported below
-                late.append(e)
-
-    th = threading.Thread(target=paused_leader)
-    th.start()
-    jm2 = Registry.connect(bootstrap, "incident-000")
-    t2 = jm2.claim_leadership("jm-2")
-    t2.adopt("job-a")
-    woke.set()  # the GC pause ends after the new grant
-    th.join(60)
-    t2.cancel("job-a", "user cancel")
-    _zombie(jm1, JobLockReleased, lock_key(jm1.namespace, "job-a"), 1, "jm-1", job_id="job-a")
-    restarted = Registry.connect(bootstrap, "incident-000")  # a restart folds from the start
-    t3 = restarted.claim_leadership("jm-3")
-    live = restarted.jobs()
-    out(f"     jobreg: jm-2 took epoch {t2.epoch}; jm-1's late writes were refused; after a "
-        f"restart jm-3 (epoch {t3.epoch}) sees live jobs {sorted(live) or 'none'}.")
-    _refusals(out, restarted.rejected())
-    for reg in (jm1, jm2, restarted):
-        reg.close()
+    ns = "incident-000"
+    jm1, jm2, jm3 = _coordinators(bootstrap, ns, "jm-1", "jm-2", "jm-3")
+    try:
+        jm1.send("claim")
+        jm1.send("submit", job="job-a")
+        jm1.pause()  # a long GC pause: the process is frozen
+        epoch2 = jm2.send("claim")["epoch"]
+        jm2.send("adopt", jobs=["job-a"])
+        jm1.resume()  # the pause ends after the new grant; jm-1 goes on where it was
+        late = [jm1.send("release", job="job-a"),
+                jm1.send("terminate", job="job-a", state="FINISHED")]
+        jm2.send("cancel", job="job-a", reason="user cancel")
+        jm1.send("zombie", type="JobLockReleased", job="job-a", epoch=1)  # a request in flight
+        epoch3 = jm3.send("claim")["epoch"]  # the restart: a new process folds the log
+        live = jm3.send("jobs")["live"]
+    finally:
+        for c in (jm1, jm2, jm3):
+            c.close()
+    out(f"     jobreg: jm-2 took epoch {epoch2} while jm-1 was frozen; jm-1's late release and "
+        f"remove were refused ({', '.join(str(r.get('reason')) for r in late)}); after a "
+        f"restart jm-3 (epoch {epoch3}) sees live jobs {live or 'none'}.")
+    _refusals(out, _rejected(bootstrap, ns))
     return [
         Verdict("000", "late release and remove of the old term are fenced",
-                len(late) == 2 and all(isinstance(e, Fenced) for e in late)),
+                all(r.get("error") == "Fenced" for r in late)),
         Verdict("000", "a cancelled job is not live after a restart", "job-a" not in live),
     ]
 
 
-def _play_001(bootstrap: str, out: Out) -> list[Verdict]:
-    out("001  a job finished a month ago, its graph left behind")
-    out("     Flink: the new leader recovered it with the running job; both fought for slots.")
-    reg = Registry.connect(bootstrap, "incident-001")
-    t1 = reg.claim_leadership("jm-1")
-    t1.submit_many([("job-old", b"old graph"), ("job-run", b"running graph")])
-    t1.terminate("job-old", "FINISHED")
-    jm2 = Registry.connect(bootstrap, "incident-001")
-    t2 = jm2.claim_leadership("jm-2")
-    refused_resubmit = False
+def _play_001(bootstrap: str, out: Out, lease: float = 6.0, blip: float = 1.5) -> list[Verdict]:
+    out("001  a transient disconnect, and a job finished a month ago")
+    out("     Flink: the leader gave up leadership on a ZooKeeper SUSPENDED; the new leader "
+        "recovered the running job and the finished one too; both fought for slots.")
+    ns = "incident-001"
+    jm1, jm2 = _coordinators(bootstrap, ns, "jm-1", "jm-2", registry_timeout=lease / 2)
     try:
-        t2.submit("job-old", b"old graph")  # the left-behind graph, resubmitted
-    except WriteRejected as e:
-        refused_resubmit = e.reason == "terminal_job"
-    _zombie(reg, JobSubmitted, job_key(reg.namespace, "job-old"), 1, "jm-1", job_id="job-old",
-            graph=InlineGraph(b"old graph"))
-    fresh = Registry.connect(bootstrap, "incident-001")
-    live = fresh.jobs()
-    out(f"     jobreg: after failover to epoch {t2.epoch} the live jobs are {sorted(live)}; "
-        "resubmitting the finished id is refused.")
-    _refusals(out, reg.rejected())
-    for r in (reg, jm2, fresh):
-        r.close()
-    return [Verdict("001", "a finished job never comes back",
-                    refused_resubmit and set(live) == {"job-run"})]
+        first = jm1.send("elect", lease=lease, timeout=30)
+        jm1.send("submit_many", jobs=["job-old", "job-run"])
+        jm1.send("terminate", job="job-old", state="FINISHED")
+        standby: list[dict] = []
+        watching = threading.Thread(target=lambda: standby.append(
+            jm2.send("elect", lease=lease, timeout=lease + 2)))
+        watching.start()
+        time.sleep(lease / 4)
+        jm1.pause()  # the blip: jm-1 can neither renew nor be heard
+        time.sleep(blip)
+        jm1.resume()
+        watching.join(60)
+        after_blip = jm1.send("submit", job="job-new")
+        jm1.proc.kill()  # now a real crash: the standby must take over
+        jm1.proc.wait()
+        second = jm2.send("elect", lease=lease, timeout=30)
+        recovered = jm2.send("recover")
+        resubmit = jm2.send("submit", job="job-old", graph="the left-behind graph")
+        live = jm2.send("jobs")["live"]
+    finally:
+        for c in (jm1, jm2):
+            c.close()
+    no_failover = bool(standby) and standby[0].get("elected") is False and after_blip.get("ok")
+    out(f"     jobreg: jm-1 (epoch {first.get('epoch')}, lease {lease:g} s) froze for {blip:g} s "
+        f"and kept its term: the standby did not take over ({no_failover}). After jm-1 "
+        f"crashed, jm-2 took epoch {second.get('epoch')} and recovered "
+        f"{recovered.get('recovered')}; resubmitting job-old was refused "
+        f"({resubmit.get('reason')}).")
+    _refusals(out, _rejected(bootstrap, ns))
+    return [
+        Verdict("001", f"a {blip:g} s disconnect within the {lease:g} s lease causes no failover",
+                no_failover),
+        Verdict("001", "a finished job never comes back",
+                sorted(recovered.get("recovered", [])) == ["job-new", "job-run"]
+                and resubmit.get("reason") == "terminal_job" and "job-old" not in live),
+    ]
 
 
 def _play_002(bootstrap: str, out: Out) -> list[Verdict]:
     out("002  does leadership give mutual exclusion on the job set?")
     out("     Flink: no; the old leader removed a job after the new leader had taken it over.")
-    old = Registry.connect(bootstrap, "incident-002")
-    t1 = old.claim_leadership("jm-old")
-    t1.submit("job-x", b"graph v1")
-    new = Registry.connect(bootstrap, "incident-002")
-    t2 = new.claim_leadership("jm-new")
-    t2.adopt("job-x")
-    fenced = False
+    ns = "incident-002"
+    old, new = _coordinators(bootstrap, ns, "jm-old", "jm-new")
     try:
-        t1.terminate("job-x", "FAILED", "old leader removes its job graph")
-    except Fenced:
-        fenced = True
-    _zombie(old, JobTerminated, job_key(old.namespace, "job-x"), 1, "jm-old", job_id="job-x",
-            state="FAILED")
-    view = new.job("job-x")
-    out(f"     jobreg: job-x is {view.status}, held by epoch {view.owner_epoch}; the old "
-        "leader's removal was refused by epoch, not by timing.")
-    _refusals(out, new.rejected())
-    old.close()
-    new.close()
+        old.send("claim")
+        old.send("submit", job="job-x", graph="graph v1")
+        epoch2 = new.send("claim")["epoch"]
+        new.send("adopt", jobs=["job-x"])  # the new leader takes the job over
+        removal = old.send("terminate", job="job-x", state="FAILED",
+                           reason="old leader removes its job graph")
+        old.send("zombie", type="JobTerminated", job="job-x", epoch=1,
+                 payload={"state": "FAILED"})
+        jobs = new.send("jobs")["jobs"]
+    finally:
+        old.close()
+        new.close()
+    out(f"     jobreg: job-x is {jobs.get('job-x')} under epoch {epoch2}; the old leader's "
+        f"removal was refused by epoch ({removal.get('reason')}), not by timing.")
+    _refusals(out, _rejected(bootstrap, ns))
     return [Verdict("002", "a stale leader cannot remove a job the new leader holds",
-                    fenced and view.live and view.owner_epoch == t2.epoch)]
+                    removal.get("error") == "Fenced" and jobs.get("job-x") == "ACTIVE")]
 
 
 def _play_003(bootstrap: str, out: Out) -> list[Verdict]:
     out("003  one job throws during recovery")
     out("     Flink: the leader exited, every standby did the same, and the cluster never started "
         "again until the HA store was wiped by hand.")
-    old = Registry.connect(bootstrap, "incident-003")
-    old.claim_leadership("jm-1").submit_many(
-        [(f"job-{i:02d}", f"graph {i}".encode()) for i in range(20)])
-
-    def initialize(job) -> None:  # the user's initialize-on-master
-        if job.job_id == "job-07":
-            raise RuntimeError("ClassNotFoundException in the job graph")
-
-    new = Registry.connect(bootstrap, "incident-003")
-    results = new.claim_leadership("jm-2").recover(initialize)
-    failed = [r for r in results if not r.ok]
-    out(f"     jobreg: {sum(r.ok for r in results)} jobs adopted; "
-        + ", ".join(f"{r.job_id} {r.status} ({r.error})" for r in failed)
-        + "; the leader carries on.")
-    again = Registry.connect(bootstrap, "incident-003")
-    second = again.claim_leadership("jm-3").recover(initialize)
-    for r in (old, new, again):
-        r.close()
+    ns = "incident-003"
+    jm1, jm2, jm3 = _coordinators(bootstrap, ns, "jm-1", "jm-2", "jm-3")
+    try:
+        jm1.send("claim")
+        jm1.send("submit_many", jobs=[f"job-{i:02d}" for i in range(20)])
+        jm2.send("claim")
+        first = jm2.send("recover", fail=["job-07"])
+        jm3.send("claim")
+        second = jm3.send("recover", fail=["job-07"])
+    finally:
+        for c in (jm1, jm2, jm3):
+            c.close()
+    out(f"     jobreg: {len(first['recovered'])} jobs adopted; "
+        + ", ".join(f"{j} RECOVERY_FAILED ({e})" for j, e in first["failed"].items())
+        + "; the leader carries on, and the next one skips it.")
     return [
         Verdict("003", "one job's recovery failure fails that job only",
-                len(results) == 20 and [r.job_id for r in failed] == ["job-07"]),
+                len(first["recovered"]) == 19 and list(first["failed"]) == ["job-07"]),
         Verdict("003", "the next failover recovers the rest and leaves the failed job be",
-                len(second) == 19 and all(r.ok for r in second)),
+                len(second["recovered"]) == 19 and not second["failed"]),
     ]
 
 
@@ -178,37 +209,121 @@ def _play_004(bootstrap: str, out: Out) -> list[Verdict]:
     out("004  a checkpoint discarded on the first decline")
     out("     Flink: a task still writing checkpoint 5 failed after the discard, and the job "
         "restarted over a checkpoint that no longer mattered.")
-    reg = Registry.connect(bootstrap, "incident-004")
-    term = reg.claim_leadership("jm-1")
-    term.submit("job", b"graph", max_checkpoint_failures=1)  # one failure is tolerable
-    term.checkpoint_triggered("job", 4)
-    term.checkpoint_completed("job", 4, "file:///checkpoints/job/4")
-    term.checkpoint_triggered("job", 5)
-    first = term.checkpoint_failed("job", 5, "DECLINED", task="map-1")
-    term.checkpoint_discarded("job", 5, "declined by map-1")
-    late = term.checkpoint_failed("job", 5, "DECLINED", task="sink-3")
-    view = reg.job("job")  # had the late failure counted, 2 > 1 would fail the job
+    (jm,) = _coordinators(bootstrap, "incident-004", "jm-1")
+    try:
+        jm.send("claim")
+        jm.send("submit", job="job", budget=1)  # one failure is tolerable
+        for kind, cid in (("triggered", 4), ("completed", 4), ("triggered", 5)):
+            jm.send("checkpoint", kind=kind, job="job", id=cid,
+                    location=f"file:///checkpoints/job/{cid}")
+        first = jm.send("checkpoint", kind="failed", job="job", id=5, reason="DECLINED",
+                        task="map-1")
+        jm.send("checkpoint", kind="discarded", job="job", id=5, reason="declined by map-1")
+        late = jm.send("checkpoint", kind="failed", job="job", id=5, reason="DECLINED",
+                       task="sink-3")
+        jm.send("checkpoint", kind="triggered", job="job", id=6)
+        done = jm.send("checkpoint", kind="completed", job="job", id=6,
+                       location="file:///checkpoints/job/6")
+    finally:
+        jm.close()
     out(f"     jobreg: the first decline counted (1 of 1 tolerable); the late failure was "
-        f"ignored ({late.ignored}); over budget: {view.over_budget}.")
-    term.checkpoint_triggered("job", 6)
-    term.checkpoint_completed("job", 6, "file:///checkpoints/job/6")
-    after = reg.job("job").checkpoints.consecutive_failures
-    reg.close()
+        f"ignored ({late.get('ignored')}); over budget: {late.get('over_budget')}.")
     return [Verdict("004", "a failure of a discarded checkpoint is ignored",
-                    first.ignored is None and late.ignored is not None
-                    and "discarded" in late.ignored and not view.over_budget
-                    and view.checkpoints.consecutive_failures == 1 and after == 0)]
+                    first.get("ignored") is None and late.get("ignored") is not None
+                    and "discarded" in late["ignored"] and not late.get("over_budget")
+                    and late.get("consecutive_failures") == 1
+                    and done.get("consecutive_failures") == 0)]
 
 
-def run_demo(out: Out = print) -> list[Verdict]:
-    """Play the incidents on a fresh embedded broker; return the verdicts (printing as it goes)."""
+AUDIT_QUESTIONS = [
+    ("Which writes were refused, from whom, and why?",
+     "SELECT namespace, writer, event_type, reason, count(*) AS n FROM refused_writes "
+     "GROUP BY namespace, writer, event_type, reason ORDER BY namespace"),
+    ("How often did leadership change?",
+     "SELECT namespace, count(*) AS terms, max(epoch) AS last_epoch FROM leadership_terms "
+     "GROUP BY namespace ORDER BY namespace"),
+    ("Did any job come back after it was cancelled or finished?",
+     "SELECT count(*) AS resurrections FROM resurrections"),
+    ("Which checkpoint failures were ignored, and why?",
+     "SELECT namespace, job_id, \"offset\", detail FROM checkpoint_failures "
+     "WHERE outcome = 'IGNORED'"),
+]
+
+
+def _audit(bootstrap: str, out_dir: Path, out: Out, engine: str) -> list[Verdict]:
+    from .audit.db import migrate, query
+    from .audit.writer import AuditWriter, check, run_plain
+    from .log import DEFAULT_TOPIC
+    from .render import table
+
+    db = out_dir / "audit.db"
+    db.unlink(missing_ok=True)
+    url = f"sqlite:///{db}"
+    migrate(url)
     started = time.monotonic()
+    if engine == "spark":
+        from consumers.audit_job import run_audit
+
+        out("     starting Spark (local[2]) and the audit stream ...")
+        run = run_audit(url, bootstrap, DEFAULT_TOPIC,
+                        on_batch=lambda i, n: out(f"     batch {i}: {n} records"))
+        records = run.records
+    else:
+        writer = AuditWriter(url, DEFAULT_TOPIC)
+        writer.catch_up(bootstrap)
+        records = run_plain(writer, bootstrap)
+        writer.close()
+    out(f"     {records} records into {db} ({engine}, {time.monotonic() - started:.1f} s)")
+    for question, sql in AUDIT_QUESTIONS:
+        columns, rows = query(url, sql)
+        out(f"\n     {question}\n     {sql}")
+        out("\n".join("     " + line for line in table(columns, rows).splitlines()))
+    diffs = check(url, bootstrap, DEFAULT_TOPIC)
+    for d in diffs:
+        out(f"     DIFFERENCE: {d}")
+    resurrections = query(url, "SELECT count(*) FROM resurrections")[1][0][0]
+    return [Verdict("audit", "every record exactly once; the views agree with the fold",
+                    records > 0 and not diffs),
+            Verdict("audit", "the resurrections view is empty", resurrections == 0)]
+
+
+def _reports(bootstrap: str, out_dir: Path, out: Out) -> list[Path]:
+    from .forensics import BrokerSource, Forensics
+    from .keys import partition_for
+    from .log import DEFAULT_TOPIC, topic_partitions
+    from .report import write_report
+
+    partitions = topic_partitions(bootstrap, DEFAULT_TOPIC)
+    paths = []
+    for n in range(5):
+        ns = f"incident-00{n}"
+        f = Forensics(BrokerSource(bootstrap, DEFAULT_TOPIC, partition_for(ns, partitions)), ns)
+        paths.append(write_report(f, out_dir / f"report-{ns}.html",
+                                  title=f"jobreg demo: incident 00{n}"))
+    out(f"     wrote {', '.join(str(p) for p in paths)}")
+    return paths
+
+
+def run_demo(out: Out = print, *, out_dir: str | os.PathLike[str] = "jobreg-demo",
+             audit: str = "spark") -> list[Verdict]:
+    """Play the incidents on a fresh embedded broker with coordinator processes, materialize
+    the audit views (``audit``: ``spark``, ``plain`` or ``none``), write the incident reports
+    into ``out_dir``; return the verdicts (printing as it goes)."""
+    started = time.monotonic()
+    directory = Path(out_dir)
+    directory.mkdir(parents=True, exist_ok=True)
     verdicts: list[Verdict] = []
+    steps = 5 + (audit != "none") + 1
     out("starting the embedded broker (Tansu, in memory) ...")
     with EmbeddedBroker() as broker:
-        for play in (_play_000, _play_001, _play_002, _play_003, _play_004):
-            out("")
+        for i, play in enumerate((_play_000, _play_001, _play_002, _play_003, _play_004), 1):
+            out(f"\n[{i}/{steps}] {time.monotonic() - started:5.1f} s")
             verdicts += play(broker.bootstrap, out)
+        if audit != "none":
+            out(f"\n[6/{steps}] {time.monotonic() - started:5.1f} s  the audit views (SQL)")
+            verdicts += _audit(broker.bootstrap, directory, out, audit)
+        out(f"\n[{steps}/{steps}] {time.monotonic() - started:5.1f} s  incident reports (HTML)")
+        _reports(broker.bootstrap, directory, out)
     out("")
     width = max(len(v.guarantee) for v in verdicts)
     out(f"{'incident':<9}{'guarantee':<{width}}  verdict")

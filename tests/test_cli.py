@@ -19,11 +19,22 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.integration
-def test_demo_plays_the_incidents_and_every_guarantee_holds() -> None:
-    result = run("demo")
+def test_demo_plays_the_incidents_and_every_guarantee_holds(tmp_path) -> None:
+    result = run("demo", "--out", str(tmp_path))
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "7/7 guarantees held" in result.stdout
+    assert "10/10 guarantees held" in result.stdout
     assert "BROKEN" not in result.stdout
+    for question in ("Which writes were refused", "How often did leadership change",
+                     "Did any job come back", "Which checkpoint failures were ignored"):
+        assert question in result.stdout
+    assert "stale_epoch" in result.stdout and "terminal_job" in result.stdout
+    reports = sorted(p.name for p in tmp_path.glob("report-incident-*.html"))
+    assert reports == [f"report-incident-00{n}.html" for n in range(5)]
+    assert (tmp_path / "audit.db").stat().st_size > 0
+    # it leaves nothing running: no coordinator, broker or Spark process of ours survives
+    leftovers = subprocess.run(["pgrep", "-f", f"registry.coordinator|{tmp_path}"],
+                               capture_output=True, text=True)
+    assert leftovers.stdout.strip() == ""
 
 
 @pytest.mark.integration
