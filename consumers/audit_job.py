@@ -21,6 +21,7 @@ processing-time trigger that runs until stopped (Ctrl-C, or ``stop_after``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -30,7 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from registry.audit.writer import AuditWriter
+from registry.audit.db import AuditError
+from registry.audit.writer import AuditWriter, Pipeline
 from registry.image import LogRecord
 from registry.log import topic_partitions
 
@@ -63,6 +65,12 @@ def _records(df: Any) -> list[LogRecord]:
     return out
 
 
+def _first_lines(e: BaseException, limit: int = 600) -> str:
+    """The start of an error's message (a failed query's carries a whole JVM trace)."""
+    text = " ".join(str(e).split())
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
 def run_audit(url: str, bootstrap: str, topic: str, *,
               mode: Literal["once", "follow"] = "once", interval: str = "1 second",
               max_offsets_per_trigger: int | None = 100_000,
@@ -84,6 +92,7 @@ def run_audit(url: str, bootstrap: str, topic: str, *,
     writer = AuditWriter(url, topic, stream=stream)
     checkpoint = tempfile.mkdtemp(prefix="jobreg-audit-ckpt-")
     query = None
+    pipeline: Pipeline | None = None
     try:
         writer.require_schema()
         caught_up = writer.catch_up(bootstrap, timeout=timeout)
@@ -99,29 +108,41 @@ def run_audit(url: str, bootstrap: str, topic: str, *,
                          starting_offsets=starting,
                          max_offsets_per_trigger=max_offsets_per_trigger, **wait)
 
+        # Spark reads the next micro-batch while this one is folded and committed.
+        pipeline = Pipeline(writer, on_batch=on_batch)
+
         def batch(frame: Any, batch_id: int) -> None:
-            n = writer.write(_records(frame), batch_id)
-            if on_batch is not None:
-                on_batch(batch_id, n)
+            pipeline.submit(_records(frame), batch_id)
 
         sink = df.writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint)
         sink = sink.trigger(availableNow=True) if mode == "once" else \
             sink.trigger(processingTime=interval)
         query = sink.queryName(f"jobreg_audit_{stream}").start()
-        if mode == "once":
-            query.awaitTermination()
-        else:
-            while query.isActive:
-                if (stop_event is not None and stop_event.is_set()) or \
-                        (stop_after is not None and stop_after(writer)):
-                    break
-                query.awaitTermination(0.2)
-        if query.exception() is not None:
-            raise query.exception()  # type: ignore[misc]
+        failure: BaseException | None = None
+        try:
+            if mode == "once":
+                query.awaitTermination()
+            else:
+                while query.isActive:
+                    if (stop_event is not None and stop_event.is_set()) or \
+                            (stop_after is not None and stop_after(writer)):
+                        break
+                    query.awaitTermination(0.2)
+            failure = query.exception()
+        except Exception as e:  # StreamingQueryException: the query failed
+            failure = e
+        query.stop()
+        closing, pipeline = pipeline, None
+        closing.close()  # raises the writer's own error (AuditError, ...) if it had one
+        if failure is not None:
+            raise AuditError(f"the audit stream failed: {_first_lines(failure)}") from None
         return AuditRun(writer.batches, writer.rows, caught_up, time.monotonic() - started,
                         used)
     finally:
         if query is not None and query.isActive:
             query.stop()
+        if pipeline is not None:
+            with contextlib.suppress(Exception):  # an error is raised above already
+                pipeline.close()
         writer.close()
         shutil.rmtree(checkpoint, ignore_errors=True)

@@ -54,7 +54,7 @@ def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
     127.0.0.1 (unless already set), ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` to this
     interpreter (the workers must import confluent-kafka and this package). Applies
     :data:`DEFAULT_CONF` (no UI, loopback driver, two shuffle partitions, UTC session time
-    zone), then ``extra_conf``; sets the log level to WARN. ``$JOBREG_SPARK_MASTER`` overrides
+    zone), then ``extra_conf``; sets the log level to ERROR. ``$JOBREG_SPARK_MASTER`` overrides
     ``master`` and ``$JOBREG_SPARK_PACKAGES`` sets ``spark.jars.packages`` (production puts
     Spark's Kafka connector there). If a session is already active in
     this process, ``getOrCreate`` returns it (JVM-level settings then stay as they were).
@@ -73,7 +73,7 @@ def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
     for key, value in {**conf, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaSource)
     return spark
 

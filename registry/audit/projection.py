@@ -20,6 +20,7 @@ which namespace to blame, so the audit blames none).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,6 +166,10 @@ class AuditProjection:
         """Make the state ``rows`` computed current: call after the rows were committed."""
         if rows.state is not None:
             self._state = rows.state
+            # The images are large, acyclic and long-lived: move them out of the cyclic
+            # collector's sight, or every full collection walks them again (reference
+            # counting still frees what the next state no longer shares).
+            gc.freeze()
 
     def replay(self, records: Iterable[LogRecord]) -> None:
         """Fold records that are already in the database (a restart catching up)."""
