@@ -131,6 +131,12 @@ def run_audit(url: str, bootstrap: str, topic: str, *,
             failure = query.exception()
         except Exception as e:  # StreamingQueryException: the query failed
             failure = e
+        # Stop between triggers where possible: interrupting a running trigger makes
+        # Spark log a long stack trace even though nothing is lost.
+        quiet = time.monotonic() + 5
+        while query.isActive and query.status.get("isTriggerActive") and \
+                time.monotonic() < quiet:
+            time.sleep(0.05)
         query.stop()
         closing, pipeline = pipeline, None
         closing.close()  # raises the writer's own error (AuditError, ...) if it had one
