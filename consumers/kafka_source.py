@@ -549,7 +549,8 @@ class _TopicOffsets:
         A partition's probe ends at its end-of-partition event only: records arrive in
         several deliveries even from one broker response, so having seen some says nothing
         about having seen the last. Best effort and time-bounded (at most 2 s or
-        ``fetchOffset.timeoutMs``): a partition that keeps receiving new records (never
+        ``fetchOffset.timeoutMs``, and 0.25 s once every partition has delivered a record at
+        or past its reported end): a partition that keeps receiving new records (never
         reaching its end) or does not answer keeps the larger of its ListOffsets end and
         the records seen.
         """
@@ -562,6 +563,7 @@ class _TopicOffsets:
         client.assign([TopicPartition(topic, p, o) for p, o in todo.items()])
         deadline = time.monotonic() + min(self._opts.fetch_timeout_ms / 1000, 2.0)
         pending = set(todo)
+        reached: set[int] = set()  # partitions that delivered the record before their end
         try:
             while pending and time.monotonic() < deadline:
                 msgs = client.consume(1000, 0) or [m for m in [client.poll(0.05)] if m]
@@ -572,6 +574,14 @@ class _TopicOffsets:
                         continue
                     if err is None:
                         ends[p] = max(ends[p], m.offset() + 1)
+                        if p not in reached and m.offset() >= todo[p]:
+                            reached.add(p)
+                            if pending <= reached:
+                                # Every partition is past its reported end. A partition that
+                                # is being written to may not show an end-of-partition for a
+                                # long time; what was seen exists, and anything later is the
+                                # next trigger's: allow a short wait, not the whole limit.
+                                deadline = min(deadline, time.monotonic() + _PROBE_GRACE_S)
                         continue
                     if err.code() == KafkaError._PARTITION_EOF:
                         if m.offset() >= 0:
@@ -657,6 +667,7 @@ def _plan(opts: SourceOptions, begins: Mapping[int, int], ends: Mapping[int, int
     return out
 
 
+_PROBE_GRACE_S = 0.1  # how long the end probe waits for end-of-partition after the end was seen
 _TS_TYPES = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}  # Kafka's TimestampType ids
 _ARROW_ROWS = 8192
 

@@ -102,6 +102,24 @@ def _steady(bootstrap: str, topic: str, rate: int, seconds: float,
     producer.flush(30)
 
 
+def _steady_elsewhere(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[int, float]:
+    """:func:`_steady` in a process of its own (the load must not share the audit job's
+    interpreter); its times are ``time.monotonic()``, one clock for every process here."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys, threading\n"
+            "from registry.audit.bench import _steady\n"
+            "sent = {}\n"
+            "_steady(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sent, "
+            "threading.Event())\n"
+            "print(json.dumps(sent))\n")
+    done = subprocess.run([sys.executable, "-c", code, bootstrap, topic, str(rate), str(seconds)],
+                          capture_output=True, text=True, timeout=seconds + 120, check=True)
+    return {int(k): v for k, v in json.loads(done.stdout).items()}
+
+
 def _watch(url: str, topic: str, seen: dict[int, float], stop: threading.Event) -> None:
     """Poll the progress table; ``seen[offset] = first time a poll saw it committed``."""
     from .db import engine_for
@@ -198,7 +216,7 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
             watcher.start()
             runner.start()
             time.sleep(8 if engine == "spark" else 1)  # the query's first batch, warm-up
-            _steady(broker.bootstrap, topic, rate, seconds, sent, threading.Event())
+            sent = _steady_elsewhere(broker.bootstrap, topic, rate, seconds)
             time.sleep(3)
             stop.set()
             runner.join(60)
