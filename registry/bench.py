@@ -56,6 +56,17 @@ class CoreResult:
         return self.replay_per_s / self.raw_per_s if self.raw_per_s else 0.0
 
 
+def figures_table(rows: list[tuple[str, str, str]],
+                  headers: tuple[str, str, str] = ("measure", "figure", "target")) -> str:
+    """A benchmark's rows as a plain-text table: name, figure (right-aligned), note."""
+    w0 = max(len(a) for a, _, _ in [headers, *rows])
+    w1 = max(len(b) for _, b, _ in [headers, *rows])
+    lines = [f"{headers[0]:<{w0}}  {headers[1]:>{w1}}  {headers[2]}",
+             "-" * (w0 + w1 + 4 + len(headers[2]))]
+    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
+    return "\n".join(lines)
+
+
 def _percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -142,11 +153,7 @@ def format_table(r: CoreResult) -> str:
         ("raw limit: consume + decode", f"{r.raw_per_s:,.0f} rec/s", ""),
         ("replay / raw", f"{r.replay_ratio:.0%}", ">= 50%"),
     ]
-    w0 = max(len(a) for a, _, _ in rows)
-    w1 = max(len(b) for _, b, _ in rows)
-    lines = [f"{'measure':<{w0}}  {'figure':>{w1}}  target", "-" * (w0 + w1 + 10)]
-    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
-    return "\n".join(lines)
+    return figures_table(rows)
 
 
 @dataclass
@@ -227,11 +234,7 @@ def format_recovery(f: RecoveryFigures) -> str:
                      f"{f.start_scratch_s:.3f} s", ""))
         rows.append((f"start-up from a snapshot (+{f.snapshot_tail:,} tail)",
                      f"{f.start_snapshot_s:.3f} s", ""))
-    w0 = max(len(a) for a, _, _ in rows)
-    w1 = max(len(b) for _, b, _ in rows)
-    lines = [f"{'measure':<{w0}}  {'figure':>{w1}}  target", "-" * (w0 + w1 + 10)]
-    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
-    return "\n".join(lines)
+    return figures_table(rows)
 
 
 @dataclass
@@ -375,8 +378,4 @@ def format_replay(f: ReplayFigures) -> str:
         ("peak RSS of this process", f"{f.peak_rss_mib:,.0f} MiB", ""),
         ("jobs / refused records in the final image", f"{f.accepted:,} / {f.rejected:,}", ""),
     ]
-    w0 = max(len(a) for a, _, _ in rows)
-    w1 = max(len(b) for _, b, _ in rows)
-    lines = [f"{'measure':<{w0}}  {'time':>{w1}}  throughput", "-" * (w0 + w1 + 14)]
-    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
-    return "\n".join(lines)
+    return figures_table(rows, ("measure", "time", "throughput"))

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from ..bench import figures_table
 from ..broker import EmbeddedBroker
 from ..log import TopicConfig, ensure_topic
 from .db import migrate
@@ -244,8 +245,4 @@ def format_audit(f: AuditFigures) -> str:
                  f"{f.spark_start_s:.1f} s", ""))
     rows.append(("first streaming query of the JVM (warm-up, not in the above)",
                  f"{f.spark_warmup_s:.1f} s", ""))
-    w0 = max(len(a) for a, _, _ in rows)
-    w1 = max(len(b) for _, b, _ in rows)
-    lines = [f"{'measure':<{w0}}  {'figure':>{w1}}  target", "-" * (w0 + w1 + 10)]
-    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}" for a, b, c in rows]
-    return "\n".join(lines)
+    return figures_table(rows)
