@@ -1,0 +1,110 @@
+"""`jobreg audit ...` through the real entry point: migrate, run, query, check, the named
+queries, their JSON, exit codes, and bad input (a write, a database that is gone)."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+from click.testing import CliRunner
+from test_audit_writer import _incident_002
+from test_forensics import _incident_000
+
+from registry.cli import main
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def audited(connect, tmp_path):
+    """Incidents 000 and 002 on a topic, written into a fresh SQLite audit database."""
+    marks = _incident_000(lambda: connect("ns-000"))
+    _incident_002(connect)
+    reg = marks["reg"]
+    db = f"sqlite:///{tmp_path / 'audit.db'}"
+    base = ["--bootstrap", reg.bootstrap, "--topic", reg.topic]
+    code, out, err = cli(*base, "--json", "audit", "run", "--plain", "--db", db)
+    assert code == 0, err
+    run = json.loads(out)
+    assert run["format"] == "jobreg.audit-run/1" and run["records"] > 0
+    assert run["source"] == "plain"
+    return base, db
+
+
+def test_run_check_and_the_named_queries(audited) -> None:
+    base, db = audited
+    code, out, _ = cli(*base, "audit", "check", "--db", db)
+    assert code == 0 and "agrees with the fold" in out
+    code, out, _ = cli("--json", "audit", "refused", "--db", db)
+    doc = json.loads(out)
+    assert code == 0 and doc["format"] == "jobreg.audit-refused/1"
+    refused = [dict(zip(doc["columns"], row, strict=True)) for row in doc["rows"]]
+    assert [(r["namespace"], r["writer"], r["reason"]) for r in refused] == [
+        ("ns-000", "jm-1", "stale_epoch"), ("ns-002", "jm-old", "stale_epoch")]
+    code, out, _ = cli("audit", "terms", "--db", db)
+    assert code == 0 and "jm-new" in out and "(5 rows)" in out
+    code, out, _ = cli("audit", "resurrections", "--db", db)
+    assert code == 0 and "(0 rows)" in out
+    code, out, _ = cli("--json", "audit", "query", "SELECT count(*) AS n FROM audit_jobs",
+                       "--db", db)
+    assert json.loads(out)["rows"] == [[3]]
+    # nothing new: a second run writes nothing, the check still passes
+    code, out, _ = cli(*base, "--json", "audit", "run", "--plain", "--db", db)
+    assert json.loads(out)["records"] == 0
+    assert cli(*base, "audit", "check", "--db", db)[0] == 0
+
+
+def test_a_resurrection_or_a_difference_exits_1(audited) -> None:
+    import sqlite3
+
+    base, db = audited
+    path = db.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:  # what a broken projection would have written
+        conn.execute("UPDATE audit_records SET job_status = 'ACTIVE' WHERE job_id = 'job-a' "
+                     "AND event_type = 'JobReasserted'")
+        conn.execute("UPDATE audit_jobs SET status = 'ACTIVE' WHERE job_id = 'job-a'")
+    code, out, _ = cli("audit", "resurrections", "--db", db)
+    assert code == 1 and "job-a" in out
+    code, out, _ = cli(*base, "--json", "audit", "check", "--db", db)
+    doc = json.loads(out)
+    assert code == 1 and doc["ok"] is False
+    assert any("job 'job-a': status 'ACTIVE' != 'CANCELLED'" in d for d in doc["differences"])
+
+
+def test_writes_are_refused_by_the_database(audited) -> None:
+    _, db = audited
+    for sql in ("DELETE FROM audit_records", "DROP TABLE audit_jobs",
+                "UPDATE audit_terms SET leader = 'x'"):
+        code, _, err = cli("audit", "query", sql, "--db", db)
+        assert code == 1 and "refused the write" in err, (sql, err)
+    assert json.loads(cli("--json", "audit", "query", "SELECT count(*) FROM audit_jobs",
+                          "--db", db)[1])["rows"] == [[3]]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bad_databases_and_arguments(tmp_path) -> None:
+    code, _, err = cli("audit", "migrate", "--db", "mysql://nobody@nowhere/x")
+    assert code == 1 and "unsupported database" in err
+    code, _, err = cli("audit", "query", "SELECT 1", "--db",
+                       f"postgresql://jobreg@127.0.0.1:{_closed_port()}/x")
+    assert code == 1 and "cannot connect to the audit database" in err
+    code, _, err = cli("audit", "query", "SELECT 1", "--db",
+                       f"sqlite:///{tmp_path / 'missing-dir' / 'x.db'}")
+    assert code == 1 and "Error" in err
+    code, _, err = cli("audit", "check", "--db", f"sqlite:///{tmp_path / 'x.db'}")
+    assert code == 2 and "--bootstrap" in err
+    code, _, err = cli("audit", "run", "--max-offsets-per-trigger", "0")
+    assert code == 2 and "Usage" in err
+    code, out, _ = cli("audit", "migrate", "--db", f"sqlite:///{tmp_path / 'ok.db'}")
+    assert code == 0 and "revision 0001" in out
