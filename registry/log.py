@@ -267,9 +267,11 @@ class LogReader:
             if batch:
                 yield batch
 
-    def read_to_end(self, timeout: float) -> Iterable[list[LogRecord]]:
-        """Yield batches until the end of the partition, as :meth:`sync` does, except that
-        ``timeout`` bounds the time *without progress*, not the whole read:
+    def read_to_end(self, timeout: float, until: int | None = None
+                    ) -> Iterable[list[LogRecord]]:
+        """Yield batches until the end of the partition (or until a record past offset
+        ``until`` was read), as :meth:`sync` does, except that ``timeout`` bounds the
+        time *without progress*, not the whole read:
         raises :class:`BrokerError` when no record arrived and no end was seen
         for ``timeout`` seconds (an unreachable broker, for instance).
         """
@@ -277,7 +279,7 @@ class LogReader:
         with contextlib.suppress(KafkaException):
             self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
         deadline = time.monotonic() + timeout
-        while not self._eof:
+        while not self._eof and (until is None or self.position <= until):
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BrokerError(f"reading {self.topic}[{self.partition}] at {self.bootstrap} "

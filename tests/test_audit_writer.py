@@ -154,3 +154,20 @@ def _gaps(reg) -> int:
     n = sum(len(b) for b in reader.sync(30))
     reader.close()
     return reg.sync().provenance.last_offset + 1 - n
+
+
+def test_a_database_ahead_of_the_log_is_refused(connect, tmp_path) -> None:
+    """A database written from another (or a since wiped) topic must not swallow this log."""
+    from registry.audit.db import AuditError
+
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    migrate(url)
+    reg = connect("ahead")
+    reg.claim_leadership("jm-1").submit("job-1", b"g")
+    _write_all(url, reg).close()
+    with AuditWriter(url, reg.topic).engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE audit_progress SET next_offset = next_offset + 100")
+    writer = AuditWriter(url, reg.topic)
+    with pytest.raises(AuditError, match="but the log ends at"):
+        writer.catch_up(reg.bootstrap)
+    writer.close()

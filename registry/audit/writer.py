@@ -102,12 +102,18 @@ class AuditWriter:
         for partition, next_offset in sorted(done.items()):
             reader = LogReader(bootstrap, self.topic, partition)
             try:
-                for batch in reader.read_until(next_offset - 1, timeout):
+                for batch in reader.read_to_end(timeout, until=next_offset - 1):
                     keep = [r for r in batch if r.offset < next_offset]
                     self.projection.replay(keep)
                     folded += len(keep)
                     if on_progress is not None:
                         on_progress(folded)
+                if reader.position < next_offset:
+                    raise AuditError(
+                        f"the audit database reflects {self.topic}[{partition}] up to offset "
+                        f"{next_offset - 1}, but the log ends at {reader.position}: another or "
+                        f"a wiped topic. Write into a new database (or delete this stream's "
+                        f"rows) to audit it")
             finally:
                 reader.close()
         self.projection.start_at(done)
@@ -335,7 +341,7 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
             if upto > 0:
                 reader = LogReader(bootstrap, topic, partition)
                 try:
-                    for batch in reader.read_until(upto - 1, timeout):
+                    for batch in reader.read_to_end(timeout, until=upto - 1):
                         log_offsets.update(x.offset for x in batch if x.offset < upto)
                 finally:
                     reader.close()
