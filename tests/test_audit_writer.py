@@ -171,3 +171,42 @@ def test_a_database_ahead_of_the_log_is_refused(connect, tmp_path) -> None:
     with pytest.raises(AuditError, match="but the log ends at"):
         writer.catch_up(reg.bootstrap)
     writer.close()
+
+
+def test_a_failed_commit_stops_the_pipeline_and_nothing_behind_it_is_written(
+        connect, tmp_path) -> None:
+    from registry.audit.db import AuditError
+    from registry.audit.writer import Pipeline
+    from registry.log import LogReader
+
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    migrate(url)
+    reg = connect("pipe")
+    reg.claim_leadership("jm-1").submit_many([(f"job-{i}", b"g") for i in range(30)])
+    reader = LogReader(reg.bootstrap, reg.topic, reg.partition)
+    records = [r for b in reader.sync(30) for r in b]
+    reader.close()
+    writer = AuditWriter(url, reg.topic)
+    real_commit, calls = writer.commit, []
+
+    def failing_commit(rows, batch_id):
+        calls.append(batch_id)
+        if batch_id == 1:
+            raise AuditError("the database went away")
+        return real_commit(rows, batch_id)
+
+    writer.commit = failing_commit
+    pipeline = Pipeline(writer)
+    with pytest.raises(AuditError, match="went away"):
+        for i in range(0, len(records), 10):
+            pipeline.submit(records[i:i + 10], i // 10)
+        pipeline.close()
+    assert 1 in calls and all(c <= 1 for c in calls)  # nothing after the failed batch
+    assert query(url, "SELECT count(*) FROM audit_records")[1] == [(10,)]
+    writer.close()
+    # a new writer catches up from the database and writes the rest exactly once
+    again = AuditWriter(url, reg.topic)
+    again.catch_up(reg.bootstrap)
+    assert run_plain(again, reg.bootstrap) == len(records) - 10
+    again.close()
+    assert check(url, reg.bootstrap, reg.topic) == []

@@ -66,6 +66,7 @@ class AuditWriter:
         self.projection = AuditProjection(topic)
         self.batches = 0
         self.rows = 0
+        self._broken = False
         kill = os.environ.get(FAULT_KILL_ENV)
         self._kill_after = int(kill) if kill else None
 
@@ -123,8 +124,26 @@ class AuditWriter:
 
     def write(self, records: Iterable[LogRecord], batch_id: int) -> int:
         """Project ``records`` and commit their rows and the progress in one transaction;
-        return the number of records written (those already in the database are skipped)."""
+        return the number of records written (those already in the database are skipped).
+        The projection advances only once the commit succeeded."""
+        self._usable()
         rows = self.projection.project(records)
+        n = self.commit(rows, batch_id)
+        self.projection.advance(rows)
+        return n
+
+    def prepare(self, records: Iterable[LogRecord]) -> BatchRows:
+        """Project ``records`` and advance the projection *before* the rows are committed
+        (so the next batch can be folded while this one is written). The rows must then
+        be committed, in order, with :meth:`commit`; if one commit fails this writer is
+        unusable (its projection is ahead of the database) and a new one must catch up."""
+        self._usable()
+        rows = self.projection.project(records)
+        self.projection.advance(rows)
+        return rows
+
+    def commit(self, rows: BatchRows, batch_id: int) -> int:
+        """Commit a batch's rows and the progress in one transaction; return its records."""
         if not rows.progress:
             return 0
         try:
@@ -132,12 +151,20 @@ class AuditWriter:
                 self._insert_rows(conn, rows)
                 self._progress(conn, rows, batch_id)
         except DBAPIError as e:
+            self._broken = True
             raise AuditError(f"writing batch {batch_id} to the audit database failed; nothing "
                              f"of it was committed: {' '.join(str(e.orig).split())}") from None
-        self.projection.advance(rows)
+        except BaseException:
+            self._broken = True
+            raise
         self.batches += 1
         self.rows += len(rows.records)
         return len(rows.records)
+
+    def _usable(self) -> None:
+        if self._broken:
+            raise AuditError("this audit writer lost a batch and is ahead of its database; "
+                             "start a new one (it catches up from the database's progress)")
 
     def _insert_rows(self, conn: Connection, rows: BatchRows) -> None:
         bulk = _Bulk(conn)
@@ -246,13 +273,14 @@ class _Bulk:
 
 
 class Pipeline:
-    """Project and commit batches on a background thread, so that reading the next batch
-    (Kafka, or Spark's executors) overlaps folding and committing this one.
+    """Fold and commit batches on two background threads, so that reading batch N+2
+    (Kafka, or Spark's executors), folding N+1 and committing N overlap.
 
-    Exactly once is unchanged: each batch is still one transaction with its progress, in
-    order. A batch that fails to commit stops the pipeline; the error is raised by the
-    next :meth:`submit` or by :meth:`close`, and the batches queued behind it are dropped
-    (a restart resumes from the database's progress).
+    Exactly once is unchanged: each batch is one transaction with its progress, committed
+    in order. The fold runs ahead of the commits (:meth:`AuditWriter.prepare`); a batch
+    that fails to commit stops the pipeline, its error is raised by the next
+    :meth:`submit` or by :meth:`close`, nothing queued behind it is written, and the
+    writer is unusable: a restart catches up from the database's progress.
     """
 
     def __init__(self, writer: AuditWriter, *, depth: int = 2,
@@ -263,21 +291,31 @@ class Pipeline:
         self.writer = writer
         self.on_batch = on_batch
         self.written = 0
-        self._queue: queue.Queue[tuple[list[LogRecord], int] | None] = queue.Queue(depth)
+        self._records: queue.Queue[tuple[list[LogRecord], int] | None] = queue.Queue(depth)
+        self._rows: queue.Queue[tuple[BatchRows, int] | None] = queue.Queue(depth)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="jobreg-audit-writer",
-                                        daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=target, name=name, daemon=True)
+                         for target, name in ((self._fold, "jobreg-audit-fold"),
+                                              (self._commit, "jobreg-audit-commit"))]
+        for t in self._threads:
+            t.start()
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
+    def _fold(self) -> None:
+        while (item := self._records.get()) is not None:
             if self._error is not None:
                 continue  # drain: nothing after a failed batch may be written
             try:
-                n = self.writer.write(*item)
+                self._rows.put((self.writer.prepare(item[0]), item[1]))
+            except BaseException as e:  # noqa: B036 - handed to the caller's thread
+                self._error = e
+        self._rows.put(None)
+
+    def _commit(self) -> None:
+        while (item := self._rows.get()) is not None:
+            if self._error is not None:
+                continue
+            try:
+                n = self.writer.commit(*item)
                 self.written += n
                 if self.on_batch is not None:
                     self.on_batch(item[1], n)
@@ -291,12 +329,13 @@ class Pipeline:
     def submit(self, records: list[LogRecord], batch_id: int) -> None:
         """Queue a batch (blocks while ``depth`` batches wait); raises an earlier failure."""
         self._raise()
-        self._queue.put((records, batch_id))
+        self._records.put((records, batch_id))
 
     def close(self) -> int:
         """Wait until every queued batch is committed; raise a failure; return records written."""
-        self._queue.put(None)
-        self._thread.join()
+        self._records.put(None)
+        for t in self._threads:
+            t.join()
         self._raise()
         return self.written
 
