@@ -673,7 +673,7 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
               help="kafka: Spark's built-in source (its connector must be on the classpath); "
                    "python: jobreg-kafka over confluent-kafka; auto: kafka when available.")
 @click.option("--plain", is_flag=True,
-              help="No Spark: the same fold and writes from plain Python (always --once).")
+              help="No Spark: the same fold and writes from plain Python.")
 @pass_settings
 def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
               max_offsets_per_trigger: int, source: str, plain: bool) -> None:
@@ -692,13 +692,17 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
         with registry_errors():
             migrate(db_url)
             if plain:
-                from registry.audit.writer import AuditWriter, run_plain
+                from registry.audit.writer import AuditWriter, follow_plain, run_plain
 
                 writer = AuditWriter(db_url, settings.topic)
                 try:
                     started = time.monotonic()
+                    writer.require_schema()
                     caught_up = writer.catch_up(bootstrap, timeout=settings.timeout)
-                    run_plain(writer, bootstrap, timeout=settings.timeout, on_batch=note)
+                    if once:
+                        run_plain(writer, bootstrap, timeout=settings.timeout, on_batch=note)
+                    else:
+                        follow_plain(writer, bootstrap, stop, timeout=settings.timeout)
                     result = {"batches": writer.batches, "records": writer.rows,
                               "caught_up": caught_up,
                               "seconds": round(time.monotonic() - started, 3),
