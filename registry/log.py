@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -271,24 +271,11 @@ class LogReader:
                     ) -> Iterable[list[LogRecord]]:
         """Yield batches until the end of the partition (or until a record past offset
         ``until`` was read), as :meth:`sync` does, except that ``timeout`` bounds the
-        time *without progress*, not the whole read:
-        raises :class:`BrokerError` when no record arrived and no end was seen
-        for ``timeout`` seconds (an unreachable broker, for instance).
+        time *without progress*, not the whole read: raises :class:`BrokerError` when no
+        record arrived and no end was seen for ``timeout`` seconds (an unreachable
+        broker, for instance).
         """
-        self._eof = False
-        with contextlib.suppress(KafkaException):
-            self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
-        deadline = time.monotonic() + timeout
-        while not self._eof and (until is None or self.position <= until):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BrokerError(f"reading {self.topic}[{self.partition}] at {self.bootstrap} "
-                                  f"made no progress for {timeout:g} s at offset "
-                                  f"{self.position} (is the broker reachable?)")
-            batch = self.poll(min(left, 0.2))
-            if batch:
-                deadline = time.monotonic() + timeout
-                yield batch
+        return self._read(timeout, until=until, per_progress=True)
 
     def sync(self, timeout: float) -> Iterable[list[LogRecord]]:
         """Yield batches until the end of the partition as of a fetch issued now.
@@ -296,6 +283,10 @@ class LogReader:
         Raises :class:`BrokerError` if no end was seen within ``timeout`` s
         (an unreachable broker, for instance).
         """
+        return self._read(timeout, until=None, per_progress=False)
+
+    def _read(self, timeout: float, *, until: int | None,
+              per_progress: bool) -> Iterator[list[LogRecord]]:
         deadline = time.monotonic() + timeout
         self._eof = False
         # A seek to our own position discards prefetched data and forces a fresh
@@ -304,14 +295,19 @@ class LogReader:
         # the first fetch is fresh anyway.
         with contextlib.suppress(KafkaException):
             self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
-        while not self._eof:
+        while not self._eof and (until is None or self.position <= until):
             left = deadline - time.monotonic()
             if left <= 0:
-                raise BrokerError(f"could not read to the end of {self.topic}"
-                                  f"[{self.partition}] at {self.bootstrap} within "
-                                  f"{timeout:g} s (is the broker reachable?)")
+                where = f"{self.topic}[{self.partition}] at {self.bootstrap}"
+                if per_progress:
+                    raise BrokerError(f"reading {where} made no progress for {timeout:g} s at "
+                                      f"offset {self.position} (is the broker reachable?)")
+                raise BrokerError(f"could not read to the end of {where} within {timeout:g} s "
+                                  "(is the broker reachable?)")
             batch = self.poll(min(left, 0.2))
             if batch:
+                if per_progress:
+                    deadline = time.monotonic() + timeout
                 yield batch
 
     def close(self) -> None:

@@ -56,3 +56,16 @@ def connect(broker: EmbeddedBroker, topic: str, tmp_path) -> Iterator[Callable[.
     yield make
     for reg in made:
         reg.close()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    """A migrated audit database: a SQLite file, then a fresh PostgreSQL database."""
+    from registry.audit.db import migrate
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'audit.db'}"
+    else:
+        url = request.getfixturevalue("pg_db")
+    migrate(url)
+    return url

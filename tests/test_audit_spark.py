@@ -21,16 +21,6 @@ from registry.log import write_raw
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'audit.db'}"
-    else:
-        url = request.getfixturevalue("pg_db")
-    migrate(url)
-    return url
-
-
 def test_incidents_000_and_002_in_the_views(spark, connect, db_url) -> None:
     marks = _incident_000(lambda: connect("ns-000"))
     _incident_002(connect)

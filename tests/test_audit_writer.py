@@ -20,16 +20,6 @@ from registry.log import write_raw
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'audit.db'}"
-    else:
-        url = request.getfixturevalue("pg_db")
-    migrate(url)
-    return url
-
-
 def _incident_002(connect) -> None:
     """002: the old leader removes a job after the new leader resubmitted it."""
     old = connect("ns-002")

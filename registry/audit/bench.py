@@ -201,7 +201,6 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
             migrate(url)
             ensure_topic(broker.bootstrap, topic, TopicConfig())
             progress(f"freshness at {rate}/s for {seconds:g} s into postgresql with {engine}")
-            sent: dict[int, float] = {}
             seen: dict[int, float] = {}
             stop = threading.Event()
             watcher = threading.Thread(target=_watch, args=(url, topic, seen, stop))
