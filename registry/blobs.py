@@ -13,8 +13,26 @@ carries a :class:`~registry.events.GraphRef` (uri, sha256, size). The rules:
   grace period. Which jobs are live is the fold's business, not this module's;
   :func:`collect` lists, plans and deletes.
 
-:class:`FileBlobStore` keeps blob ``<sha256>`` at ``<root>/<sha256[:2]>/<sha256>``
-and names it by the ``file://`` uri of that absolute path.
+**Key spaces.** One store (one directory) may be shared by every namespace of
+every topic, so a store is divided into *spaces*, one per (topic, namespace):
+:meth:`BlobStore.scoped` returns the view of one space, and a view's
+:meth:`~BlobStore.put`, :meth:`~BlobStore.list` and :meth:`~BlobStore.delete`
+only ever touch its own space. Content addressing (dedup) holds within a space:
+two namespaces that store the same bytes hold a copy each. Garbage collection
+runs on a view, so a namespace's collection lists and deletes only its own
+space and can never delete another namespace's (or topic's) blob, whatever
+that namespace's jobs are. Reading (:meth:`~BlobStore.get`,
+:meth:`~BlobStore.exists`) works for a blob of any space of the store.
+
+:class:`FileBlobStore` keeps blob ``<sha256>`` of namespace ``N`` on topic ``T``
+at ``<root>/<T>/<N>/<sha256[:2]>/<sha256>`` and names it by the ``file://`` uri
+of that absolute path (topics and namespaces are ids, :func:`~registry.keys.check_id`:
+no ``/``, never ``.`` or ``..``). The unscoped store, ``FileBlobStore(root)``,
+is the flat layout ``<root>/<sha256[:2]>/<sha256>`` that jobreg used before key
+spaces: its blobs still load through any view, but no namespace's garbage
+collection ever lists or deletes them; they are left for an operator (who may
+run :func:`collect` on the unscoped store with the uris every namespace's live
+jobs reference).
 
 **A crash mid-write** leaves at most a temporary file (``.tmp-*``) in the
 blob's directory, never a partial blob under a final name: the bytes go to the
@@ -31,6 +49,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import copy
 import hashlib
 import os
 import re
@@ -45,6 +64,7 @@ from urllib.request import url2pathname
 
 from .errors import BlobCorrupt, BlobError, BlobMissing, ConfigError, RegistryError
 from .events import GraphRef
+from .keys import check_id
 
 __all__ = [
     "TEMP_PREFIX",
@@ -84,8 +104,40 @@ class BlobStore(abc.ABC):
     """The small interface a blob store implements (a directory here; S3 or HDFS elsewhere).
 
     Blobs are content-addressed: the name is derived from the sha256 of the
-    bytes, so putting the same bytes twice yields the same reference.
+    bytes, so putting the same bytes twice yields the same reference (within
+    one space, see :meth:`scoped`).
     """
+
+    def scoped(self, topic: str, namespace: str) -> BlobStore:
+        """The view of this store's space for ``namespace`` on ``topic``.
+
+        A view's :meth:`put`, :meth:`list` and :meth:`delete` touch only its own
+        space, so garbage collection on it never deletes another space's blob;
+        its :meth:`get` and :meth:`exists` read a blob of any space of the same
+        store. Scoping a view again gives the view of the other space (never a
+        space inside a space). :class:`~registry.client.Registry` uses the view
+        of its own topic and namespace for every put and every collection.
+
+        This default returns the store itself: a store that does not override
+        it has one space, and must be given to one namespace of one topic only
+        (its garbage collection sees, and may delete, everything in it).
+        Raises :class:`ConfigError` for a malformed topic or namespace.
+        """
+        check_id("topic", topic)
+        check_id("namespace", namespace)
+        return self
+
+    def contains(self, uri: str) -> bool:
+        """Whether ``uri`` names a blob location of this store, in any of its spaces.
+
+        :meth:`~registry.client.Term.submit` copies a caller's
+        :class:`~registry.events.GraphRef` that the store contains into the
+        submitting namespace's own space; one it does not contain is
+        referenced as is and never collected. This default says ``False``
+        (every caller's reference is foreign); a store that implements
+        :meth:`scoped` should override it.
+        """
+        return False
 
     @abc.abstractmethod
     def put(self, data: bytes) -> GraphRef:
@@ -109,14 +161,14 @@ class BlobStore(abc.ABC):
 
     @abc.abstractmethod
     def list(self) -> Iterator[BlobInfo]:
-        """Yield every complete blob in the store (never a temporary file)."""
+        """Yield every complete blob of this store's own space (never a temporary file)."""
 
     @abc.abstractmethod
     def delete(self, uri: str) -> bool:
         """Delete the blob at ``uri``: ``True`` if it deleted one, ``False`` if it was already gone.
 
         Raises :class:`ConfigError` if ``uri`` does not name a blob of this
-        store and :class:`BlobError` if the deletion fails.
+        store's own space and :class:`BlobError` if the deletion fails.
         """
 
     def exists(self, ref: GraphRef) -> bool:
@@ -135,15 +187,27 @@ class BlobStore(abc.ABC):
 
 
 class FileBlobStore(BlobStore):
-    """A blob store in a local (or mounted) directory: ``<root>/<sha[:2]>/<sha>``.
+    """A blob store in a local (or mounted) directory, one space per (topic, namespace).
+
+    ``FileBlobStore(root)`` is the unscoped store: its own space is the flat
+    layout ``<root>/<sha[:2]>/<sha>`` of the blobs written before key spaces.
+    :meth:`scoped` gives the view of ``<root>/<topic>/<namespace>/<sha[:2]>/<sha>``.
+    Every view reads (:meth:`get`, :meth:`exists`) a blob of any space of the
+    root; :meth:`put`, :meth:`list`, :meth:`delete` and :meth:`sweep_temp` touch
+    only the view's own space.
 
     The uri of a blob is ``Path.as_uri()`` of its absolute path. ``root`` is
     created if missing and resolved to an absolute path, so two stores opened
-    on the same directory by different spellings produce the same uris.
+    on the same directory by different spellings produce the same uris. Spaces
+    are told apart by directory name, so the root must be on a case-sensitive
+    file system if topics or namespaces differ only by case.
     """
 
+    space: tuple[str, str] | None
+    """``(topic, namespace)`` of this view, or ``None`` for the unscoped (flat) store."""
+
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        """Open (creating if missing) the store at directory ``root``."""
+        """Open (creating if missing) the store at directory ``root``, unscoped."""
         path = Path(root).expanduser()
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -152,28 +216,77 @@ class FileBlobStore(BlobStore):
             raise BlobError(f"cannot create blob store directory {str(path)!r}: {e}") from e
         if not self.root.is_dir():
             raise ConfigError(f"blob store root {str(self.root)!r} is not a directory")
+        self.space = None
+        self._dir = self.root  # this view's own space
 
     def __repr__(self) -> str:
-        return f"FileBlobStore({str(self.root)!r})"
+        if self.space is None:
+            return f"FileBlobStore({str(self.root)!r})"
+        return f"FileBlobStore({str(self.root)!r}).scoped{self.space!r}"
+
+    def scoped(self, topic: str, namespace: str) -> FileBlobStore:
+        """The view of ``<root>/<topic>/<namespace>/`` (see :meth:`BlobStore.scoped`).
+
+        Nothing is created until the first :meth:`put`. Raises
+        :class:`ConfigError` unless both are ids (:func:`~registry.keys.check_id`),
+        so a space can never lie outside the root or inside another space.
+        """
+        check_id("topic", topic)
+        check_id("namespace", namespace)
+        view = copy.copy(self)
+        view.space = (topic, namespace)
+        view._dir = self.root / topic / namespace
+        return view
+
+    def contains(self, uri: str) -> bool:
+        """Whether ``uri`` names a blob location (present or not) of any space of this root."""
+        try:
+            self._path_of(uri)
+        except ConfigError:
+            return False
+        return True
 
     # -- paths ---------------------------------------------------------------------------
 
     def _blob_path(self, sha256: str) -> Path:
-        return self.root / sha256[:2] / sha256
+        return self._dir / sha256[:2] / sha256
 
     def _path_of(self, uri: str) -> Path:
-        """The path of the blob named by ``uri``; ConfigError unless it is a blob path in root."""
+        """The path of the blob named by ``uri`` in any space of the root (or the flat layout).
+
+        ConfigError unless it is ``<root>/<sha[:2]>/<sha>`` or
+        ``<root>/<topic>/<namespace>/<sha[:2]>/<sha>`` with well-formed ids.
+        """
         path = Path(os.path.normpath(_path_from_file_uri(uri)))
-        if not _SHA256_NAME.fullmatch(path.name) or path != self._blob_path(path.name):
+        name = path.name
+        parts = path.relative_to(self.root).parts if path.is_relative_to(self.root) else ()
+        if not (_SHA256_NAME.fullmatch(name) and parts[-2:] == (name[:2], name)
+                and (len(parts) == 2 or (len(parts) == 4 and _is_id(parts[0])
+                                         and _is_id(parts[1])))):
             raise ConfigError(
                 f"uri {uri!r} does not name a blob in the store at {str(self.root)!r}"
             )
         return path
 
+    def _own_path_of(self, uri: str) -> Path:
+        """The path of the blob named by ``uri``; ConfigError unless it is in this view's space."""
+        path = self._path_of(uri)
+        if path != self._blob_path(path.name):
+            raise ConfigError(
+                f"uri {uri!r} names a blob outside this view's space {self._space_name()} "
+                f"of the store at {str(self.root)!r}"
+            )
+        return path
+
+    def _space_name(self) -> str:
+        if self.space is None:
+            return "(the flat layout)"
+        return f"(topic {self.space[0]!r}, namespace {self.space[1]!r})"
+
     # -- the interface -------------------------------------------------------------------
 
     def put(self, data: bytes) -> GraphRef:
-        """Store ``data`` atomically under ``<root>/<sha[:2]>/<sha>`` and return its reference.
+        """Store ``data`` atomically in this view's space and return its reference.
 
         If the blob already exists with the right size it is not rewritten,
         but its mtime is set to now so garbage collection treats it as young.
@@ -198,8 +311,7 @@ class FileBlobStore(BlobStore):
         tmp = shard / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
         try:
             if not shard.is_dir():
-                shard.mkdir(exist_ok=True)
-                _fsync_dir(self.root)
+                _make_dirs(shard, self.root)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -252,7 +364,11 @@ class FileBlobStore(BlobStore):
             raise BlobError(f"cannot check blob {str(path)!r}: {e}") from e
 
     def list(self) -> Iterator[BlobInfo]:
-        """Yield every complete blob, sorted by sha256; temporary and stray files are skipped."""
+        """Yield every complete blob of this view's space, sorted by sha256.
+
+        Temporary and stray files are skipped, and so is every other space
+        (for the unscoped store: every scoped space; for a view: the flat layout).
+        """
         for path in self._files(temp=False):
             try:
                 st = os.stat(path)
@@ -263,8 +379,11 @@ class FileBlobStore(BlobStore):
             yield BlobInfo(path.as_uri(), path.name, st.st_size, st.st_mtime)
 
     def delete(self, uri: str) -> bool:
-        """Delete the blob at ``uri`` (see :meth:`BlobStore.delete`)."""
-        path = self._path_of(uri)
+        """Delete the blob at ``uri`` of this view's space (see :meth:`BlobStore.delete`).
+
+        Raises :class:`ConfigError` for a uri of another space, without touching it.
+        """
+        path = self._own_path_of(uri)
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -274,7 +393,8 @@ class FileBlobStore(BlobStore):
         return True
 
     def sweep_temp(self, max_age_s: float = 3600, *, now: float | None = None) -> int:
-        """Remove ``.tmp-*`` files left by crashed writes whose mtime is at least ``max_age_s`` old.
+        """Remove ``.tmp-*`` files (of this view's space) left by crashed writes whose mtime is
+        at least ``max_age_s`` old.
 
         Returns how many were removed. Keep ``max_age_s`` well above the time a
         put takes: a younger temporary file may belong to a put in progress.
@@ -295,17 +415,20 @@ class FileBlobStore(BlobStore):
         return removed
 
     def _files(self, *, temp: bool) -> Iterator[Path]:
-        """The blob files (or, with ``temp``, the temporary files) of every shard, sorted."""
+        """The blob files (or, with ``temp``, the temporary files) of every shard of this
+        view's space, sorted."""
         try:
             shards = sorted(
                 e.name
-                for e in os.scandir(self.root)
+                for e in os.scandir(self._dir)
                 if _SHARD_NAME.fullmatch(e.name) and e.is_dir()
             )
+        except FileNotFoundError:
+            return  # a space nothing was ever put in
         except OSError as e:
-            raise BlobError(f"cannot list blob store {str(self.root)!r}: {e}") from e
+            raise BlobError(f"cannot list blob store {str(self._dir)!r}: {e}") from e
         for shard in shards:
-            shard_path = self.root / shard
+            shard_path = self._dir / shard
             try:
                 names = sorted(e.name for e in os.scandir(shard_path) if e.is_file())
             except FileNotFoundError:
@@ -318,6 +441,25 @@ class FileBlobStore(BlobStore):
                         yield shard_path / name
                 elif _SHA256_NAME.fullmatch(name) and name[:2] == shard:
                     yield shard_path / name
+
+
+def _is_id(name: str) -> bool:
+    try:
+        check_id("name", name)
+    except ConfigError:
+        return False
+    return True
+
+
+def _make_dirs(path: Path, root: Path) -> None:
+    """Create ``path`` and its missing parents below ``root``, fsyncing each new entry's parent."""
+    missing = []
+    while path != root and not path.is_dir():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        _fsync_dir(directory.parent)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -414,8 +556,11 @@ def collect(
 ) -> CollectionReport:
     """List, plan, delete. Re-reads nothing; an error deleting one blob is reported and the rest go on.
 
-    ``referenced`` must be every uri a live job references (from the fold);
-    ``now`` defaults to :func:`time.time`. The store is listed once (unless
+    ``referenced`` must be every uri a live job references (from the fold) of
+    every namespace whose blobs can be in ``store``'s own space: for a view from
+    :meth:`BlobStore.scoped`, that namespace's; ``store.list()`` and
+    ``store.delete`` never reach another space. ``now`` defaults to
+    :func:`time.time`. The store is listed once (unless
     the caller passes the listing as ``blobs``) and the plan is
     :func:`plan_collection`. A failure to list raises :class:`BlobError`
     before anything is deleted.

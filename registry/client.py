@@ -47,6 +47,7 @@ from .errors import (
     ConfigError,
     Fenced,
     OutcomeUnknown,
+    RegistryError,
     UnknownJob,
     WriteRejected,
 )
@@ -68,6 +69,7 @@ from .events import (
     JobTerminated,
     LeadershipGranted,
     LeadershipRevoked,
+    as_call,
     new_event_id,
     now_ms,
 )
@@ -126,6 +128,13 @@ def _rejection(d: Decision) -> WriteRejected:
                event_id=d.event_id)
 
 
+def _refusal(decisions: list[Decision]) -> Decision | None:
+    # The record that sank a call (its own reason), not one refused because of it.
+    refused = [d for d in decisions if not d.accepted]
+    return next((d for d in refused if d.reason != "call_aborted"),
+                refused[0] if refused else None)
+
+
 class Registry:
     """A namespace's view of the registry log, kept current by folding it.
 
@@ -146,6 +155,7 @@ class Registry:
         self.timeout = timeout
         self.inline_limit = inline_limit
         self._blob_store = blob_store
+        self._scoped_store: BlobStore | None = None
         self._codec = codec or default_codec()
         self._lock = threading.RLock()
         self._image = Image.empty(namespace)
@@ -168,7 +178,9 @@ class Registry:
         ``blob_store`` holds graphs larger than ``inline_limit`` (a
         :class:`~registry.blobs.BlobStore`, or a directory / ``file://`` uri;
         default ``$JOBREG_BLOB_DIR`` or ``~/.local/share/jobreg/blobs``); every
-        coordinator of a namespace must see the same store.
+        coordinator of a namespace must see the same store. The store may be
+        shared by every topic and namespace: the client puts and collects only
+        in its own space of it (see :attr:`blob_store`).
 
         ``snapshot`` (a file from :meth:`write_snapshot`) makes start-up cost
         only the tail of the log: the client starts from the snapshot's image
@@ -229,7 +241,8 @@ class Registry:
         waiting = self._waiting
 
         def note(d: Decision) -> None:  # the fate of this client's own records
-            if d.event_id in waiting and waiting[d.event_id] is None:
+            if d.event_id in waiting and waiting[d.event_id] is None \
+                    and d.outcome != Outcome.PENDING:
                 waiting[d.event_id] = d
 
         with bulk():
@@ -324,19 +337,33 @@ class Registry:
 
     @property
     def blob_store(self) -> BlobStore:
-        """The store of large job graphs (opened on first use)."""
-        if not isinstance(self._blob_store, BlobStore):
-            location = self._blob_store or os.environ.get("JOBREG_BLOB_DIR") or \
-                os.path.join(os.path.expanduser("~"), ".local", "share", "jobreg", "blobs")
-            self._blob_store = open_blob_store(location)
-        return self._blob_store
+        """This namespace's space of the store of large job graphs (opened on first use).
+
+        The view :meth:`BlobStore.scoped(topic, namespace)
+        <registry.blobs.BlobStore.scoped>` of the configured store: blobs are
+        put and collected in ``<store>/<topic>/<namespace>/`` only, and read
+        from anywhere in the store.
+        """
+        if self._scoped_store is None:
+            store = self._blob_store
+            if not isinstance(store, BlobStore):
+                store = open_blob_store(store or os.environ.get("JOBREG_BLOB_DIR") or os.path.join(
+                    os.path.expanduser("~"), ".local", "share", "jobreg", "blobs"))
+            self._scoped_store = store.scoped(self.topic, self.namespace)
+        return self._scoped_store
 
     def collect_garbage(self, grace: float) -> CollectionReport:
-        """Delete blobs no live job references that are older than ``grace`` seconds.
+        """Delete blobs of this namespace's space that no live job references and that are
+        older than ``grace`` seconds.
 
-        Never deletes a blob a live job references. Steps, in this order:
+        Never deletes a blob a live job references: it lists and deletes only
+        in :attr:`blob_store`, this topic's and namespace's own space, where
+        only this namespace's jobs put blobs, so another namespace's (or
+        another topic's) blobs are never even listed. Blobs of the flat layout
+        written before key spaces, and graphs outside the store, are never
+        collected. Steps, in this order:
 
-        1. list the store (with each blob's age);
+        1. list the space (with each blob's age);
         2. read the log to its end: the referenced set is taken *after* the
            listing, so a graph whose submit landed before it is seen as
            referenced (a submit writes its blob first, then its event);
@@ -388,8 +415,13 @@ class Registry:
                         self.topic, self.partition,
                         [(record_key(grant).encode(), self._codec.encode(grant))])[0]
                     self._fold(self._reader.read_until(offset, self.timeout))
-                except BrokerError:
-                    self.sync()  # the grant may have landed: read, don't guess
+                except BrokerError as e:
+                    try:
+                        self.sync()  # the grant may have landed: read, don't guess
+                    except BrokerError as lost:
+                        raise OutcomeUnknown(f"the grant to {contender!r} for epoch "
+                                             f"{grant.epoch} may or may not be in the log: {e}",
+                                             (grant.event_id,)) from lost
                 decision = self._waiting.get(grant.event_id)
             finally:
                 self._waiting.pop(grant.event_id, None)
@@ -398,16 +430,19 @@ class Registry:
                                      "not confirmed and is not in the log (yet)",
                                      (grant.event_id,))
             if not decision.accepted:
-                raise _rejection(decision)
+                error = _rejection(decision)
+                error.event_ids = (grant.event_id,)
+                raise error
             term = Term(self, grant.epoch, contender)
             self._terms.append(term)
             try:
                 term._start()
-            except BrokerError as e:
-                # The grant is in the log: the term is real. Its producer and the
-                # reassertions are retried by its first write.
-                _log.warning("term %d of %r starts without its producer (%s); its first "
-                             "write retries", term.epoch, contender, e)
+            except RegistryError as e:
+                # The grant is accepted: the term is real, and the claim returns it. Its
+                # producer and the reassertions are retried by its first write, which
+                # also reports a newer term if one came meanwhile.
+                _log.warning("term %d of %r starts without its producer or settled keys "
+                             "(%s); its first write retries", term.epoch, contender, e)
             return term
 
     def elect(self, contender: str, lease: float, *,
@@ -480,7 +515,13 @@ class Term:
         """Submit a new job with its graph; a known or terminal id is refused by the fold.
 
         A graph larger than the registry's ``inline_limit`` is written to the
-        blob store first and the event carries its reference.
+        namespace's space of the blob store first and the event carries its
+        reference. A :class:`~registry.events.GraphRef` to a blob anywhere in
+        the store (another namespace's or topic's space, or the flat layout
+        of old) is read, verified and copied into this namespace's space, and
+        the event carries the copy's reference (a missing or corrupt blob
+        raises :class:`~registry.errors.BlobError` and nothing is written); a
+        ``GraphRef`` outside the store is carried as is and never collected.
         ``max_checkpoint_failures`` is the tolerable number of consecutive failed
         checkpoints; ``retained_checkpoints`` how many completed ones to keep.
         """
@@ -497,11 +538,11 @@ class Term:
             raise ConfigError("max_checkpoint_failures must be >= 0 and retained_checkpoints "
                               ">= 1")
         items = jobs.items() if isinstance(jobs, Mapping) else jobs
-        events = [self._event(JobSubmitted, job_id, graph=self._graph(graph),
-                              max_checkpoint_failures=max_checkpoint_failures,
-                              retained_checkpoints=retained_checkpoints)
-                  for job_id, graph in items]
         try:
+            events = [self._event(JobSubmitted, job_id, graph=self._graph(graph),
+                                  max_checkpoint_failures=max_checkpoint_failures,
+                                  retained_checkpoints=retained_checkpoints)
+                      for job_id, graph in items]
             receipts = self._write(events)
             # A blob collector that listed an old copy of a re-put blob may have
             # deleted it meanwhile: the blob must exist now that the event is in.
@@ -550,7 +591,9 @@ class Term:
         kept) and is not tried again by later recoveries until :meth:`retry`
         or a cancel; every other job is adopted. Never raises for one job's
         fault; raises :class:`~registry.errors.Fenced` if the term is over.
-        Records are written in transactions of ``batch_size``.
+        Records are written in calls of ``batch_size`` jobs, each all-or-nothing;
+        if the term ends between two of them, the ``Fenced`` raised for the
+        refused one carries in ``recovered`` the results of the calls before it.
         """
         image = self.registry.sync()
         store = self._store_if_needed(image)
@@ -562,9 +605,15 @@ class Term:
             events = [self._event(JobAdopted, job_id) if error is None else
                       self._event(JobRecoveryFailed, job_id, error=error)
                       for job_id, error in chunk]
-            for (job_id, error), d in zip(chunk, self._commit(events), strict=True):
-                if not d.accepted:
-                    raise _rejection(d)
+            decisions = self._commit(events)
+            refused = _refusal(decisions)
+            if refused is not None:
+                # This chunk is not accepted; the chunks before it were, as separate calls.
+                rejection = _rejection(refused)
+                rejection.event_ids = tuple(e.event_id for e in events)
+                rejection.recovered = tuple(results)  # type: ignore[attr-defined]
+                raise rejection
+            for (job_id, error), d in zip(chunk, decisions, strict=True):
                 results.append(RecoveryResult(
                     job_id, "ADOPTED" if error is None else JobStatus.RECOVERY_FAILED, error,
                     d.offset))
@@ -644,7 +693,16 @@ class Term:
 
     def _graph(self, graph: bytes | InlineGraph | GraphRef) -> InlineGraph | GraphRef:
         if isinstance(graph, GraphRef):
-            return graph
+            store = self.registry.blob_store
+            if not store.contains(graph.uri):
+                return graph  # outside the store: referenced as is, never collected
+            # In the store, maybe in another space: copy it into ours (a re-put of a blob
+            # already in our space only makes it young), so that every blob a job of this
+            # namespace references and a collection may delete lives in its own space.
+            data = store.get(graph)
+            ref = store.put(data)
+            self._blobs_put[ref.uri] = (ref, data)
+            return ref
         if isinstance(graph, InlineGraph):
             data = graph.data
         elif isinstance(graph, (bytes, bytearray, memoryview)):
@@ -711,34 +769,62 @@ class Term:
     def _write(self, events: list[Event], *, guard: bool = True) -> list[Receipt]:
         """Write ``events``; a receipt each, or the first refusal raised."""
         decisions = self._commit(events, guard=guard)
-        refused = [d for d in decisions if not d.accepted]
-        if refused:
-            raise _rejection(refused[0])
+        refused = _refusal(decisions)
+        if refused is not None:
+            error = _rejection(refused)
+            error.event_ids = tuple(e.event_id for e in events)
+            raise error
         return [Receipt(d.offset, self.epoch, d.event_id or "",
                         d.detail if d.outcome == Outcome.IGNORED else None) for d in decisions]
 
-    def _commit(self, events: list[Event], _depth: int = 0, *,
-                guard: bool = True) -> list[Decision]:
-        """Write ``events`` in one transaction; the fold's decision on each (never raises for
-        a refusal; raises Fenced/OutcomeUnknown/BrokerError when nothing can be decided, and
-        LeaseExpired when an elected leader's lease was not renewed in time)."""
+    def _commit(self, events: list[Event], *, guard: bool = True) -> list[Decision]:
+        """Write ``events`` in one transaction; the fold's decision on each.
+
+        Never raises for a refusal. Raises only before anything was sent
+        (:class:`~registry.errors.LeaseExpired` when an elected leader's lease
+        was not renewed in time, ``Fenced`` when the image already shows the
+        term over) or when nothing can be decided (``Fenced`` when the log
+        shows the term ended first, ``OutcomeUnknown``); once the fold has
+        decided, the decisions are returned whatever the follow-up does.
+        """
         reg = self.registry
         if guard and self._lease_guard is not None:
             self._lease_guard()
+        try:  # several records: one call, decided all or none at its commit (fold rule 8)
+            call = as_call(events)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         with reg._lock:
             # Step 1: settle refused keys first (compaction safety).
             pairs: list[tuple[str, Event]] = list(
                 plan_reassertions(reg.image, self.epoch, self.contender))
-            pairs += [(record_key(e), e) for e in events]
+            pairs += [(record_key(e), e) for e in call]
             if not pairs:
                 return []
             decisions = self._send(pairs)
             # Step 4: settle any key a refused record landed on meanwhile (ours
-            # or anyone's) while we still lead, then report the verdict.
-            if _depth < 2 and reg.image.unsettled and self._fenced_by_image() is None \
-                    and plan_reassertions(reg.image, self.epoch, self.contender):
-                self._commit([], _depth + 1, guard=guard)
-            return decisions[len(pairs) - len(events):]
+            # or anyone's). The call is decided: this is best-effort, never a reason
+            # to raise; what it leaves unsettled the next write settles.
+            self._settle(guard)
+            start = len(pairs) - len(call)
+            return decisions[start:start + len(events)]
+
+    def _settle(self, guard: bool) -> None:
+        reg = self.registry
+        for _ in range(2):
+            if not reg.image.unsettled or self._fenced_by_image() is not None:
+                return
+            pairs = plan_reassertions(reg.image, self.epoch, self.contender)
+            if not pairs:
+                return
+            try:
+                if guard and self._lease_guard is not None:
+                    self._lease_guard()
+                self._send(list(pairs))
+            except RegistryError as e:
+                _log.info("term %d of %r: %d key(s) left unsettled for the next write (%s)",
+                          self.epoch, self.contender, len(pairs), e)
+                return
 
     def _send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:
         """Steps 2 and 3: one transaction, then read until the fold decided every record.
@@ -754,6 +840,17 @@ class Term:
         slots = [[(key, event)] for key, event in pairs]  # every copy sent per record
         waiting = reg._waiting
         failure: Exception | None = None
+        sent = False
+
+        def ids() -> tuple[str, ...]:
+            return tuple(e.event_id for copies in slots for _, e in copies) if sent else ()
+
+        def unknown(why: str, cause: Exception | None) -> OutcomeUnknown:
+            error = OutcomeUnknown(f"records of term {self.epoch} may or may not be in the "
+                                   f"log: {why}", ids())
+            error.__cause__ = cause
+            return error
+
         try:
             for attempt in range(self._MAX_RESENDS + 1):
                 todo: list[tuple[str, bytes]] = []
@@ -773,40 +870,41 @@ class Term:
                     if self._writer is None:
                         fenced = self._fenced_by_image()
                         if fenced is not None:
+                            fenced.event_ids = ids()
                             raise fenced
                         self._writer = TransactionalWriter(reg.bootstrap, reg.topic,
                                                            self.namespace, reg.partition,
                                                            reg.timeout)
+                    sent = True
                     offsets = self._writer.write(todo)
                     reg._fold(reg._reader.read_until(max(offsets), reg.timeout))
                     failure = None
-                except TransactionFailed as e:
+                except BrokerError as e:  # TransactionFailed included
                     failure = e
-                    if e.fatal and self._writer is not None:
+                    if isinstance(e, TransactionFailed) and e.fatal and self._writer is not None:
                         self._writer.close()
                         self._writer = None
-                    reg.sync()  # read, don't guess
-                except BrokerError as e:
-                    failure = e
                     try:
-                        reg.sync()
-                    except BrokerError:
-                        ids = tuple(e.event_id for copies in slots for _, e in copies)
-                        raise OutcomeUnknown(f"records of term {self.epoch} may or may not be "
-                                             f"in the log: {e}", ids) from e
+                        reg.sync()  # read, don't guess
+                    except BrokerError as lost:
+                        if not sent:
+                            raise e from None  # nothing left this process: not accepted
+                        raise unknown(str(e), lost) from lost
                 if all(self._decided(copies) for copies in slots):
                     break
                 fenced = self._fenced_by_image()
                 if fenced is not None:
+                    # The log holds a newer grant (or the revoke) and none of the undecided
+                    # records: any that lands later lands after it and is refused.
+                    fenced.event_ids = ids()
                     raise fenced from failure
                 if failure is None:
-                    raise OutcomeUnknown("records were written but the fold did not see them",
-                                         tuple(e.event_id for c in slots for _, e in c))
+                    raise unknown("they were written but the fold did not see them", None)
                 time.sleep(0.05 * (attempt + 1))
             else:
-                raise OutcomeUnknown(f"records of term {self.epoch} could not be written after "
-                                     f"{self._MAX_RESENDS} re-sends",
-                                     tuple(e.event_id for c in slots for _, e in c))
+                if not sent and failure is not None:
+                    raise failure  # no producer could be made: nothing left this process
+                raise unknown(f"not confirmed after {self._MAX_RESENDS} re-sends", failure)
             return [self._decided(copies) for copies in slots]  # type: ignore[misc]
         finally:
             for copies in slots:

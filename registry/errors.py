@@ -24,6 +24,25 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
 Rejections are not exceptions inside the fold: the fold records them in the
 image. :class:`WriteRejected` is how the *client* reports the fold's verdict on
 its own record to the caller.
+
+What an exception from a write means (every method of
+:class:`~registry.client.Term`, and :meth:`~registry.client.Registry.claim_leadership`):
+once the fold has decided the call's records, the call returns those
+decisions, and nothing done after that (settling keys, re-putting a blob)
+turns a decided outcome into an exception. An exception means exactly one of:
+
+* **not accepted**: :class:`WriteRejected` (and so :class:`Fenced`,
+  :class:`ClaimRejected`): the fold refused the call, or the log shows the
+  term ended before any of its records could land (a record that lands
+  later lands after the newer grant and is refused); :class:`LeaseExpired`,
+  :class:`ConfigError`, :class:`UnknownJob`, :class:`BlobError` and
+  :class:`BrokerError`: raised before anything was sent;
+* **unknown**: :class:`OutcomeUnknown`: records were sent and their fate
+  could not be read back; the log is the truth.
+
+Every such exception carries ``event_ids``: the ids of the records the call
+sent (every copy; empty when nothing was sent), to look up in
+:meth:`~registry.client.Registry.timeline` or a dump.
 """
 
 from __future__ import annotations
@@ -49,7 +68,13 @@ __all__ = [
 
 
 class RegistryError(Exception):
-    """Root of every error jobreg raises on purpose."""
+    """Root of every error jobreg raises on purpose.
+
+    ``event_ids``: the records a write sent before it raised (see the module
+    docstring); empty for every error raised before anything was sent.
+    """
+
+    event_ids: tuple[str, ...] = ()
 
 
 class ConfigError(RegistryError, ValueError):
@@ -117,7 +142,7 @@ class OutcomeUnknown(RegistryError):
 
     def __init__(self, message: str, event_ids: tuple[str, ...] = ()) -> None:
         super().__init__(message)
-        self.event_ids = event_ids
+        self.event_ids = tuple(event_ids)
 
 
 class WriteRejected(RegistryError):

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 __all__ = [
     "EMPTY_CHECKPOINTS",
     "EVENT_TYPES",
+    "MEMBER_TYPES",
     "NESTED_TYPES",
+    "as_call",
+    "CallCommitted",
     "CheckpointCompleted",
     "CheckpointDiscarded",
     "CheckpointEvent",
@@ -59,6 +62,8 @@ class JobStatus:
     CANCELLED = "CANCELLED"
     FINISHED = "FINISHED"
     FAILED = "FAILED"
+
+    ABSENT = "ABSENT"  # only in a JobReasserted: the job does not exist (fold rule 8)
 
     TERMINAL: ClassVar[frozenset[str]] = frozenset({CANCELLED, FINISHED, FAILED})
     ALL: ClassVar[tuple[str, ...]] = (ACTIVE, RECOVERY_FAILED, CANCELLED, FINISHED, FAILED)
@@ -185,6 +190,9 @@ class JobSubmitted(JobEvent):
     graph: InlineGraph | GraphRef
     max_checkpoint_failures: int = 0
     retained_checkpoints: int = 1
+    call_id: str | None = None
+    """Set on the records of a multi-record call: the event id of its
+    :class:`CallCommitted`, at which the fold decides them all (fold rule 8)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -192,6 +200,10 @@ class JobAdopted(JobEvent):
     """The current term takes the job's lock (on recovery)."""
 
     TYPE: ClassVar[str] = "JobAdopted"
+
+    call_id: str | None = None
+    """Set on the records of a multi-record call: the event id of its
+    :class:`CallCommitted`, at which the fold decides them all (fold rule 8)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -231,6 +243,9 @@ class JobRecoveryFailed(JobEvent):
     TYPE: ClassVar[str] = "JobRecoveryFailed"
 
     error: str
+    call_id: str | None = None
+    """Set on the records of a multi-record call: the event id of its
+    :class:`CallCommitted`, at which the fold decides them all (fold rule 8)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -290,6 +305,19 @@ class LeaseRenewed(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CallCommitted(Event):
+    """The end of a multi-record call: its ``size`` records (each carrying this event's id
+    as ``call_id``) are decided here, all accepted or none (fold rule 8).
+
+    Keyed by its own id (``<ns>/call/<event_id>``), so the cleaner never removes it.
+    """
+
+    TYPE: ClassVar[str] = "CallCommitted"
+
+    size: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class JobReasserted(JobEvent):
     """The leader re-states a job's whole accepted state on a key a refused record landed on.
 
@@ -298,7 +326,8 @@ class JobReasserted(JobEvent):
     record must again be one that carries the accepted state. ``status``,
     ``owner_epoch``, ``graph``, ``error``, the checkpoint budget and
     ``checkpoints`` are the job's state after this event (``graph`` is
-    ``None`` for terminal jobs).
+    ``None`` for terminal jobs). ``status`` ``ABSENT`` re-states that the job
+    does not exist (a refused call submitted it; fold rule 8).
     """
 
     TYPE: ClassVar[str] = "JobReasserted"
@@ -329,9 +358,35 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointFailed,
         CheckpointDiscarded,
         LeaseRenewed,
+        CallCommitted,
     )
 }
 """Event type name (the Avro record name without namespace) -> dataclass."""
+
+MEMBER_TYPES: tuple[type[Event], ...] = (JobSubmitted, JobAdopted, JobRecoveryFailed)
+"""The events a multi-record call may hold (fold rule 8 argues compaction for these)."""
+
+
+def as_call(events: list[Event]) -> list[Event]:
+    """The records of one call of ``events`` (fold rule 8): a single event as it is;
+    several, each with ``call_id`` set, then their :class:`CallCommitted`.
+
+    Every event must be a :data:`MEMBER_TYPES` one of the same namespace, epoch and
+    writer; ``ValueError`` otherwise.
+    """
+    if len(events) < 2:
+        return list(events)
+    first = events[0]
+    for e in events:
+        if not isinstance(e, MEMBER_TYPES):
+            raise ValueError("a call of several records may hold only "
+                             + ", ".join(t.TYPE for t in MEMBER_TYPES) + f", not {e.TYPE}")
+        if (e.namespace, e.epoch, e.writer) != (first.namespace, first.epoch, first.writer):
+            raise ValueError("the records of one call share namespace, epoch and writer")
+    commit = CallCommitted(event_id=new_event_id(), namespace=first.namespace,
+                           epoch=first.epoch, writer=first.writer, created_at=now_ms(),
+                           size=len(events))
+    return [replace(e, call_id=commit.event_id) for e in events] + [commit]  # type: ignore[call-arg]
 
 NESTED_TYPES: dict[str, type] = {
     "InlineGraph": InlineGraph,

@@ -44,9 +44,32 @@ Rules, in the order the fold applies them to one record of this namespace:
    carried state is the state.
 7. ``LeaseRenewed`` is fenced like any write and counts in the term's
    ``TermInfo``; no clock is read by the fold.
+8. Calls (KRaft's metadata transactions, ZooKeeper's ``multi``): a call of
+   several records (``submit_many``, ``adopt(a, b)``, a recovery batch; only
+   :data:`~registry.events.MEMBER_TYPES`) writes each record with
+   ``call_id`` set and ends with a ``CallCommitted`` of ``size`` records
+   under a key of its own. A record with a ``call_id`` is fenced when it
+   arrives (a fenced one is refused at once) and otherwise waits (outcome
+   ``PENDING``, no effect). At the commit, itself fenced like any write, the
+   waiting records are applied in log order, all or none: the first one a
+   rule refuses sinks the call (it keeps its own reason; every other record
+   and the commit are refused as ``call_aborted``, naming it). A record
+   refused as ``unknown_job`` does not sink its call (after compaction an
+   unknown job cannot be told from one whose records were compacted away).
+   A commit that finds fewer than ``size`` records (only compaction removes
+   them: the others were superseded on their keys) decides each present one
+   on its own. An accepted grant ends the calls its predecessor left open
+   (``call_not_committed``). A refused record of a call on the key of a job
+   that does not exist is unsettled like any other: the leader reasserts
+   that the job is ``ABSENT``, so no record of a refused call outlives the
+   cleaner.
+
+Every event type has exactly one rule (``_RULES``); a type without one is
+quarantined (``no_rule``), never guessed at.
 
 After each record the fold notes whether the newest record of a known job's
-key was accepted; keys where it was not are ``unsettled`` until the leader
+key was accepted (or, rule 8, of an unknown job's key a refused call
+record landed on); keys where it was not are ``unsettled`` until the leader
 reasserts them (:func:`plan_reassertions`).
 """
 
@@ -55,10 +78,14 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import immutables
 
 from .codec import Codec, default_codec
 from .errors import CodecError
 from .events import (
+    CallCommitted,
     CheckpointCompleted,
     CheckpointDiscarded,
     CheckpointEvent,
@@ -220,6 +247,7 @@ class Delta:
         self._terms = image.terms.mutate()
         self._unsettled = image.unsettled.mutate()
         self._seen = image.seen.mutate()
+        self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
         self._rejected: list[Decision] = []
         self._ignored: list[Decision] = []
         self._quarantined: list[Decision] = []
@@ -227,6 +255,9 @@ class Delta:
         self._last_offset = image.provenance.last_offset
         self._log_time = image.provenance.log_time
         self.last_event: Event | None = None
+        self.resolved: list[tuple[LogRecord, Decision, Event]] = []
+        """The records of calls the last :meth:`replay` decided (rule 8): each record, its
+        final decision and its event, in log order. Empty for most records."""
 
     # -- the one entry point -------------------------------------------------
 
@@ -234,9 +265,12 @@ class Delta:
         """Fold one record; return the verdict. Never raises for record content.
 
         :attr:`last_event` is then the record's decoded event (``None`` if it did
-        not decode), for consumers that need more of it than the verdict says.
+        not decode), for consumers that need more of it than the verdict says;
+        :attr:`resolved` the earlier records of a call this record decided.
         """
         self.last_event = None
+        if self.resolved:
+            self.resolved = []
         self._last_offset = record.offset
         if record.timestamp is not None:
             self._log_time = record.timestamp
@@ -258,6 +292,9 @@ class Delta:
             return self._quarantine(record, key, "undecodable", str(e))
         if parsed is None and event.namespace != self._ns:
             return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
+        if type(event) not in _RULES:
+            return self._quarantine(record, key, "no_rule",
+                                    f"the fold has no rule for {event.TYPE} events")
         self.last_event = event
         decision = self._decide(record, key, event)
         if parsed is not None and parsed.job_id is not None:
@@ -290,6 +327,8 @@ class Delta:
             unsettled=self._unsettled.finish(),
             seen=self._seen.finish(),
             duplicates=self._duplicates,
+            calls=(base.calls if not self._calls and not base.calls
+                   else immutables.Map(self._calls)),
         )
 
     # -- internals -----------------------------------------------------------
@@ -303,12 +342,13 @@ class Delta:
             self._note_settlement(key, parsed.job_id, d)
         return d
 
-    def _note_settlement(self, key: str, job_id: str, decision: Decision) -> None:
+    def _note_settlement(self, key: str, job_id: str, decision: Decision, *,
+                         member: bool = False) -> None:
         # ``key`` is a job key of this namespace (``parse_key`` said so).
         if decision.outcome == Outcome.ACCEPTED:
             if key in self._unsettled:
                 del self._unsettled[key]
-        elif job_id in self._jobs:
+        elif job_id in self._jobs or (member and decision.outcome == Outcome.REJECTED):
             self._unsettled[key] = decision.offset
 
     def _decide(self, record: LogRecord, key: str | None, event: Event) -> Decision:
@@ -327,18 +367,23 @@ class Delta:
             if key != record_key(event) and key not in allowed_keys(event):
                 raise _Verdict("wrong_key", f"a {event.TYPE} must be keyed "
                                f"{' or '.join(allowed_keys(event))}, not {key!r}")
-            if isinstance(event, LeadershipGranted):
-                self._grant(event, record.offset)
-                ignored = None
-            else:
-                self._fence(event)
-                ignored = self._apply(event, record.offset)
+            ignored = _RULES[type(event)](self, event, record)
         except _Verdict as v:
             d = Decision(record.offset, Outcome.REJECTED, record.timestamp, key, event.TYPE,
                          event.event_id, job_id, event.epoch, event.writer, v.reason, v.detail,
                          v.expected, v.actual, self.leader)
             self._rejected.append(d)
+            if isinstance(event, CallCommitted) and event.event_id in self._calls:
+                self._end_call(event.event_id, v.reason, f"the call's commit at offset "
+                               f"{record.offset} was refused: {v.detail}", v)
             return d
+        if isinstance(ignored, Decision):
+            return ignored
+        if ignored is _PENDING:
+            return Decision(record.offset, Outcome.PENDING, record.timestamp, key, event.TYPE,
+                            event.event_id, job_id, event.epoch, event.writer, "pending",
+                            f"record of call {event.call_id}; decided at its commit",  # type: ignore[attr-defined]
+                            None, None, self.leader)
         if ignored is not None:
             d = Decision(record.offset, Outcome.IGNORED, record.timestamp, key, event.TYPE,
                          event.event_id, job_id, event.epoch, event.writer, "ignored", ignored,
@@ -349,7 +394,9 @@ class Delta:
                         event.event_id, job_id, event.epoch, event.writer, None, "", None, None,
                         self.leader)
 
-    def _grant(self, e: LeadershipGranted, offset: int) -> None:
+    # -- the rules: one per event type (see _RULES) ----------------------------
+
+    def _grant(self, e: LeadershipGranted, record: LogRecord) -> None:
         if e.prev_epoch != self.epoch:
             raise _Verdict("cas_failed",
                            f"grant to {e.writer!r} expected epoch {e.prev_epoch} to be current, "
@@ -359,8 +406,12 @@ class Delta:
             raise _Verdict("bad_epoch", f"a grant after epoch {e.prev_epoch} must claim epoch "
                            f"{e.prev_epoch + 1}, not {e.epoch}",
                            expected=e.prev_epoch + 1, actual=e.epoch)
+        for call_id in list(self._calls):  # rule 8: the old term's open calls end here
+            self._end_call(call_id, "call_not_committed",
+                           f"term {self.epoch} ended (epoch {e.epoch} granted at offset "
+                           f"{record.offset}) before the call was committed")
         self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
-        self._terms[e.epoch] = TermInfo(e.epoch, e.writer, offset, lease_ms=e.lease_ms)
+        self._terms[e.epoch] = TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms)
 
     def _fence(self, e: Event) -> None:
         reason = fencing_reason(self.epoch, self.leader, self.revoked, e.epoch, e.writer)
@@ -368,76 +419,103 @@ class Delta:
             raise _Verdict(reason, fencing_detail(reason, self.epoch, self.leader, e.epoch,
                                                   e.writer), expected=self.epoch, actual=e.epoch)
 
-    def _apply(self, e: Event, offset: int) -> str | None:
-        """Apply a fenced event; return why it was ignored, if it was."""
-        if isinstance(e, LeadershipRevoked):
-            self.revoked = True
-            info = self._terms.get(self.epoch)
-            if info is not None:
-                self._terms[self.epoch] = info._replace(revoked_offset=offset)
-            return None
-        if isinstance(e, LeaseRenewed):
-            info = self._terms.get(self.epoch)
-            if info is not None:
-                self._terms[self.epoch] = info._replace(renewals=info.renewals + 1,
-                                                        last_renewal_offset=offset)
-            return None
-        assert isinstance(e, JobEvent)
-        job: JobView | None = self._jobs.get(e.job_id)
-        if isinstance(e, JobSubmitted):
-            if job is not None:
-                if not job.live:
-                    raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
-                                   "terminal id can never be submitted again")
-                raise _Verdict("job_exists", f"job {e.job_id!r} already exists")
-            self._jobs[e.job_id] = JobView(e.job_id, JobStatus.ACTIVE, e.epoch, e.graph, None,
-                                           e.max_checkpoint_failures, e.retained_checkpoints)
-        elif isinstance(e, (JobCancelled, JobTerminated)):
-            status = JobStatus.CANCELLED if isinstance(e, JobCancelled) else e.state
-            if status not in JobStatus.TERMINAL:
-                raise _Verdict("bad_state", f"a job can terminate as FINISHED or FAILED, "
-                               f"not {status!r}")
-            if job is not None and not job.live:
-                raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
-            self._jobs[e.job_id] = JobView(e.job_id, status, None, None)
-        elif isinstance(e, JobReasserted):
-            if e.status not in JobStatus.ALL:
-                raise _Verdict("bad_state", f"unknown job status {e.status!r}")
-            if job is not None and not job.live and e.status not in JobStatus.TERMINAL:
-                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
-                               "reassertion cannot make it live again")
-            if e.status in JobStatus.TERMINAL:
-                self._jobs[e.job_id] = JobView(e.job_id, e.status, None, None)
-            else:
-                self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
-                                               e.error, e.max_checkpoint_failures,
-                                               e.retained_checkpoints, e.checkpoints)
-        else:
-            if job is None:
-                raise _Verdict("unknown_job", f"job {e.job_id!r} was never submitted")
-            if not job.live:
-                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}")
-            if isinstance(e, CheckpointEvent):
-                return self._checkpoint(job, e)
-            # The lock records (adopt, release, recovery failed) each set the whole lock
-            # aspect of the job, and none checks who holds the lock now: fencing
-            # already limits them to the current leader, and a precondition on the
-            # lock key's earlier records would flip once the cleaner removed them.
-            if isinstance(e, JobAdopted):
-                self._jobs[e.job_id] = job._replace(status=JobStatus.ACTIVE, owner_epoch=e.epoch,
-                                                    error=None)
-            elif isinstance(e, JobRecoveryFailed):
-                self._jobs[e.job_id] = job._replace(status=JobStatus.RECOVERY_FAILED,
-                                                    owner_epoch=None, error=e.error)
-            else:
-                assert isinstance(e, JobLockReleased)
-                if job.status == JobStatus.RECOVERY_FAILED:
-                    raise _Verdict("recovery_failed", f"job {e.job_id!r} failed recovery and "
-                                   "is held by no term; retry or cancel it")
-                self._jobs[e.job_id] = job._replace(owner_epoch=None)
-        return None
+    def _revoked(self, e: LeadershipRevoked, record: LogRecord) -> None:
+        self._fence(e)
+        self.revoked = True
+        info = self._terms.get(self.epoch)
+        if info is not None:
+            self._terms[self.epoch] = info._replace(revoked_offset=record.offset)
 
-    def _checkpoint(self, job: JobView, e: CheckpointEvent) -> str | None:
+    def _renewed(self, e: LeaseRenewed, record: LogRecord) -> None:
+        self._fence(e)
+        info = self._terms.get(self.epoch)
+        if info is not None:
+            self._terms[self.epoch] = info._replace(renewals=info.renewals + 1,
+                                                    last_renewal_offset=record.offset)
+
+    def _job_write(self, e: JobEvent, record: LogRecord) -> str | object | None:
+        """Rules 4, 5, 6 and 8 for a job event: fenced, then waiting for its call's commit
+        or applied now."""
+        self._fence(e)
+        call_id = getattr(e, "call_id", None)
+        if call_id is not None:
+            self._calls[call_id] = self._calls.get(call_id, ()) + (record,)
+            return _PENDING
+        return self._apply(e)
+
+    def _apply(self, e: JobEvent) -> str | None:
+        """Apply a fenced job event; return why it was ignored, if it was."""
+        return _EFFECTS[type(e)](self, e, self._jobs.get(e.job_id))
+
+    def _submitted(self, e: JobSubmitted, job: JobView | None) -> None:
+        if job is not None:
+            if not job.live:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                               "terminal id can never be submitted again")
+            raise _Verdict("job_exists", f"job {e.job_id!r} already exists")
+        self._jobs[e.job_id] = JobView(e.job_id, JobStatus.ACTIVE, e.epoch, e.graph, None,
+                                       e.max_checkpoint_failures, e.retained_checkpoints)
+
+    def _ended(self, e: JobCancelled | JobTerminated, job: JobView | None) -> None:
+        status = JobStatus.CANCELLED if isinstance(e, JobCancelled) else e.state
+        if status not in JobStatus.TERMINAL:
+            raise _Verdict("bad_state", f"a job can terminate as FINISHED or FAILED, "
+                           f"not {status!r}")
+        if job is not None and not job.live:
+            raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
+        self._jobs[e.job_id] = JobView(e.job_id, status, None, None)
+
+    def _reasserted(self, e: JobReasserted, job: JobView | None) -> None:
+        if e.status == JobStatus.ABSENT:  # rule 8: the job does not exist
+            if job is not None and not job.live:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                               "reassertion cannot make a terminal id unknown")
+            if job is not None:
+                del self._jobs[e.job_id]
+            return
+        if e.status not in JobStatus.ALL:
+            raise _Verdict("bad_state", f"unknown job status {e.status!r}")
+        if job is not None and not job.live and e.status not in JobStatus.TERMINAL:
+            raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                           "reassertion cannot make it live again")
+        if e.status in JobStatus.TERMINAL:
+            self._jobs[e.job_id] = JobView(e.job_id, e.status, None, None)
+        else:
+            self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
+                                           e.error, e.max_checkpoint_failures,
+                                           e.retained_checkpoints, e.checkpoints)
+
+    @staticmethod
+    def _live(e: JobEvent, job: JobView | None) -> JobView:
+        if job is None:
+            raise _Verdict("unknown_job", f"job {e.job_id!r} was never submitted")
+        if not job.live:
+            raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}")
+        return job
+
+    # The lock records (adopt, release, recovery failed) each set the whole lock
+    # aspect of the job, and none checks who holds the lock now: fencing
+    # already limits them to the current leader, and a precondition on the
+    # lock key's earlier records would flip once the cleaner removed them.
+    def _adopted(self, e: JobAdopted, job: JobView | None) -> None:
+        job = self._live(e, job)
+        self._jobs[e.job_id] = job._replace(status=JobStatus.ACTIVE, owner_epoch=e.epoch,
+                                            error=None)
+
+    def _recovery_failed(self, e: JobRecoveryFailed, job: JobView | None) -> None:
+        job = self._live(e, job)
+        self._jobs[e.job_id] = job._replace(status=JobStatus.RECOVERY_FAILED, owner_epoch=None,
+                                            error=e.error)
+
+    def _released(self, e: JobLockReleased, job: JobView | None) -> None:
+        job = self._live(e, job)
+        if job.status == JobStatus.RECOVERY_FAILED:
+            raise _Verdict("recovery_failed", f"job {e.job_id!r} failed recovery and "
+                           "is held by no term; retry or cancel it")
+        self._jobs[e.job_id] = job._replace(owner_epoch=None)
+
+    def _checkpoint(self, e: CheckpointEvent, job: JobView | None) -> str | None:
+        job = self._live(e, job)
         cur = job.checkpoints
         seq = e.state.seq
         if seq > cur.seq + 1:
@@ -459,6 +537,120 @@ class Delta:
         self._jobs[e.job_id] = job._replace(checkpoints=new)
         return why
 
+    # -- rule 8: calls -----------------------------------------------------------
+
+    def _commit(self, e: CallCommitted, record: LogRecord) -> Decision:
+        self._fence(e)
+        members = [(r, self._codec.decode(r.value))  # type: ignore[arg-type]
+                   for r in self._calls.pop(e.event_id, ())]
+        whole = len(members) >= e.size
+        saved: dict[str, JobView | None] = {}
+        verdicts: list[_Verdict | None] = []
+        sink: int | None = None
+        for i, (_, m) in enumerate(members):
+            saved.setdefault(m.job_id, self._jobs.get(m.job_id))
+            try:
+                if i >= e.size:
+                    raise _Verdict("call_size_mismatch", f"call {e.event_id} has more records "
+                                   f"than the {e.size} its commit names")
+                self._apply(m)
+                verdicts.append(None)
+            except _Verdict as v:
+                verdicts.append(v)
+                if whole and v.reason != "unknown_job":
+                    sink = i
+                    break
+        if sink is not None:  # all or none: undo what the records before the sink did
+            for job_id, view in saved.items():
+                if view is None:
+                    if job_id in self._jobs:
+                        del self._jobs[job_id]
+                else:
+                    self._jobs[job_id] = view
+            r, m = members[sink]
+            v = verdicts[sink]
+            assert v is not None
+            why = (f"call {e.event_id} is refused as a whole: its record at offset {r.offset} "
+                   f"({m.TYPE} of job {m.job_id!r}) was refused: {v.reason}: {v.detail}")
+            for i, (r, m) in enumerate(members):
+                own = verdicts[sink] if i == sink else _Verdict("call_aborted", why)
+                self._resolve(r, m, own)
+            d = Decision(record.offset, Outcome.REJECTED, record.timestamp, _key(record),
+                         e.TYPE, e.event_id, None, e.epoch, e.writer, "call_aborted", why,
+                         None, None, self.leader)
+            self._rejected.append(d)
+            return d
+        for (r, m), v in zip(members, verdicts, strict=True):
+            self._resolve(r, m, v)
+        detail = "" if whole else (f"{len(members)} of the call's {e.size} records are in the "
+                                   "log (the cleaner removed the others): each decided alone")
+        return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, _key(record), e.TYPE,
+                        e.event_id, None, e.epoch, e.writer, None, detail, None, None,
+                        self.leader)
+
+    def _end_call(self, call_id: str, reason: str, detail: str,
+                  verdict: _Verdict | None = None) -> None:
+        """Refuse every waiting record of a call that can no longer be committed."""
+        for r in self._calls.pop(call_id, ()):
+            m = self._codec.decode(r.value)  # type: ignore[arg-type]
+            self._resolve(r, m, _Verdict(reason, detail, verdict.expected if verdict else None,
+                                         verdict.actual if verdict else None))
+
+    def _resolve(self, r: LogRecord, m: JobEvent, v: _Verdict | None) -> None:
+        key = _key(r)
+        if v is None:
+            d = Decision(r.offset, Outcome.ACCEPTED, r.timestamp, key, m.TYPE, m.event_id,
+                         m.job_id, m.epoch, m.writer, None, "", None, None, self.leader)
+        else:
+            d = Decision(r.offset, Outcome.REJECTED, r.timestamp, key, m.TYPE, m.event_id,
+                         m.job_id, m.epoch, m.writer, v.reason, v.detail, v.expected, v.actual,
+                         self.leader)
+            self._rejected.append(d)
+        if key is not None:
+            self._note_settlement(key, m.job_id, d, member=True)
+        self.resolved.append((r, d, m))
+
+
+_PENDING = object()  # a rule's answer for a record that waits for its call's commit
+
+
+def _key(record: LogRecord) -> str | None:
+    return record.key.decode("utf-8") if record.key is not None else None
+
+
+_RULES: dict[type[Event], Callable[[Delta, Any, LogRecord], Any]] = {
+    LeadershipGranted: Delta._grant,
+    LeadershipRevoked: Delta._revoked,
+    LeaseRenewed: Delta._renewed,
+    CallCommitted: Delta._commit,
+    JobSubmitted: Delta._job_write,
+    JobAdopted: Delta._job_write,
+    JobRecoveryFailed: Delta._job_write,
+    JobLockReleased: Delta._job_write,
+    JobCancelled: Delta._job_write,
+    JobTerminated: Delta._job_write,
+    JobReasserted: Delta._job_write,
+    CheckpointTriggered: Delta._job_write,
+    CheckpointCompleted: Delta._job_write,
+    CheckpointFailed: Delta._job_write,
+    CheckpointDiscarded: Delta._job_write,
+}
+"""Event type -> its rule: the one statement of what a record of that type does."""
+
+_EFFECTS: dict[type[Event], Callable[[Delta, Any, JobView | None], str | None]] = {
+    JobSubmitted: Delta._submitted,
+    JobAdopted: Delta._adopted,
+    JobRecoveryFailed: Delta._recovery_failed,
+    JobLockReleased: Delta._released,
+    JobCancelled: Delta._ended,
+    JobTerminated: Delta._ended,
+    JobReasserted: Delta._reasserted,
+    CheckpointTriggered: Delta._checkpoint,
+    CheckpointCompleted: Delta._checkpoint,
+    CheckpointFailed: Delta._checkpoint,
+    CheckpointDiscarded: Delta._checkpoint,
+}
+"""Job event type -> the effect of an accepted (fenced) record on the job."""
 
 def replay(image: Image, record: LogRecord, codec: Codec | None = None) -> Image:
     """The image after one more record. Pure and total."""
@@ -506,7 +698,9 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
 
     ``on_decision`` sees the fold's verdict on every record, in order (the
     client uses it to learn the fate of its own writes, forensics to build
-    timelines). Returns the image after the last batch.
+    timelines); a record of a multi-record call is seen twice: ``PENDING`` when
+    it arrives, and its final verdict when its call's commit (or the end of
+    its term) decides it (rule 8). Returns the image after the last batch.
     """
     with bulk():
         for batch in batches:
@@ -516,7 +710,10 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
                     delta.replay(record)
             else:
                 for record in batch:
-                    on_decision(delta.replay(record))
+                    d = delta.replay(record)
+                    for _, resolved, _ in delta.resolved:  # rule 8: a call decided here
+                        on_decision(resolved)
+                    on_decision(d)
             image = delta.apply()
     return image
 
@@ -526,8 +723,9 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
 
     One :class:`JobReasserted` per unsettled key of a known job, carrying the
     job's whole accepted state, written on that same key so that it becomes
-    the key's newest record again. Pure: the client and the model-based
-    tests both call it.
+    the key's newest record again; for the key of a job that does not exist
+    (a refused call submitted it, rule 8) one with status ``ABSENT``. Pure:
+    the client and the model-based tests both call it.
     """
     out: list[tuple[str, JobReasserted]] = []
     ns = image.namespace
@@ -537,6 +735,10 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             continue
         job = image.jobs.get(parsed.job_id)
         if job is None:
+            out.append((key, JobReasserted(
+                event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
+                created_at=now_ms(), job_id=parsed.job_id, status=JobStatus.ABSENT,
+                owner_epoch=None, graph=None)))
             continue
         out.append((key, JobReasserted(
             event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,

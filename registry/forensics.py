@@ -246,10 +246,14 @@ class Forensics:
     def scan(self) -> tuple[Image, list[Decision]]:
         """The final image and every verdict (SKIPPED ones left out), from one read of the
         source: the other questions are answered from this."""
-        out: list[Decision] = []
-        image = self.replay(on_decision=lambda d: out.append(d)
-                            if d.outcome != Outcome.SKIPPED else None)
-        return image, out
+        out: dict[int, Decision] = {}
+
+        def note(d: Decision) -> None:
+            if d.outcome != Outcome.SKIPPED:
+                out[d.offset] = d  # a call's record: its final verdict replaces PENDING
+
+        image = self.replay(on_decision=note)
+        return image, sorted(out.values(), key=lambda d: d.offset)
 
     def rejected(self) -> list[Decision]:
         """Every record the fold refused, in log order, with reason and epochs."""

@@ -128,6 +128,7 @@ class Outcome:
     DUPLICATE = "DUPLICATE"
     QUARANTINED = "QUARANTINED"
     SKIPPED = "SKIPPED"  # another namespace's record on the same partition
+    PENDING = "PENDING"  # a record of a multi-record call, decided at the call's commit
 
 
 class Decision(NamedTuple):
@@ -184,6 +185,8 @@ class Image:
       so must be reasserted by the leader before the cleaner could see them
       (key -> offset of that record).
     * ``seen``: every event id folded (duplicates have no second effect).
+    * ``calls``: the records of multi-record calls whose commit has not been
+      folded yet (call id -> the records, in log order; fold rule 8).
     """
 
     provenance: Provenance
@@ -198,6 +201,7 @@ class Image:
     unsettled: immutables.Map = field(default=_EMPTY_MAP)
     seen: immutables.Map = field(default=_EMPTY_MAP)
     duplicates: int = 0
+    calls: immutables.Map = field(default=_EMPTY_MAP)
 
     @classmethod
     def empty(cls, namespace: str) -> Image:

@@ -10,6 +10,8 @@ correctness argument (README, "Compaction"):
 * ``<ns>/term/<epoch>/<event_id>``  every grant and revoke, under a key of its own,
   so the cleaner never removes one
 * ``<ns>/term/<epoch>/lease``    the lease renewals of a term (only the newest matters)
+* ``<ns>/call/<event_id>``      the commit of one multi-record call, under a key of its
+  own, so the cleaner never removes one (fold rule 8)
 
 A :class:`~registry.events.JobReasserted` may land on any of a job's keys. Ids may
 not contain ``/`` so a key parses one way only.
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 from .events import (
+    CallCommitted,
     CheckpointEvent,
     Event,
     JobAdopted,
@@ -36,6 +39,7 @@ from .events import (
 __all__ = [
     "ParsedKey",
     "allowed_keys",
+    "call_key",
     "check_id",
     "checkpoints_key",
     "job_key",
@@ -84,6 +88,11 @@ def term_key(namespace: str, epoch: int, event_id: str) -> str:
     return f"{namespace}/term/{epoch}/{event_id}"
 
 
+def call_key(namespace: str, call_id: str) -> str:
+    """The key of a call's commit: never shared, so never compacted away."""
+    return f"{namespace}/call/{call_id}"
+
+
 def lease_key(namespace: str, epoch: int) -> str:
     """The key of a term's lease renewals."""
     return f"{namespace}/term/{epoch}/lease"
@@ -99,6 +108,8 @@ def record_key(event: Event) -> str:
         return job_key(event.namespace, event.job_id)
     if isinstance(event, LeaseRenewed):
         return lease_key(event.namespace, event.epoch)
+    if isinstance(event, CallCommitted):
+        return call_key(event.namespace, event.event_id)
     return term_key(event.namespace, event.epoch, event.event_id)
 
 
@@ -113,7 +124,7 @@ def allowed_keys(event: Event) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``checkpoints``,
-    ``term`` or ``other``."""
+    ``term``, ``call`` or ``other``."""
 
     namespace: str
     kind: str
@@ -132,6 +143,8 @@ def parse_key(key: str) -> ParsedKey | None:
         return ParsedKey(ns, parts[2], parts[1])
     if len(parts) == 3 and parts[0] == "term":
         return ParsedKey(ns, "term")
+    if len(parts) == 2 and parts[0] == "call":
+        return ParsedKey(ns, "call")
     return ParsedKey(ns, "other")
 
 

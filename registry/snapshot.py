@@ -97,7 +97,7 @@ from .events import (
     now_ms,
 )
 from .fold import bulk
-from .image import Decision, Image, JobView, LeaderView, Provenance, TermInfo
+from .image import Decision, Image, JobView, LeaderView, LogRecord, Provenance, TermInfo
 
 __all__ = [
     "BODY_ENCODING",
@@ -139,6 +139,7 @@ _RECORD_TYPES: tuple[type, ...] = (
     GraphRef,
     CheckpointState,
     CompletedCheckpoint,
+    LogRecord,  # the records of calls waiting for their commit (Image.calls)
 )
 _PRIMITIVES = frozenset({str, int, type(None), bool, float})
 

@@ -40,6 +40,7 @@ from registry.events import (
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
+    as_call,
     new_event_id,
 )
 from registry.fold import CheckpointRuleViolation, checkpoint_step, fold, plan_reassertions
@@ -194,6 +195,19 @@ class Sim:
             ev = LeadershipRevoked(**common)
         elif cmd == "renew":
             ev = LeaseRenewed(**common)
+        elif cmd in ("submit_many", "adopt_many"):
+            # One call of several records (fold rule 8): ``job`` and the next one or two,
+            # so a call may name a known job (a submit that sinks it) or a terminal one.
+            i = JOBS.index(job)
+            names = [JOBS[(i + k) % len(JOBS)] for k in range(2 + cp % 2)]
+            if cmd == "submit_many":
+                events = [JobSubmitted(job_id=n, graph=InlineGraph(f"graph-{n}".encode()),
+                                       **{**common, "event_id": new_event_id()}) for n in names]
+            else:
+                names = [n for n in names if n in view.jobs]  # the client refuses unknown ids
+                events = [JobAdopted(job_id=n, **{**common, "event_id": new_event_id()})
+                          for n in names]
+            pairs += [(record_key(e), e) for e in as_call(events)]
         elif cmd is not None and view.jobs:
             # commands on known jobs (the client refuses unknown ids before writing);
             # the drawn name picks one of the jobs this client knows
@@ -233,6 +247,17 @@ class Sim:
             return
         if kind == "tombstone":
             self.append(key, None)
+            return
+        if kind in ("call", "torn"):
+            # A zombie's call of two submits and an adopt, whole or without its commit.
+            others = [JOBS[(JOBS.index(job) + k) % len(JOBS)] for k in (1, 2)]
+            events = [JobSubmitted(job_id=job, graph=InlineGraph(b"zombie"), **common),
+                      JobSubmitted(job_id=others[0], graph=InlineGraph(b"zombie"),
+                                   **{**common, "event_id": new_event_id()}),
+                      JobAdopted(job_id=others[1], **{**common, "event_id": new_event_id()})]
+            records = as_call(events)
+            for e in records[:-1] if kind == "torn" else records:
+                self.append(record_key(e), encode(e))
             return
         ev = {"submit": lambda: JobSubmitted(job_id=job, graph=InlineGraph(b"zombie"), **common),
               "cancel": lambda: JobCancelled(job_id=job, **common),

@@ -172,7 +172,9 @@ def test_a_failed_commit_stops_the_pipeline_and_nothing_behind_it_is_written(
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     migrate(url)
     reg = connect("pipe")
-    reg.claim_leadership("jm-1").submit_many([(f"job-{i}", b"g") for i in range(30)])
+    term = reg.claim_leadership("jm-1")
+    for i in range(30):  # one record a call, so every batch of 10 has rows of its own
+        term.submit(f"job-{i}", b"g")
     reader = LogReader(reg.bootstrap, reg.topic, reg.partition)
     records = [r for b in reader.sync(30) for r in b]
     reader.close()
@@ -200,3 +202,49 @@ def test_a_failed_commit_stops_the_pipeline_and_nothing_behind_it_is_written(
     assert run_plain(again, reg.bootstrap) == len(records) - 10
     again.close()
     assert check(url, reg.bootstrap, reg.topic) == []
+
+
+def test_a_refused_call_shows_in_the_views_and_a_call_open_at_the_progress_lands_once(
+        connect, db_url) -> None:
+    from registry.events import as_call
+    from registry.keys import record_key
+
+    reg = connect("ns-calls")
+    term = reg.claim_leadership("jm-1")
+    term.submit("known", b"k")
+    with pytest.raises(Exception, match="already exists"):
+        term.submit_many([("a", b"a"), ("known", b"x"), ("c", b"c")])
+    # A call whose records land before a run and whose commit lands after it.
+    env = dict(namespace="ns-calls", epoch=1, writer="jm-1", created_at=0)
+    records = as_call([JobSubmitted(event_id=new_event_id(), job_id=j, graph=InlineGraph(b"g"),
+                                    **env) for j in ("d", "e")])
+    for e in records[:-1]:
+        write_raw(reg.bootstrap, reg.topic, reg.partition, record_key(e), encode(e))
+    writer = _write_all(db_url, reg)
+    try:
+        assert check(db_url, reg.bootstrap, reg.topic) == []
+        _, rows = query(db_url, "SELECT job_id, reason FROM refused_writes "
+                                "WHERE namespace = 'ns-calls' ORDER BY \"offset\"")
+        assert rows == [("a", "call_aborted"), ("known", "job_exists"), ("c", "call_aborted"),
+                        (None, "call_aborted")]
+        _, detail = query(db_url, "SELECT detail FROM audit_records WHERE job_id = 'a'")
+        assert "job_exists" in detail[0][0]
+        _, waiting = query(db_url, "SELECT count(*) FROM audit_records WHERE job_id IN ('d','e')")
+        assert waiting == [(0,)]
+    finally:
+        writer.close()
+    e = records[-1]
+    write_raw(reg.bootstrap, reg.topic, reg.partition, record_key(e), encode(e))
+    more = AuditWriter(db_url, reg.topic)
+    try:
+        more.catch_up(reg.bootstrap)
+        run_plain(more, reg.bootstrap)
+        assert check(db_url, reg.bootstrap, reg.topic) == []
+        _, landed = query(db_url, "SELECT job_id, outcome FROM audit_records "
+                                  "WHERE job_id IN ('d','e') ORDER BY job_id")
+        assert landed == [("d", "ACCEPTED"), ("e", "ACCEPTED")]
+        _, jobs = query(db_url, "SELECT job_id FROM audit_jobs WHERE namespace = 'ns-calls' "
+                                "ORDER BY job_id")
+        assert jobs == [("d",), ("e",), ("known",)]
+    finally:
+        more.close()

@@ -460,3 +460,143 @@ def test_root_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_bytes(b"")
     with pytest.raises(BlobError, match="f"):
         FileBlobStore(tmp_path / "f")
+
+
+# -- key spaces: one store shared by namespaces and topics (issue 10, defect 3) --------------
+
+
+def test_scoped_views_put_list_delete_only_in_their_space(store: FileBlobStore) -> None:
+    a, b, a2 = store.scoped("t1", "A"), store.scoped("t1", "B"), store.scoped("t2", "A")
+    data = b"the same graph in three spaces"
+    sha = hashlib.sha256(data).hexdigest()
+    refs = {v.space: v.put(data) for v in (a, b, a2)}
+    for (topic, ns), ref in refs.items():
+        assert ref == GraphRef((store.root / topic / ns / sha[:2] / sha).as_uri(), sha, len(data))
+    assert len({r.uri for r in refs.values()}) == 3  # dedup holds within a space only
+    for v in (a, b, a2):
+        assert [x.uri for x in v.list()] == [refs[v.space].uri]
+        for ref in refs.values():  # every view reads every space
+            assert v.get(ref) == data and v.exists(ref)
+    assert list(store.list()) == []  # the unscoped store lists only the flat layout
+    with pytest.raises(ConfigError, match="outside this view's space"):
+        a.delete(refs[b.space].uri)
+    with pytest.raises(ConfigError, match="outside this view's space"):
+        a.delete(refs[a2.space].uri)
+    with pytest.raises(ConfigError):
+        store.delete(refs[a.space].uri)
+    assert all(path_of(r).exists() for r in refs.values())
+    assert a.delete(refs[a.space].uri) is True
+    assert list(a.list()) == [] and b.get(refs[b.space]) == data and a2.get(refs[a2.space])
+    # collect on a view with nothing referenced takes only that view's blobs
+    report = collect(b, [], grace_s=0, now=time.time() + 1)
+    assert [x.uri for x in report.deleted] == [refs[b.space].uri]
+    assert a2.get(refs[a2.space]) == data
+
+
+def test_legacy_flat_blobs_stay_readable_and_are_never_collected(store: FileBlobStore) -> None:
+    old = store.put(b"written before key spaces")  # the unscoped store: the flat layout
+    assert path_of(old) == store.root / old.sha256[:2] / old.sha256
+    view = store.scoped("jobreg", "prod")
+    assert view.get(old) == b"written before key spaces" and view.exists(old)
+    assert view.contains(old.uri)
+    age(old, 30 * DAY)
+    assert list(view.list()) == []
+    assert collect(view, [], grace_s=0) == CollectionReport((), 0, 0, ())
+    with pytest.raises(ConfigError, match="outside this view's space"):
+        view.delete(old.uri)
+    assert store.get(old)  # still there: left for an operator
+    assert [b.uri for b in store.list()] == [old.uri]  # ...who can list it on the flat store
+
+
+@pytest.mark.parametrize("bad", ["..", ".", "a/b", "../x", "/abs", "", "a b", ".tmp-1", "x" * 201])
+def test_scoped_refuses_ids_that_could_escape_the_root(store: FileBlobStore, bad: str) -> None:
+    with pytest.raises(ConfigError, match="malformed topic"):
+        store.scoped(bad, "ns")
+    with pytest.raises(ConfigError, match="malformed namespace"):
+        store.scoped("jobreg", bad)
+    assert all_files(store.root) == [] and list(store.root.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "{root}/t/{sha}",  # a space without shard
+        "{root}/t/ns/{sha}",
+        "{root}/t/ns/x/{sha2}/{sha}",  # too deep
+        "{root}/t/.ns/{sha2}/{sha}",  # not an id
+        "{root}/t/ns/{wrong}/{sha}",  # wrong shard
+        "{root}/t/ns/{sha2}/../../../../outside/{sha}",
+        "{root}/../outside/t/ns/{sha2}/{sha}",
+    ],
+)
+def test_scoped_uris_outside_the_layout_are_refused(
+    store: FileBlobStore, tmp_path: Path, layout: str
+) -> None:
+    view = store.scoped("t", "ns")
+    ref = view.put(b"x")
+    wrong = "00" if ref.sha256[:2] != "00" else "01"
+    path = layout.format(root=store.root, sha=ref.sha256, sha2=ref.sha256[:2], wrong=wrong)
+    bad = dataclasses.replace(ref, uri=Path(path).as_uri())
+    assert not view.contains(bad.uri)
+    with pytest.raises(ConfigError):
+        view.get(bad)
+    with pytest.raises(ConfigError):
+        view.delete(bad.uri)
+    assert view.get(ref) == b"x"
+    assert not view.contains("s3://bucket/" + ref.sha256)
+    assert view.contains(ref.uri) and view.contains(store.scoped("u", "v").put(b"y").uri)
+
+
+def test_scoping_a_view_again_gives_the_other_space(store: FileBlobStore) -> None:
+    a = store.scoped("t", "A")
+    b = a.scoped("t", "B")
+    assert (b.space, b.root) == (("t", "B"), store.root)
+    assert path_of(b.put(b"z")).parent.parent == store.root / "t" / "B"
+    assert repr(b) == f"FileBlobStore({str(store.root)!r}).scoped('t', 'B')"
+    assert list(a.list()) == [] and a.space == ("t", "A") and store.space is None
+    assert list(store.scoped("never", "used").list()) == []  # nothing created by scoping
+    assert not (store.root / "never").exists()
+
+
+def test_scoped_put_creates_its_space_durably(
+    store: FileBlobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    ref = store.scoped("t", "ns").put(b"durable")
+    shard = path_of(ref).parent
+    # each new directory's parent, then the shard holding the renamed blob
+    assert synced == [store.root, store.root / "t", store.root / "t" / "ns", shard]
+
+
+def test_scoped_sweep_temp_only_in_its_space(store: FileBlobStore) -> None:
+    a, b = store.scoped("t", "A"), store.scoped("t", "B")
+    ra, rb = a.put(b"a"), b.put(b"b")
+    for ref in (ra, rb):
+        tmp = path_of(ref).parent / ".tmp-left"
+        tmp.write_bytes(b"")
+        os.utime(tmp, (0, 0))
+    assert a.sweep_temp() == 1
+    assert not (path_of(ra).parent / ".tmp-left").exists()
+    assert (path_of(rb).parent / ".tmp-left").exists()
+
+
+def test_a_store_without_spaces_is_its_own_only_space(store: FileBlobStore) -> None:
+    class Minimal(BlobStore):
+        put = store.put
+        get = store.get
+        list = store.list
+        delete = store.delete
+
+    m = Minimal()
+    assert m.scoped("jobreg", "prod") is m
+    assert not m.contains(m.put(b"q").uri)  # a caller's ref to it is carried as is
+    with pytest.raises(ConfigError, match="malformed namespace"):
+        m.scoped("jobreg", "a/b")

@@ -47,6 +47,7 @@ from registry.events import (
     Event,
     GraphRef,
     InlineGraph,
+    CallCommitted,
     JobAdopted,
     JobCancelled,
     JobEvent,
@@ -102,8 +103,9 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "graph": graphs,
         "max_checkpoint_failures": ints,
         "retained_checkpoints": ints,
+        "call_id": st.none() | texts,
     },
-    JobAdopted: {"job_id": texts},
+    JobAdopted: {"job_id": texts, "call_id": st.none() | texts},
     JobLockReleased: {"job_id": texts},
     JobCancelled: {"job_id": texts, "reason": texts},
     JobTerminated: {
@@ -121,8 +123,9 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "retained_checkpoints": ints,
         "checkpoints": checkpoint_states,
     },
-    JobRecoveryFailed: {"job_id": texts, "error": texts},
+    JobRecoveryFailed: {"job_id": texts, "error": texts, "call_id": st.none() | texts},
     LeaseRenewed: {},
+    CallCommitted: {"size": ints},
     CheckpointTriggered: {"job_id": texts, "checkpoint_id": longs, "state": checkpoint_states},
     CheckpointCompleted: {
         "job_id": texts,
@@ -527,7 +530,7 @@ def test_graph_records_match_their_dataclasses() -> None:
 
 
 def test_catalog_accessors_and_errors() -> None:
-    assert CATALOG.current_version("JobSubmitted") == 2  # v2 added the checkpoint budget
+    assert CATALOG.current_version("JobSubmitted") == 3  # v2: checkpoint budget; v3: call_id
     assert CATALOG.version_of(3) == 1 and CATALOG.type_of(3) == "JobSubmitted"
     assert len(CATALOG) == len(CATALOG.entries()) >= len(EVENT_TYPES)
     with pytest.raises(UnknownSchemaError, match="999"):
@@ -615,7 +618,7 @@ def test_doc_only_changes_refresh_the_entry_in_place(schema_tree: tuple[Path, Pa
     schemas, catalog = schema_tree
     _edit_avsc(schemas, "jobreg.JobAdopted", lambda s: s.update(doc="A better doc."))
     changes = check_catalog(catalog, schemas)
-    assert len(changes) == 1 and "JobAdopted v1 (id 4)" in changes[0]
+    assert len(changes) == 1 and "JobAdopted v2 (id 18)" in changes[0]
     assert main(["--update-catalog", "--catalog", str(catalog), "--schemas-dir", str(schemas)]) == 0
     updated = Catalog.load(catalog)
     assert len(updated) == len(CATALOG)

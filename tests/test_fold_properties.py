@@ -23,12 +23,12 @@ write = st.tuples(st.just("write"), st.sampled_from(["leader"] * 3 + list(CONTEN
                   st.sampled_from(["submit", "submit", "submit", "cancel", "finish", "fail",
                                    "adopt", "release", "release", "revoke", "recfail", "renew",
                                    "trigger", "trigger", "complete", "cpfail", "cpfail",
-                                   "discard"]),
+                                   "discard", "submit_many", "submit_many", "adopt_many"]),
                   job, st.sampled_from([False] * 7 + [True]),  # True: the transaction aborted
                   st.integers(1, 6))  # checkpoint id (small, so they collide)
 raw = st.tuples(st.just("raw"),
                 st.sampled_from(["submit", "cancel", "release", "adopt", "revoke", "garbage",
-                                 "tombstone"]),
+                                 "tombstone", "call", "torn"]),
                 st.integers(0, 4), contender, job, st.integers(0, 2))
 dup = st.tuples(st.just("dup"), st.integers(0, 50))
 tick = st.tuples(st.just("tick"), st.integers(0, 3_600_000))

@@ -139,8 +139,15 @@ class AuditProjection:
                 d = delta.replay(r)
                 if d.outcome == Outcome.SKIPPED:
                     continue
-                self._record(r, ns, d, delta, out, state, touched_jobs, touched_terms,
-                             checkpoints)
+                # A call's records get their rows when the fold decides them (rule 8): at
+                # the commit, or when the term ends without one; a waiting one has none yet.
+                for mr, md, me in delta.resolved:
+                    self._record(mr, ns, md, me, delta, out, state, touched_jobs,
+                                 touched_terms, checkpoints)
+                if d.outcome == Outcome.PENDING:
+                    continue
+                self._record(r, ns, d, delta.last_event, delta, out, state, touched_jobs,
+                             touched_terms, checkpoints)
         for ns, delta in deltas.items():
             state.images[ns] = delta.apply()
         for (ns, job_id), (offset, stamp) in touched_jobs.items():
@@ -212,10 +219,9 @@ class AuditProjection:
                                "value": r.value, "reason": reason, "detail": detail,
                                "log_time": r.timestamp})
 
-    def _record(self, r: LogRecord, ns: str, d: Decision, delta: Delta, out: BatchRows,
-                state: _State, touched_jobs: dict, touched_terms: set,
+    def _record(self, r: LogRecord, ns: str, d: Decision, event: Any, delta: Delta,
+                out: BatchRows, state: _State, touched_jobs: dict, touched_terms: set,
                 checkpoints: dict) -> None:
-        event = delta.last_event
         view = delta.job(d.job_id) if d.job_id is not None else None
         out.records.append(_record_row(self.topic, r, ns, d, event,
                                        view.status if view is not None else None))

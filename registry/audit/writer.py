@@ -374,6 +374,21 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
                 .distinct())]
         if dup:
             diffs.append(f"{dup} record rows are duplicates")
+        partitions = topic_partitions(bootstrap, topic, timeout)
+        folded = []
+        waiting: dict[int, set[int]] = {}  # records of calls not decided at the progress
+        for ns in sorted(namespaces):
+            partition = partition_for(ns, partitions)
+            upto = done.get(partition, 0)
+            f = Forensics(BrokerSource(bootstrap, topic, partition, timeout), ns)
+            final: dict[int, Any] = {}
+            image = f.replay(until_offset=upto - 1,
+                             on_decision=lambda d, final=final: final.__setitem__(d.offset, d))
+            decisions = [d for _, d in sorted(final.items())
+                         if d.outcome not in (Outcome.SKIPPED, Outcome.PENDING)]
+            waiting.setdefault(partition, set()).update(
+                r.offset for records in image.calls.values() for r in records)
+            folded.append((ns, partition, f, image, decisions))
         for partition in sorted(set(done) | set(stored)):
             upto = done.get(partition, 0)
             log_offsets: set[int] = set()
@@ -384,6 +399,7 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
                         log_offsets.update(x.offset for x in batch if x.offset < upto)
                 finally:
                     reader.close()
+            log_offsets -= waiting.get(partition, set())
             have = stored.get(partition, set())
             missing, extra = sorted(log_offsets - have), sorted(have - log_offsets)
             if missing:
@@ -392,14 +408,7 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
             if extra:
                 diffs.append(f"partition {partition}: {len(extra)} rows are for no record "
                              f"below the progress {upto} (first offsets {extra[:5]})")
-        partitions = topic_partitions(bootstrap, topic, timeout)
-        for ns in sorted(namespaces):
-            partition = partition_for(ns, partitions)
-            upto = done.get(partition, 0)
-            f = Forensics(BrokerSource(bootstrap, topic, partition, timeout), ns)
-            decisions: list[Any] = []
-            image = f.replay(until_offset=upto - 1, on_decision=decisions.append)
-            decisions = [d for d in decisions if d.outcome != Outcome.SKIPPED]
+        for ns, partition, f, image, decisions in folded:
             diffs.extend(_compare_namespace(engine, topic, ns, partition, image, decisions,
                                             f.terms_from(image, decisions)))
     finally:

@@ -1,0 +1,148 @@
+"""The outcome contract of every write (README "What an answer means", registry/errors.py).
+
+Once the fold has decided a call's records, the call returns those decisions:
+follow-up work (settling keys a refused record landed on) never turns a
+decided outcome into an exception. An exception means exactly one of *not
+accepted* or *unknown*. Each test drives a real broker into the situation at
+one raise site and checks the answer against the log.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from registry import LeaseExpired, OutcomeUnknown
+from registry.codec import default_codec
+from registry.errors import BrokerError, Fenced
+from registry.events import JobCancelled, new_event_id, now_ms
+from registry.image import Outcome
+from registry.keys import job_key
+from registry.log import write_raw
+
+
+def _zombie_cancel(reg, job_id: str, epoch: int, writer: str) -> int:
+    """A late write of an old term straight onto the job's key (the client never sees it
+    coming): refused by the fold, and it leaves the key unsettled."""
+    event = JobCancelled(event_id=new_event_id(), namespace=reg.namespace, epoch=epoch,
+                         writer=writer, created_at=now_ms(), job_id=job_id)
+    return write_raw(reg.bootstrap, reg.topic, reg.partition,
+                     job_key(reg.namespace, job_id), default_codec().encode(event))
+
+
+def _accepted(reg, event_id: str) -> bool:
+    reg.sync()
+    return any(d.event_id == event_id and d.outcome == Outcome.ACCEPTED
+               for d in reg.forensics().decisions())
+
+
+def _two_terms(connect):
+    """Term 1 of jm-0 (a zombie to be), then term 2 of jm-1 with jobs a and b."""
+    reg = connect()
+    reg.claim_leadership("jm-0")
+    term = reg.claim_leadership("jm-1")
+    term.submit_many([("job-a", b"a"), ("job-b", b"b")])
+    return reg, term
+
+
+def test_a_decided_cancel_is_returned_though_the_lease_lapses_before_the_follow_up(connect):
+    # The reported case: the cancel is accepted, a zombie's record landed meanwhile,
+    # and the follow-up reassertion ran the lease guard again and raised LeaseExpired.
+    reg, term = _two_terms(connect)
+    calls = []
+
+    def guard() -> None:  # the lease is valid for the call, lapses right after
+        calls.append(1)
+        if len(calls) > 1:
+            raise LeaseExpired("lease lapsed after the call was sent")
+
+    term._lease_guard = guard
+    _zombie_cancel(reg, "job-b", 1, "jm-0")  # lands before our cancel; we have not read it
+    receipt = term.cancel("job-a", reason="done")
+    assert _accepted(reg, receipt.event_id)
+    assert reg.job("job-a").status == "CANCELLED"
+
+
+def test_a_decided_cancel_is_returned_though_a_newer_term_fences_the_follow_up(connect,
+                                                                                 monkeypatch):
+    reg, term = _two_terms(connect)
+    other = connect()
+    original = type(term)._send
+    sends = []
+
+    def send(self, pairs):
+        sends.append(pairs)
+        if len(sends) == 2:  # the follow-up: a newer term is granted just before it
+            other.claim_leadership("jm-2")
+        return original(self, pairs)
+
+    monkeypatch.setattr(type(term), "_send", send)
+    _zombie_cancel(reg, "job-b", 1, "jm-0")
+    receipt = term.cancel("job-a")
+    assert len(sends) >= 2, "the follow-up reassertion did not run"
+    assert _accepted(reg, receipt.event_id)
+    with pytest.raises(Fenced):  # and the next call learns the term is over
+        term.cancel("job-b")
+
+
+def test_a_decided_cancel_is_returned_though_the_broker_is_gone_for_the_follow_up(
+        connect, monkeypatch):
+    reg, term = _two_terms(connect)
+    original = type(term)._send
+    sends = []
+
+    def send(self, pairs):
+        sends.append(pairs)
+        if len(sends) == 2:
+            raise OutcomeUnknown("the broker stopped answering", ())
+        return original(self, pairs)
+
+    monkeypatch.setattr(type(term), "_send", send)
+    _zombie_cancel(reg, "job-b", 1, "jm-0")
+    receipt = term.cancel("job-a")
+    assert len(sends) == 2
+    assert _accepted(reg, receipt.event_id)
+    # The key stays unsettled; the next write settles it.
+    monkeypatch.setattr(type(term), "_send", original)
+    assert reg.image.unsettled
+    term.adopt("job-b")
+    assert not reg.sync().unsettled
+
+
+def test_a_lease_expired_before_sending_sends_nothing(connect):
+    reg, term = _two_terms(connect)
+    end = reg.sync().provenance.last_offset
+
+    def guard() -> None:
+        raise LeaseExpired("not renewed")
+
+    term._lease_guard = guard
+    with pytest.raises(LeaseExpired) as caught:
+        term.cancel("job-a")
+    assert caught.value.event_ids == ()
+    assert reg.sync().provenance.last_offset == end
+    assert reg.job("job-a").status == "ACTIVE"
+
+
+def test_a_fenced_write_names_its_records_and_none_is_accepted(connect):
+    reg, term = _two_terms(connect)
+    connect().claim_leadership("jm-2")
+    with pytest.raises(Fenced) as caught:
+        term.cancel("job-a")
+    assert (caught.value.expected_epoch, caught.value.actual_epoch) == (3, 2)
+    for event_id in caught.value.event_ids:
+        assert not _accepted(reg, event_id)
+    assert reg.job("job-a").status == "ACTIVE"
+
+
+def test_a_write_whose_fate_is_unknown_says_which_records_to_look_for(connect, monkeypatch):
+    reg, term = _two_terms(connect)
+    from registry import log
+
+    def lost(self, records):  # the transaction is sent and the answer lost
+        raise BrokerError("no answer from the broker")
+
+    monkeypatch.setattr(log.TransactionalWriter, "write", lost)
+    monkeypatch.setattr(term, "_MAX_RESENDS", 0)
+    with pytest.raises(OutcomeUnknown) as caught:
+        term.cancel("job-a")
+    assert caught.value.event_ids
