@@ -8,16 +8,22 @@ the right to write that a granted leadership gives. Every write:
    refused record is the newest record of (so compaction cannot change the
    answer, README "Compaction");
 2. sends its records in one transaction of the namespace's transactional
-   producer (a newer term's producer fences this one at the broker);
+   producer (a newer term's producer fences this one at the broker); a call
+   of several records carries its call id on each and ends with a
+   :class:`~registry.events.CallCommitted`, so the fold applies them all or
+   none (fold rule 8);
 3. reads the log until the fold has decided every record it sent; if the
    transaction failed or timed out, it reads to the end of the log instead
    and takes what the fold decided, never a guess: records the log does not
    hold are re-sent (same event ids, so a copy that landed after all has no
    second effect) while this term is still current, else the write is
    :class:`~registry.errors.Fenced`;
-4. returns a :class:`Receipt` per accepted record, or raises
+4. settles, best-effort, any key a refused record landed on meanwhile, then
+   returns a :class:`Receipt` per accepted record, or raises
    :class:`~registry.errors.WriteRejected` / :class:`~registry.errors.Fenced`
-   with the fold's reason and both epochs.
+   with the fold's reason and both epochs. Once the fold decided, the call
+   answers with that decision: what an exception means is in
+   :mod:`registry.errors`.
 
 What happens when the broker is lost: calls raise
 :class:`~registry.errors.BrokerError` after their timeout, the term is not
@@ -533,7 +539,8 @@ class Term:
                     | Mapping[str, bytes | InlineGraph | GraphRef], *,
                     max_checkpoint_failures: int = 0,
                     retained_checkpoints: int = 1) -> list[Receipt]:
-        """Submit several jobs in one transaction; one receipt per job, in order."""
+        """Submit several jobs in one call, all or none (fold rule 8); one receipt per job,
+        in order. A known or terminal id refuses the whole call."""
         if max_checkpoint_failures < 0 or retained_checkpoints < 1:
             raise ConfigError("max_checkpoint_failures must be >= 0 and retained_checkpoints "
                               ">= 1")
@@ -554,7 +561,7 @@ class Term:
         return receipts
 
     def adopt(self, *job_ids: str) -> list[Receipt]:
-        """Take the lock of the given live jobs for this term (one transaction)."""
+        """Take the lock of the given live jobs for this term: one call, all or none."""
         return self._write([self._event(JobAdopted, self._known(j)) for j in job_ids])
 
     def release(self, job_id: str) -> Receipt:

@@ -318,15 +318,18 @@ class Forensics:
     def explain_from(self, image: Image, timeline: list[Decision], job_id: str) -> str:
         """:meth:`explain` from a final image and the job's timeline already read."""
         view = image.jobs.get(job_id)
-        if view is None:
-            return (f"job {job_id!r} is not in namespace {self.namespace!r}"
-                    + (f"; {len(timeline)} record(s) about it were refused or quarantined."
-                       if timeline else "."))
         accepted = [d for d in timeline if d.accepted]
-        lines = [f"job {job_id!r} is {view.status}"
-                 + (f", held by epoch {view.owner_epoch}" if view.owner_epoch else "")
-                 + (f" (recovery failed: {view.error})" if view.error else "") + "."]
-        if accepted:
+        if view is None:
+            lines = [f"job {job_id!r} is not in namespace {self.namespace!r}"
+                     + (f"; {len(timeline)} record(s) mention it." if timeline else ".")]
+            lines += [f"At offset {d.offset} {d.writer} (epoch {d.epoch}) reasserted that it "
+                      "does not exist (a refused call had named it)." for d in accepted
+                      if d.event_type == "JobReasserted"]
+        else:
+            lines = [f"job {job_id!r} is {view.status}"
+                     + (f", held by epoch {view.owner_epoch}" if view.owner_epoch else "")
+                     + (f" (recovery failed: {view.error})" if view.error else "") + "."]
+        if accepted and view is not None:
             first, last = accepted[0], accepted[-1]
             lines.append(f"It was submitted at offset {first.offset} by {first.writer} "
                          f"(epoch {first.epoch}).")
