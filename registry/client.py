@@ -552,10 +552,16 @@ class Term:
                       for job_id, graph in items]
             receipts = self._write(events)
             # A blob collector that listed an old copy of a re-put blob may have
-            # deleted it meanwhile: the blob must exist now that the event is in.
+            # deleted it meanwhile: the blob must exist now that the event is in. The
+            # submit is accepted: a failure here is logged, never raised (the job's
+            # recovery reports a missing graph on its own, incident 003).
             for ref, data in self._blobs_put.values():
-                if not self.registry.blob_store.exists(ref):
-                    self.registry.blob_store.put(data)
+                try:
+                    if not self.registry.blob_store.exists(ref):
+                        self.registry.blob_store.put(data)
+                except RegistryError as e:
+                    _log.error("job graph %s of an accepted submit could not be re-put: %s",
+                               ref.uri, e)
         finally:
             self._blobs_put.clear()
         return receipts

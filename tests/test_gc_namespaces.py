@@ -163,9 +163,10 @@ ns_op = st.one_of(
 @given(st.lists(ns_op, min_size=12, max_size=40))
 def test_gc_never_deletes_a_live_graph_of_any_namespace_or_topic(tmp_path_factory, ops) -> None:
     """Random histories of six (topic, namespace) spaces of one store: large submits (shared
-    contents), submits of other spaces' GraphRefs (copied, as ``Term.submit`` does), records
-    of flat-layout blobs from before key spaces, ends and each namespace's own collections.
-    After every step every live job of every namespace still loads and verifies."""
+    contents), submits of other jobs' GraphRefs (copied, as ``Term.submit`` does), records
+    of flat-layout blobs from before key spaces, ends and each namespace's own collections
+    (``Registry.collect_garbage``: its own view, its own fold). After every step every live
+    job of every namespace still loads and verifies, and no flat-layout blob is gone."""
     flat = FileBlobStore(tmp_path_factory.mktemp("blobs"))
     views = [flat.scoped(t, ns) for t, ns in SPACES]
     logs: list[list[LogRecord]] = [[] for _ in SPACES]
@@ -186,6 +187,8 @@ def test_gc_never_deletes_a_live_graph_of_any_namespace_or_topic(tmp_path_factor
     for i in range(len(SPACES)):
         write(i, LeadershipGranted(event_id=new_event_id(), prev_epoch=0, **env(i)))
     clock = time.time()
+    legacy: set[str] = set()
+
     def jobs(*, live: bool) -> list[tuple[int, str, GraphRef]]:
         return [(k, v.job_id, v.graph) for k in range(len(SPACES)) for v in image(k).jobs.values()
                 if isinstance(v.graph, GraphRef) and (v.live or not live)]
@@ -195,6 +198,8 @@ def test_gc_never_deletes_a_live_graph_of_any_namespace_or_topic(tmp_path_factor
         if kind in ("submit", "legacy"):  # the blob first, then the event
             store = views[i] if kind == "submit" else flat
             ref = fresh(store.put(bytes([op[3]]) * 500))
+            if kind == "legacy":
+                legacy.add(ref.uri)
             write(i, JobSubmitted(event_id=new_event_id(), job_id=f"j{op[2]}", graph=ref,
                                   **env(i)))
         elif kind == "reuse" and (known := jobs(live=False)):  # terminal ones too
@@ -214,12 +219,13 @@ def test_gc_never_deletes_a_live_graph_of_any_namespace_or_topic(tmp_path_factor
             write(k, cls(event_id=new_event_id(), job_id=job_id, **extra, **env(k)))
         elif kind == "gc":  # Registry.collect_garbage of namespace i: its own view, its fold
             for k in range(len(SPACES)) if i is None else [i]:
-                live = {v.graph.uri for v in image(k).jobs.values()
-                        if v.live and isinstance(v.graph, GraphRef)}
-                assert collect(views[k], live, grace_s=op[2], now=clock).errors == ()
+                referenced = {v.graph.uri for v in image(k).jobs.values()
+                              if v.live and isinstance(v.graph, GraphRef)}
+                assert collect(views[k], referenced, grace_s=op[2], now=clock).errors == ()
         elif kind == "age":
             clock += op[1]
         for j in range(len(SPACES)):
             for view in image(j).jobs.values():
                 if view.live and isinstance(view.graph, GraphRef):
                     assert views[(j + 1) % len(SPACES)].get(view.graph)  # present and intact
+        assert {b.uri for b in flat.list()} == legacy  # the flat layout is never collected

@@ -146,3 +146,35 @@ def test_a_write_whose_fate_is_unknown_says_which_records_to_look_for(connect, m
     with pytest.raises(OutcomeUnknown) as caught:
         term.cancel("job-a")
     assert caught.value.event_ids
+
+
+def test_after_a_fencing_the_next_write_is_fenced_before_sending(connect):
+    reg, term = _two_terms(connect)
+    connect().claim_leadership("jm-2")
+    with pytest.raises(Fenced):
+        term.cancel("job-a")
+    with pytest.raises(Fenced) as caught:  # the producer is gone; the image says why
+        term.cancel("job-b")
+    assert caught.value.event_ids == ()
+
+
+@pytest.mark.parametrize("with_producer", [True, False])
+def test_a_lost_broker_is_unknown_after_sending_and_not_accepted_before(tmp_path, with_producer):
+    from registry import EmbeddedBroker, Registry
+
+    with EmbeddedBroker() as private:
+        reg = Registry.connect(private.bootstrap, "prod", timeout=1.0,
+                               blob_store=tmp_path / "blobs")
+        term = reg.claim_leadership("jm-1")
+        term.submit("job-a", b"a")
+        if not with_producer:
+            term.close()  # the next write must make a producer first
+        private.stop()
+        with pytest.raises(OutcomeUnknown if with_producer else BrokerError) as caught:
+            term.cancel("job-a")
+        if with_producer:
+            assert caught.value.event_ids
+        else:
+            assert not isinstance(caught.value, OutcomeUnknown)
+            assert caught.value.event_ids == ()
+        reg.close()
