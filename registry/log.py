@@ -394,10 +394,20 @@ class TransactionalWriter:
         return delivery.offsets
 
     def close(self) -> None:
-        """Close the producer (the ``transactional.id`` stays ours until another fences it)."""
-        with warnings.catch_warnings():
+        """Close the producer (the ``transactional.id`` stays ours until another fences it).
+
+        Never raises: confluent-kafka raises a fatal error (fenced) from whichever call
+        serves it, ``close()`` included, after the producer is destroyed all the same.
+        """
+        with warnings.catch_warnings(), contextlib.suppress(KafkaException):
             # a fenced producer cannot abort its open transaction; nothing to do about it
             warnings.simplefilter("ignore", RuntimeWarning)
+            # Messages it still holds are purged first: close() would otherwise flush
+            # them, waiting up to message.timeout.ms for a broker that may be gone. A
+            # write whose records are purged was already reported unknown or failed;
+            # its open transaction is aborted by the broker or the id's next producer.
+            with contextlib.suppress(KafkaException):
+                self._producer.purge()
             self._producer.close(1.0)
 
 
