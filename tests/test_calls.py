@@ -70,7 +70,10 @@ def adopt(job: str, epoch: int = 1, writer: str = "jm-1") -> JobAdopted:
 
 
 def test_every_event_type_has_exactly_one_rule() -> None:
-    assert set(_RULES) == set(EVENT_TYPES.values())
+    from registry.codec import default_codec
+
+    catalog_types = {EVENT_TYPES[name] for name in default_codec().catalog.types()}
+    assert set(_RULES) == set(EVENT_TYPES.values()) == catalog_types
     job_types = {t for t in EVENT_TYPES.values() if issubclass(t, JobEvent)}
     assert set(_EFFECTS) == job_types
 

@@ -178,3 +178,45 @@ def test_a_lost_broker_is_unknown_after_sending_and_not_accepted_before(tmp_path
             assert not isinstance(caught.value, OutcomeUnknown)
             assert caught.value.event_ids == ()
         reg.close()
+
+
+def test_an_accepted_claim_is_returned_though_its_producer_cannot_start(connect, monkeypatch):
+    from registry import log
+
+    reg = connect()
+
+    def no_producer(self, *args, **kwargs):
+        raise log.TransactionFailed("init_transactions failed: no coordinator", fatal=True)
+
+    monkeypatch.setattr(log.TransactionalWriter, "__init__", no_producer)
+    term = reg.claim_leadership("jm-1")  # the grant is accepted: the claim says so
+    assert reg.leader() == (1, "jm-1") and term.epoch == 1
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_claim_with_a_lost_broker_is_not_accepted_before_and_unknown_during(
+        tmp_path, monkeypatch, when):
+    from registry import EmbeddedBroker, Registry, log
+
+    with EmbeddedBroker() as private:
+        reg = Registry.connect(private.bootstrap, "prod", timeout=1.0,
+                               blob_store=tmp_path / "blobs")
+        reg.sync()
+        if when == "before":
+            private.stop()
+        else:
+            original = log.PlainWriter.write
+
+            def write(self, *args, **kwargs):  # the broker dies as the grant is sent
+                private.stop()
+                return original(self, *args, **kwargs)
+
+            monkeypatch.setattr(log.PlainWriter, "write", write)
+        with pytest.raises((BrokerError, OutcomeUnknown)) as caught:
+            reg.claim_leadership("jm-1")
+        if when == "before":
+            assert not isinstance(caught.value, OutcomeUnknown) and caught.value.event_ids == ()
+        else:
+            assert isinstance(caught.value, OutcomeUnknown)
+            assert len(caught.value.event_ids) == 1
+        reg.close()
