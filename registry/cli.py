@@ -781,5 +781,107 @@ for _name in NAMED_QUERIES:
     _named(_name)
 
 
+# -- the fault campaign -----------------------------------------------------------------------
+
+
+def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    for server in value.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise click.BadParameter(f"{server.strip()!r} is not HOST:PORT")
+    return value
+
+
+@main.command()
+@click.option("--seed", type=int, default=1, show_default=True,
+              help="Seed of the first run (run i uses seed + i).")
+@click.option("--runs", type=click.IntRange(1, 10_000), default=1, show_default=True,
+              help="How many runs.")
+@click.option("--seconds", type=click.FloatRange(2, 86_400), default=30.0, show_default=True,
+              help="Length of each run (start-up and the final checks come on top).")
+@click.option("--processes", type=click.IntRange(2, 16), default=3, show_default=True,
+              help="Coordinator processes contending in every namespace.")
+@click.option("--namespaces", type=click.IntRange(1, 8), default=2, show_default=True,
+              help="Namespaces (the first two share a partition).")
+@click.option("--lease", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
+              help="The election's lease in seconds (the registry timeout is half of it).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, writable=True),
+              default="jobreg-torture", show_default=True,
+              help="Folder of the runs: histories, log, verdicts, violations, summaries.")
+@click.option("--parallel", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Runs at a time (each with its own broker and folder).")
+@click.option("--bootstrap", "torture_bootstrap", metavar="HOST:PORT", callback=_host_port,
+              help="Run against this Kafka instead of an embedded broker (client-side "
+                   "faults only; a fresh topic per run, whose deletion is asked afterwards).")
+@click.option("--check", "check_dir", type=click.Path(exists=True, file_okay=False),
+              help="Run nothing: check the run (or campaign) folder DIR again.")
+@click.option("--selftest", is_flag=True,
+              help="Plant each kind of violation into a synthetic run (or into --check DIR) "
+                   "and show that the checker names it.")
+@pass_settings
+def torture(settings: Settings, seed: int, runs: int, seconds: float, processes: int,
+            namespaces: int, lease: float, out_dir: str, parallel: int,
+            torture_bootstrap: str | None, check_dir: str | None, selftest: bool) -> None:
+    """The fault campaign: coordinator processes under a nemesis (pauses, kills, a paused
+    broker, network cuts, zombie writes, garbage, duplicates), then an independent checker
+    over their histories and the log. A progress line per run on stderr, a summary table
+    on stdout.
+
+    Exits 1 if any run broke a rule (or, with --selftest, if a planted violation was not
+    caught).
+    """
+    from pathlib import Path
+
+    from registry.torture import runner
+
+    def progress(msg: str) -> None:
+        click.echo(msg, err=True)
+
+    if selftest:
+        from registry.torture.selftest import selftest as run_selftest
+
+        base = Path(check_dir) if check_dir else None
+        if base is not None and not (base / "run.json").exists():
+            raise CliError(f"{base} is not a run folder (no run.json)", EXIT_USAGE)
+        rows = run_selftest(base, Path(out_dir) / "selftest")
+        if settings.as_json:
+            click.echo(json.dumps({"format": "jobreg.torture-selftest/1", "rows": rows},
+                                  indent=2))
+        else:
+            from registry.render import table
+
+            click.echo(table(["rule", "caught", "planted"],
+                             ([r["rule"], {True: "yes", False: "NO", None: "-"}[r["caught"]],
+                               r["planted"]] for r in rows)))
+        if any(r["caught"] is False for r in rows):
+            raise SystemExit(EXIT_ERROR)
+        return
+    with registry_errors():
+        if check_dir is not None:
+            summaries = runner.check_folder(check_dir, progress)
+            if not summaries:
+                raise CliError(f"{check_dir} holds no run (no run.json)", EXIT_USAGE)
+        else:
+            config = runner.CampaignConfig(
+                seed=seed, runs=runs, seconds=seconds, processes=processes,
+                namespaces=namespaces, lease=lease, out=Path(out_dir),
+                bootstrap=torture_bootstrap, parallel=parallel)
+            summaries = runner.campaign(config, progress)
+    if settings.as_json:
+        click.echo(json.dumps({"format": "jobreg.torture/1", "runs": summaries}, indent=2,
+                              default=str))
+    else:
+        click.echo(runner.format_summary(summaries))
+        examples = runner.first_examples(summaries)
+        if examples:
+            click.echo("\nfirst violation of each rule:")
+            for line in examples:
+                click.echo(f"  {line}")
+    if any(s["violation_count"] for s in summaries):
+        raise SystemExit(EXIT_ERROR)
+
+
 if __name__ == "__main__":
     main(prog_name="jobreg")

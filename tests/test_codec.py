@@ -38,6 +38,7 @@ from registry.errors import CodecError, ConfigError, UnknownEventTypeError, Unkn
 from registry.events import (
     EVENT_TYPES,
     NESTED_TYPES,
+    CallCommitted,
     CheckpointCompleted,
     CheckpointDiscarded,
     CheckpointFailed,
@@ -47,7 +48,6 @@ from registry.events import (
     Event,
     GraphRef,
     InlineGraph,
-    CallCommitted,
     JobAdopted,
     JobCancelled,
     JobEvent,

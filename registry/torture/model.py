@@ -1,0 +1,447 @@
+"""The checker's own model of the fold's documented rules, written from the README and the
+rule list in :mod:`registry.fold`'s docstring, not from its code.
+
+It folds one namespace's raw records (offset, key, value, broker time) and says, per
+record, what the documented rules decide: ``ACCEPTED``, ``IGNORED`` (kept without
+effect), ``REJECTED`` (with a reason), ``DUPLICATE``, ``QUARANTINED``, ``SKIPPED``
+(another namespace) or ``PENDING`` (a record of a multi-record call whose commit never
+came). Values are decoded with :mod:`registry.codec` only.
+
+The rules modelled (README "What it guarantees", "The log", "Failover"; fold rules 0-7):
+
+* keys ``<ns>/job/<id>`` (submit, cancel, terminate), ``<ns>/job/<id>/lock`` (adopt,
+  release, recovery failed), ``<ns>/job/<id>/checkpoints``, ``<ns>/term/<epoch>/<event id>``
+  (grants, revokes), ``<ns>/term/<epoch>/lease`` (renewals); a reassertion may use any of
+  its job's keys. Another namespace's key is skipped; a tombstone or undecodable value
+  is quarantined.
+* an event id already folded has no second effect; the event must name the namespace
+  and sit under its key.
+* a grant is a compare-and-set on the current epoch and claims the next one.
+* any other event needs the current, unrevoked term and its leader.
+* a known id cannot be submitted again; cancel and terminate are terminal for ever
+  (even for an id not seen); adopt, release, recovery-failed and checkpoints need a
+  known, live job; release of a job that failed recovery is refused; a reassertion sets
+  the whole state but cannot make a terminal job live.
+* checkpoints: trigger ids increase; late, discarded, superseded or already counted
+  failures are ignored; completion resets the count and keeps the newest N; each record
+  carries the state after it and its sequence number, which must be the next one (a
+  jump ahead means compaction: the carried state is taken).
+* calls (rule 8): a record carrying a ``call_id`` is fenced when it arrives and otherwise
+  waits (``PENDING``); at its ``CallCommitted`` (key ``<ns>/call/<event id>``, fenced like
+  any write) the waiting records are applied in log order, all or none: the first one a
+  rule refuses sinks the call (every other record and the commit are refused
+  ``call_aborted``), except that ``unknown_job`` does not sink it; a commit that finds
+  fewer than ``size`` records decides each on its own; an accepted grant ends the calls
+  left open (``call_not_committed``). A reassertion with status ``ABSENT`` says the job
+  does not exist.
+* an event type without a rule is quarantined (``no_rule``).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..codec import decode
+from ..errors import CodecError
+
+__all__ = ["FENCING_REASONS", "Cp", "Graph", "MJob", "NamespaceModel", "Verdict", "graph_of"]
+
+FENCING_REASONS = frozenset({"no_leader", "stale_epoch", "future_epoch", "not_leader",
+                             "term_revoked"})
+TERMINAL = frozenset({"CANCELLED", "FINISHED", "FAILED"})
+STATUSES = frozenset({"ACTIVE", "RECOVERY_FAILED", "ABSENT", *TERMINAL})
+ACCEPTING = frozenset({"ACCEPTED", "IGNORED"})
+
+Graph = tuple  # ("inline", size) | ("blob", uri, sha256, size)
+
+
+def graph_of(g: Any) -> Graph | None:
+    """The model's view of a graph: what identifies it, not its bytes."""
+    if g is None:
+        return None
+    if hasattr(g, "uri"):
+        return ("blob", g.uri, g.sha256, g.size)
+    return ("inline", len(g.data))
+
+
+@dataclass(frozen=True)
+class Cp:
+    """A job's checkpoint bookkeeping, as the docs describe ``CheckpointState``."""
+
+    seq: int = 0
+    last: int = -1
+    retained: tuple[tuple[int, str], ...] = ()
+    pending: frozenset[int] = frozenset()
+    discarded: frozenset[int] = frozenset()
+    counted: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, s: Any) -> Cp:
+        """From a decoded ``CheckpointState``."""
+        return cls(s.seq, s.last_completed,
+                   tuple((c.checkpoint_id, c.location) for c in s.retained),
+                   frozenset(s.pending), frozenset(s.discarded), frozenset(s.counted))
+
+
+@dataclass
+class MJob:
+    """One job in the model."""
+
+    status: str
+    owner: int | None
+    graph: Graph | None
+    error: str | None = None
+    budget: int = 0
+    retained: int = 1
+    cp: Cp = field(default_factory=Cp)
+
+    @property
+    def live(self) -> bool:
+        return self.status not in TERMINAL
+
+
+@dataclass
+class Verdict:
+    """What the documented rules decide about one record."""
+
+    offset: int
+    outcome: str
+    reason: str | None = None
+    key: str | None = None
+    etype: str | None = None
+    event_id: str | None = None
+    epoch: int | None = None
+    writer: str | None = None
+    job: str | None = None
+    timestamp: int | None = None
+    event: Any = None
+    decided_at: int | None = None  # for call members: the commit's offset
+
+    @property
+    def accepted(self) -> bool:
+        return self.outcome in ACCEPTING
+
+
+class _Refused(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Ignored(Exception):
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
+    t = ev.TYPE
+    job = getattr(ev, "job_id", None)
+    if t in ("JobSubmitted", "JobCancelled", "JobTerminated"):
+        return (f"{ns}/job/{job}",)
+    if t in ("JobAdopted", "JobLockReleased", "JobRecoveryFailed"):
+        return (f"{ns}/job/{job}/lock",)
+    if t.startswith("Checkpoint"):
+        return (f"{ns}/job/{job}/checkpoints",)
+    if t == "JobReasserted":
+        return (f"{ns}/job/{job}", f"{ns}/job/{job}/lock", f"{ns}/job/{job}/checkpoints")
+    if t == "LeaseRenewed":
+        return (f"{ns}/term/{ev.epoch}/lease",)
+    if t in ("LeadershipGranted", "LeadershipRevoked"):
+        return (f"{ns}/term/{ev.epoch}/{ev.event_id}",)
+    if t == "CallCommitted":
+        return (f"{ns}/call/{ev.event_id}",)
+    return None
+
+
+def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int) -> tuple[Cp, str | None]:
+    """Rule 6 as documented: the state after one event and why it was ignored."""
+    seq = cur.seq + 1
+    if kind == "CheckpointTriggered":
+        newest = max([cur.last, *cur.pending, *cur.discarded, *cur.counted])
+        if cp <= newest:
+            raise _Refused("checkpoint_id_not_increasing")
+        return replace(cur, seq=seq, pending=cur.pending | {cp}), None
+    if cp <= cur.last:
+        return replace(cur, seq=seq), "not newer than the last completed"
+    if cp in cur.discarded and kind != "CheckpointDiscarded":
+        return replace(cur, seq=seq), "discarded"
+    if kind == "CheckpointCompleted":
+        kept = (*cur.retained, (cp, location))[-max(retained, 1):]
+        return Cp(seq, cp, kept, frozenset(p for p in cur.pending if p > cp),
+                  frozenset(d for d in cur.discarded if d > cp), frozenset()), None
+    if kind == "CheckpointFailed":
+        if cp in cur.counted:
+            return replace(cur, seq=seq), "already counted"
+        return replace(cur, seq=seq, counted=cur.counted | {cp},
+                       pending=cur.pending - {cp}), None
+    if cp in cur.discarded:
+        return replace(cur, seq=seq), "already discarded"
+    return replace(cur, seq=seq, discarded=cur.discarded | {cp}, pending=cur.pending - {cp}), None
+
+
+class NamespaceModel:
+    """Folds one namespace's records with the documented rules; keeps what the checker asks.
+
+    ``grants[epoch] = (writer, offset, time)``, ``revokes[epoch] = offset``; per job a
+    list of ``(offset, time, live, blob uri)`` after every change (``changes``), and the
+    verdicts by offset and by event id.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self.ns = namespace
+        self.epoch = 0
+        self.leader: str | None = None
+        self.revoked = False
+        self.jobs: dict[str, MJob] = {}
+        self.seen: set[str] = set()
+        self.grants: dict[int, tuple[str, int, int | None]] = {}
+        self.revokes: dict[int, int] = {}
+        self.verdicts: list[Verdict] = []
+        self.by_offset: dict[int, Verdict] = {}
+        self.by_event: dict[str, list[Verdict]] = {}
+        self.changes: dict[str, list[tuple[int, int | None, bool, str | None]]] = {}
+        self._calls: dict[str, list[Verdict]] = {}
+        self.last_time: int | None = None
+
+    # -- the entry point ------------------------------------------------------------------
+
+    def apply(self, offset: int, key_bytes: bytes | None, value: bytes | None,
+              timestamp: int | None) -> Verdict:
+        """Decide one record of this namespace's partition."""
+        if timestamp is not None:
+            self.last_time = timestamp
+        key: str | None = None
+        if key_bytes is not None:
+            try:
+                key = key_bytes.decode("utf-8")
+            except UnicodeDecodeError:
+                key = None
+        key_ns = None
+        if key is not None:
+            head, sep, _ = key.partition("/")
+            if sep and head:
+                key_ns = head
+        if key_ns is not None and key_ns != self.ns:
+            return self._note(Verdict(offset, "SKIPPED", key=key, timestamp=timestamp))
+        if value is None:
+            return self._note(Verdict(offset, "QUARANTINED", "tombstone", key,
+                                      timestamp=timestamp))
+        try:
+            ev = decode(value)
+        except CodecError:
+            return self._note(Verdict(offset, "QUARANTINED", "undecodable", key,
+                                      timestamp=timestamp))
+        if key_ns is None and ev.namespace != self.ns:
+            return self._note(Verdict(offset, "SKIPPED", key=key, timestamp=timestamp))
+        v = Verdict(offset, "ACCEPTED", None, key, ev.TYPE, ev.event_id, ev.epoch, ev.writer,
+                    getattr(ev, "job_id", None), timestamp, ev)
+        if ev.event_id in self.seen:
+            v.outcome, v.reason = "DUPLICATE", "duplicate"
+            return self._note(v)
+        self.seen.add(ev.event_id)
+        try:
+            if ev.namespace != self.ns:
+                raise _Refused("namespace_mismatch")
+            allowed = _expected_keys(self.ns, ev)
+            if allowed is None:
+                v.outcome, v.reason = "QUARANTINED", "no_rule"
+                return self._note(v)
+            if key not in allowed:
+                raise _Refused("wrong_key")
+            if getattr(ev, "call_id", None) and ev.TYPE != "CallCommitted":
+                self._fence(ev)
+                v.outcome, v.reason = "PENDING", "waits for its call's commit"
+                self._calls.setdefault(ev.call_id, []).append(v)
+                return self._note(v)
+            if ev.TYPE == "CallCommitted":
+                self._fence(ev)
+                self._commit(ev, v)
+                return self._note(v)
+            why = self._decide(ev, offset, timestamp)
+            if why is not None:
+                v.outcome, v.reason = "IGNORED", why
+            if ev.TYPE == "LeadershipGranted":
+                for members in self._calls.values():  # the old term's open calls end here
+                    for m in members:
+                        m.outcome, m.reason, m.decided_at = "REJECTED", "call_not_committed", \
+                            offset
+                self._calls.clear()
+        except _Refused as r:
+            v.outcome, v.reason = "REJECTED", r.reason
+        return self._note(v)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def live_at(self, job: str, t_ms: float) -> tuple[bool, str | None]:
+        """Whether ``job`` was live after the last change stamped at or before ``t_ms``,
+        and the blob uri it referenced then."""
+        state = (False, None)
+        for _o, ts, live, uri in self.changes.get(job, []):
+            if ts is not None and ts > t_ms:
+                break
+            state = (live, uri)
+        return state
+
+    def changed_between(self, job: str, t0: float, t1: float) -> bool:
+        """Whether the job's liveness changed by a record stamped in ``(t0, t1]``."""
+        return any(ts is not None and t0 < ts <= t1
+                   for _o, ts, _live, _uri in self.changes.get(job, []))
+
+    def accepted(self, event_id: str) -> Verdict | None:
+        """The accepted copy of an event id, if any."""
+        return next((v for v in self.by_event.get(event_id, []) if v.accepted), None)
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _note(self, v: Verdict) -> Verdict:
+        self.verdicts.append(v)
+        self.by_offset[v.offset] = v
+        if v.event_id is not None:
+            self.by_event.setdefault(v.event_id, []).append(v)
+        return v
+
+    def _fence(self, ev: Any) -> None:
+        if self.leader is None:
+            raise _Refused("no_leader")
+        if ev.epoch < self.epoch:
+            raise _Refused("stale_epoch")
+        if ev.epoch > self.epoch:
+            raise _Refused("future_epoch")
+        if ev.writer != self.leader:
+            raise _Refused("not_leader")
+        if self.revoked:
+            raise _Refused("term_revoked")
+
+    def _decide(self, ev: Any, offset: int, ts: int | None, *, dry: bool = False
+                ) -> str | None:
+        t = ev.TYPE
+        if t == "LeadershipGranted":
+            if ev.prev_epoch != self.epoch:
+                raise _Refused("cas_failed")
+            if ev.epoch != ev.prev_epoch + 1:
+                raise _Refused("bad_epoch")
+            if not dry:
+                self.epoch, self.leader, self.revoked = ev.epoch, ev.writer, False
+                self.grants[ev.epoch] = (ev.writer, offset, ts)
+            return None
+        self._fence(ev)
+        if t == "LeadershipRevoked":
+            if not dry:
+                self.revoked = True
+                self.revokes[self.epoch] = offset
+            return None
+        if t == "LeaseRenewed":
+            return None
+        job_id = ev.job_id
+        job = self.jobs.get(job_id)
+        if t == "JobSubmitted":
+            if job is not None:
+                raise _Refused("job_exists" if job.live else "terminal_job")
+            new = MJob("ACTIVE", ev.epoch, graph_of(ev.graph), None, ev.max_checkpoint_failures,
+                       ev.retained_checkpoints)
+        elif t in ("JobCancelled", "JobTerminated"):
+            status = "CANCELLED" if t == "JobCancelled" else ev.state
+            if status not in TERMINAL:
+                raise _Refused("bad_state")
+            if job is not None and not job.live:
+                raise _Refused("terminal_job")
+            new = MJob(status, None, None)
+        elif t == "JobReasserted":
+            if ev.status not in STATUSES:
+                raise _Refused("bad_state")
+            if job is not None and not job.live and ev.status not in TERMINAL:
+                raise _Refused("terminal_job")
+            if ev.status == "ABSENT":
+                if not dry and job is not None:
+                    del self.jobs[job_id]
+                    self.changes.setdefault(job_id, []).append((offset, ts, False, None))
+                return None
+            if ev.status in TERMINAL:
+                new = MJob(ev.status, None, None)
+            else:
+                new = MJob(ev.status, ev.owner_epoch, graph_of(ev.graph), ev.error,
+                           ev.max_checkpoint_failures, ev.retained_checkpoints,
+                           Cp.of(ev.checkpoints))
+        else:
+            if job is None:
+                raise _Refused("unknown_job")
+            if not job.live:
+                raise _Refused("terminal_job")
+            why = None
+            if t == "JobAdopted":
+                new = replace(job, status="ACTIVE", owner=ev.epoch, error=None)
+            elif t == "JobRecoveryFailed":
+                new = replace(job, status="RECOVERY_FAILED", owner=None, error=ev.error)
+            elif t == "JobLockReleased":
+                if job.status == "RECOVERY_FAILED":
+                    raise _Refused("recovery_failed")
+                new = replace(job, owner=None)
+            elif t.startswith("Checkpoint"):
+                carried = Cp.of(ev.state)
+                if carried.seq > job.cp.seq + 1:
+                    new = replace(job, cp=carried)  # compaction removed the earlier records
+                elif carried.seq <= job.cp.seq:
+                    raise _Refused("stale_checkpoint_seq")
+                else:
+                    cp, why = _cp_step(job.cp, t, ev.checkpoint_id,
+                                       getattr(ev, "location", ""), job.retained)
+                    if cp != carried:
+                        raise _Refused("checkpoint_state_mismatch")
+                    new = replace(job, cp=cp)
+            else:
+                raise _Refused(f"no rule for {t}")
+            if not dry:
+                self.jobs[job_id] = new
+            return why
+        if not dry:
+            self.jobs[job_id] = new
+            self._changed(job_id, offset, ts)
+        return None
+
+    def _changed(self, job_id: str, offset: int, ts: int | None) -> None:
+        job = self.jobs[job_id]
+        uri = job.graph[1] if job.graph is not None and job.graph[0] == "blob" else None
+        self.changes.setdefault(job_id, []).append((offset, ts, job.live, uri))
+
+    def _commit(self, ev: Any, v: Verdict) -> None:
+        """A CallCommitted (fenced already): decide the call's waiting records."""
+        waiting = self._calls.pop(ev.event_id, [])
+        offset, ts = v.offset, v.timestamp
+        for m in waiting:
+            m.decided_at = offset
+        if len(waiting) < ev.size:  # the cleaner removed some: each on its own
+            for m in waiting:
+                self._decide_member(m, offset, ts)
+            return
+        saved = (dict(self.jobs), {j: len(c) for j, c in self.changes.items()})
+        for i, m in enumerate(waiting):
+            if not self._decide_member(m, offset, ts) and m.reason != "unknown_job":
+                self.jobs = saved[0]
+                for j in list(self.changes):
+                    del self.changes[j][saved[1].get(j, 0):]
+                for other in waiting[:i] + waiting[i + 1:]:
+                    other.outcome, other.reason = "REJECTED", "call_aborted"
+                v.outcome, v.reason = "REJECTED", "call_aborted"
+                return
+
+    def _decide_member(self, m: Verdict, offset: int, ts: int | None) -> bool:
+        try:
+            why = self._decide(m.event, offset, ts)
+        except _Refused as r:
+            m.outcome, m.reason = "REJECTED", r.reason
+            return False
+        m.outcome, m.reason = ("IGNORED", why) if why is not None else ("ACCEPTED", None)
+        return True
+
+
+def b64(data: bytes | None) -> str | None:
+    """Bytes as base64 text for the run files (``None`` stays ``None``)."""
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def unb64(text: str | None) -> bytes | None:
+    """The inverse of :func:`b64`."""
+    return None if text is None else base64.b64decode(text)

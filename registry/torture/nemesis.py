@@ -1,0 +1,415 @@
+"""The campaign's fault injector: seeded, one fault at a time, every fault on record.
+
+Faults (``kind`` in ``nemesis.jsonl`` and the counts of ``summary.json``):
+
+* ``pause_short`` / ``pause_long``: SIGSTOP a worker for 0.2-0.8 or 1.2-2.5 leases, then
+  SIGCONT (a GC pause, a frozen VM);
+* ``kill``: SIGKILL a worker; the runner restarts it (a new incarnation) 0.2-1.5 s later;
+* ``pause_in_write`` / ``kill_in_write``: the same, aimed: the nemesis watches the worker's
+  history and strikes while a write is in flight (its invoke line is the last one);
+* ``broker_pause``: SIGSTOP the embedded broker for 0.2-1.2 leases (only a broker the
+  runner started);
+* ``net_cut`` / ``net_blackhole``: the fault proxy between every client and the embedded
+  broker resets or stalls every connection for 0.1-1.0 leases;
+* ``zombie`` (``sub``: ``stale_epoch``, ``future_epoch``, ``wrong_writer``,
+  ``revoked_term``, ``forged_grant``): a job event or a grant written straight to the
+  topic with a plain producer, bypassing the client, that the fold must refuse;
+* ``garbage``: bytes that are not an event (random, a valid header with a random body,
+  a truncated record, a tombstone) on a job key or a term key;
+* ``duplicate``: a record already in the namespace's log, re-sent verbatim.
+
+Every fault is one line of ``nemesis.jsonl`` (pauses two: ``phase`` start and end), with
+the event id and offset of every record it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["ZOMBIE_KINDS", "Nemesis"]
+
+ZOMBIE_KINDS = ("stale_epoch", "future_epoch", "wrong_writer", "revoked_term", "forged_grant")
+
+
+class Workers(Protocol):
+    """What the nemesis needs of the runner's process table."""
+
+    def running(self) -> dict[str, int]:
+        """process name -> pid of every worker alive now."""
+        ...
+
+    def killed(self, process: str) -> None:
+        """The nemesis SIGKILLed ``process``: restart it later."""
+        ...
+
+
+class Nemesis:
+    """Injects faults until :meth:`stop`; see the module docstring."""
+
+    def __init__(self, rng: random.Random, *, workers: Workers, bootstrap: str, topic: str,
+                 namespaces: dict[str, int], lease: float, log_path: Path,
+                 broker: Any = None, proxy: Any = None, interval: tuple[float, float] = (0.3, 1.2),
+                 timeout: float = 1.0) -> None:
+        self.rng = rng
+        self.workers = workers
+        self.bootstrap, self.topic = bootstrap, topic
+        self.namespaces = namespaces  # ns -> partition
+        self.lease = lease
+        self.broker, self.proxy = broker, proxy
+        self.interval = interval
+        self.timeout = timeout
+        self.counts: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+        self._log = log_path.open("a", buffering=1)
+        self.history_dir = log_path.parent / "history"
+        self._log_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._paused: dict[int, str] = {}  # pid -> process (or "broker")
+        self._pause_lock = threading.Lock()
+        self._timers: list[threading.Timer] = []
+        self._net_thread: threading.Thread | None = None
+        self._regs: dict[str, Any] = {}
+        self._readers: dict[int, Any] = {}
+        self._recent: dict[str, list[tuple[bytes | None, bytes | None]]] = {}
+        self._writer: Any = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> Nemesis:
+        self._thread = threading.Thread(target=self._loop, name="nemesis", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop injecting; resume everything paused, heal the network."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        for t in self._timers:
+            t.cancel()
+        with self._pause_lock:
+            paused = dict(self._paused)
+            self._paused.clear()
+        for pid, who in paused.items():
+            self._signal(pid, signal.SIGCONT)
+            self._record(kind="resume", phase="end", pid=pid, process=who, at_stop=True)
+        if self.proxy is not None:
+            self.proxy.heal()
+        for reg in self._regs.values():
+            with contextlib.suppress(Exception):
+                reg.close()
+        for reader in self._readers.values():
+            with contextlib.suppress(Exception):
+                reader.close()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+        self._log.close()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        kinds = {"pause_short": 2.0, "pause_long": 1.5, "kill": 0.8, "pause_in_write": 2.5,
+                 "kill_in_write": 0.8, "zombie": 4.0, "garbage": 1.5, "duplicate": 1.5}
+        if self.broker is not None:
+            kinds["broker_pause"] = 0.8
+        if self.proxy is not None:
+            kinds["net_cut"] = 0.5
+            kinds["net_blackhole"] = 0.5
+        while not self._stop.wait(self.rng.uniform(*self.interval)):
+            kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
+            try:
+                done = getattr(self, f"_{kind}")()
+            except Exception as e:  # the broker is paused or cut: try another fault later
+                self.skipped[kind] += 1
+                self._record(kind=kind, skipped=f"{type(e).__name__}: {e}"[:300])
+                continue
+            if done:
+                self.counts[kind if kind != "zombie" else f"zombie_{done}"] += 1
+            else:
+                self.skipped[kind] += 1
+
+    def _record(self, **fields: Any) -> None:
+        with self._log_lock:
+            if not self._log.closed:
+                self._log.write(json.dumps({"time": time.time(), **fields}) + "\n")
+
+    @staticmethod
+    def _signal(pid: int, sig: int) -> bool:
+        try:
+            os.kill(pid, sig)
+            return True
+        except ProcessLookupError:
+            return False
+
+    # -- process faults ---------------------------------------------------------------
+
+    def _victim(self) -> tuple[str, int] | None:
+        running = self.workers.running()
+        with self._pause_lock:
+            free = {p: pid for p, pid in running.items() if pid not in self._paused}
+        if len(free) <= 1 and len(running) > 1:
+            return None  # keep one worker going
+        if not free:
+            return None
+        name = self.rng.choice(sorted(free))
+        return name, free[name]
+
+    def _pause(self, pid: int, who: str, seconds: float, kind: str) -> bool:
+        with self._pause_lock:
+            if pid in self._paused:
+                return False
+            if not self._signal(pid, signal.SIGSTOP):
+                return False
+            self._paused[pid] = who
+        self._record(kind=kind, phase="start", pid=pid, process=who, seconds=seconds)
+
+        def resume() -> None:
+            with self._pause_lock:
+                if self._paused.pop(pid, None) is None:
+                    return
+                self._signal(pid, signal.SIGCONT)
+            self._record(kind=kind, phase="end", pid=pid, process=who)
+
+        t = threading.Timer(seconds, resume)
+        t.daemon = True
+        self._timers.append(t)
+        t.start()
+        return True
+
+    def _pause_short(self) -> bool:
+        v = self._victim()
+        return v is not None and self._pause(v[1], v[0], self.rng.uniform(0.2, 0.8) * self.lease,
+                                             "pause_short")
+
+    def _pause_long(self) -> bool:
+        v = self._victim()
+        return v is not None and self._pause(v[1], v[0], self.rng.uniform(1.2, 2.5) * self.lease,
+                                             "pause_long")
+
+    def _kill(self) -> bool:
+        v = self._victim()
+        return v is not None and self._kill_pid(*v)
+
+    def _kill_pid(self, name: str, pid: int, kind: str = "kill") -> bool:
+        if not self._signal(pid, signal.SIGKILL):
+            return False
+        self._record(kind=kind, pid=pid, process=name)
+        self.workers.killed(name)
+        return True
+
+    _WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
+                         "checkpoint_triggered", "checkpoint_completed", "checkpoint_failed",
+                         "checkpoint_discarded", "recover", "revoke"})
+
+    def _in_write(self, name: str, pid: int, wait: float = 1.5) -> bool:
+        """Wait (up to ``wait`` s) until ``name``'s newest history line is a write's invoke."""
+        path = self.history_dir / f"{name}.jsonl"
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not self._stop.is_set():
+            try:
+                with path.open("rb") as f:
+                    f.seek(max(0, path.stat().st_size - 4096))
+                    last = f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+                line = json.loads(last)
+            except (OSError, ValueError):
+                line = {}
+            if line.get("type") == "invoke" and line.get("f") in self._WRITES and \
+                    line.get("pid") == pid:
+                return True
+            time.sleep(0.002)
+        return False
+
+    def _pause_in_write(self) -> bool:
+        v = self._victim()
+        if v is None or not self._in_write(*v):
+            return False
+        long = self.rng.random() < 0.5
+        seconds = self.rng.uniform(1.2, 2.5) if long else self.rng.uniform(0.2, 0.8)
+        return self._pause(v[1], v[0], seconds * self.lease, "pause_in_write")
+
+    def _kill_in_write(self) -> bool:
+        v = self._victim()
+        if v is None or not self._in_write(*v):
+            return False
+        return self._kill_pid(*v, kind="kill_in_write")
+
+    def _broker_pause(self) -> bool:
+        pid = getattr(self.broker, "pid", None)
+        if pid is None:
+            return False
+        return self._pause(pid, "broker", self.rng.uniform(0.2, 1.2) * self.lease,
+                           "broker_pause")
+
+    def _interrupt(self, mode: str) -> bool:
+        if self._net_thread is not None and self._net_thread.is_alive():
+            return False
+        seconds = self.rng.uniform(0.1, 1.0) * self.lease
+        self._net_thread = self.proxy.interrupt(seconds, mode)
+        self._record(kind=f"net_{mode}", phase="start", seconds=seconds)
+        return True
+
+    def _net_cut(self) -> bool:
+        return self._interrupt("cut")
+
+    def _net_blackhole(self) -> bool:
+        return self._interrupt("blackhole")
+
+    # -- log faults -------------------------------------------------------------------
+
+    def _reg(self, ns: str) -> Any:
+        from registry.client import Registry
+
+        reg = self._regs.get(ns)
+        if reg is None:
+            reg = Registry.connect(self.bootstrap, ns, topic=self.topic, timeout=self.timeout)
+            self._regs[ns] = reg
+        return reg
+
+    def _write(self, ns: str, key: str | bytes | None, value: bytes | None) -> int:
+        from registry.log import PlainWriter
+
+        if self._writer is None:
+            self._writer = PlainWriter(self.bootstrap, self.timeout, self.topic)
+        raw = key.encode() if isinstance(key, str) else key
+        return self._writer.write(self.topic, self.namespaces[ns], [(raw, value)])[0]
+
+    def _zombie(self) -> str | None:
+        from registry.codec import encode
+        from registry.events import (
+            InlineGraph,
+            JobAdopted,
+            JobCancelled,
+            JobSubmitted,
+            JobTerminated,
+            LeadershipGranted,
+            new_event_id,
+            now_ms,
+        )
+        from registry.keys import record_key
+
+        ns = self.rng.choice(sorted(self.namespaces))
+        image = self._reg(ns).sync()
+        sub = self.rng.choice(ZOMBIE_KINDS)
+        epoch, leader = image.epoch, image.leader
+        if sub == "stale_epoch":
+            e_epoch = max(0, epoch - 1)
+            info = image.terms.get(e_epoch)
+            writer = info.leader if info is not None else "zombie"
+        elif sub == "future_epoch":
+            e_epoch, writer = epoch + self.rng.randint(2, 4), "zombie"
+        elif sub == "wrong_writer":
+            e_epoch, writer = epoch, "zombie"
+        elif sub == "revoked_term":
+            if image.revoked and leader is not None:
+                e_epoch, writer = epoch, leader
+            else:
+                old = [t for t in image.terms.values() if t.revoked_offset is not None]
+                if not old:
+                    sub, e_epoch = "stale_epoch", max(0, epoch - 1)
+                    info = image.terms.get(e_epoch)
+                    writer = info.leader if info is not None else "zombie"
+                else:
+                    t = self.rng.choice(old)
+                    e_epoch, writer = t.epoch, t.leader
+        else:
+            e_epoch, writer = epoch, "zombie-grant"
+        base = {"event_id": new_event_id(), "namespace": ns, "epoch": e_epoch,
+                "writer": writer, "created_at": now_ms()}
+        live = sorted(j for j, v in image.jobs.items() if v.live)
+        dead = sorted(j for j, v in image.jobs.items() if not v.live)
+        if sub == "forged_grant":
+            event: Any = LeadershipGranted(**{**base, "epoch": epoch},
+                                           prev_epoch=epoch - 1, lease_ms=2000)
+        else:
+            what = self.rng.choice(["cancel", "submit", "resubmit", "adopt", "terminate"])
+            if what in ("cancel", "adopt", "terminate") and live:
+                job = self.rng.choice(live)
+                event = {"cancel": lambda: JobCancelled(**base, job_id=job, reason="zombie"),
+                         "adopt": lambda: JobAdopted(**base, job_id=job),
+                         "terminate": lambda: JobTerminated(**base, job_id=job,
+                                                            state="FINISHED")}[what]()
+            elif what == "resubmit" and dead:
+                event = JobSubmitted(**base, job_id=self.rng.choice(dead),
+                                     graph=InlineGraph(b"zombie"))
+            else:
+                event = JobSubmitted(**base, job_id=f"zombie-{uuid.uuid4().hex[:8]}",
+                                     graph=InlineGraph(b"zombie"))
+        key = record_key(event)
+        offset = self._write(ns, key, encode(event))
+        self._record(kind="zombie", sub=sub, ns=ns, key=key, offset=offset,
+                     partition=self.namespaces[ns], event_id=event.event_id,
+                     event_type=event.TYPE, epoch=event.epoch, writer=event.writer,
+                     job=getattr(event, "job_id", None), current_epoch=epoch)
+        return sub
+
+    def _garbage(self) -> bool:
+        from registry.codec import default_codec
+
+        ns = self.rng.choice(sorted(self.namespaces))
+        image = self._reg(ns).sync()
+        jobs = sorted(image.jobs)
+        where = self.rng.choice(["job", "lock", "term"])
+        if where != "term" and jobs:
+            job = self.rng.choice(jobs)
+            key = f"{ns}/job/{job}" + ("/lock" if where == "lock" else "")
+        else:
+            where = "term"
+            key = f"{ns}/term/{image.epoch}/{uuid.uuid4()}"
+        shape = self.rng.choices(["random", "header", "truncated", "tombstone"],
+                                 [4, 3, 2, 1])[0]
+        if shape == "random":
+            value: bytes | None = self.rng.randbytes(self.rng.randint(1, 64))
+        elif shape == "header":
+            sid = default_codec().catalog.writer_id(self.rng.choice(
+                ["JobSubmitted", "JobCancelled", "LeadershipGranted", "CheckpointCompleted"]))
+            value = b"\x00" + sid.to_bytes(4, "big") + self.rng.randbytes(self.rng.randint(0, 80))
+        elif shape == "truncated":
+            recent = [v for _k, v in self._recent_records(ns) if v]
+            value = recent[-1][: max(1, len(recent[-1]) // 2)] if recent else b"\x00\x00"
+        else:
+            value = None
+        offset = self._write(ns, key, value)
+        self._record(kind="garbage", ns=ns, key=key, where=where, shape=shape, offset=offset,
+                     partition=self.namespaces[ns])
+        return True
+
+    def _recent_records(self, ns: str) -> list[tuple[bytes | None, bytes | None]]:
+        from registry.log import LogReader
+
+        part = self.namespaces[ns]
+        reader = self._readers.get(part)
+        if reader is None:
+            reader = LogReader(self.bootstrap, self.topic, part)
+            self._readers[part] = reader
+        for batch in reader.sync(self.timeout):
+            for r in batch:
+                key = (r.key or b"").decode("utf-8", "replace")
+                owner = key.partition("/")[0]
+                if owner in self.namespaces:
+                    keep = self._recent.setdefault(owner, [])
+                    keep.append((r.key, r.value))
+                    del keep[:-400]
+        return self._recent.get(ns, [])
+
+    def _duplicate(self) -> bool:
+        ns = self.rng.choice(sorted(self.namespaces))
+        recent = self._recent_records(ns)
+        if not recent:
+            return False
+        key, value = self.rng.choice(recent)
+        offset = self._write(ns, key, value)
+        self._record(kind="duplicate", ns=ns, key=(key or b"").decode("utf-8", "replace"),
+                     offset=offset, partition=self.namespaces[ns])
+        return True

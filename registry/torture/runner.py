@@ -1,0 +1,481 @@
+"""Runs a fault campaign: a broker, N coordinator processes, the nemesis, then the checker.
+
+One run (:func:`run_once`), in this order:
+
+1. start an embedded broker (Tansu, in memory, 127.0.0.1) behind the fault proxy, unless
+   a ``bootstrap`` is given (then no broker or network faults: only client-side ones);
+2. create a fresh topic ``torture-<seed>-<random>`` and write ``run.json``;
+3. start the workers (:mod:`registry.torture.worker`) and the nemesis
+   (:mod:`registry.torture.nemesis`); write a snapshot of each namespace midway;
+4. at the time bound: stop the nemesis (everything paused resumes, the network heals),
+   SIGTERM the workers, SIGKILL the ones still running after a grace;
+5. read the log: ``log.jsonl`` (every raw record of the namespaces' partitions, base64),
+   and, from the library, each namespace's final state from a fresh client and from
+   every snapshot (``final/<ns>.json``), the fold's verdict per record
+   (``decisions/<ns>.jsonl``) and a dump (``dump/<ns>.avro``: ``jobreg --from-file``);
+6. stop the broker, run :func:`registry.torture.checker.check`, write
+   ``violations.json`` and ``summary.json``.
+
+The run folder also holds ``history/<process>.jsonl`` (the workers' histories),
+``nemesis.jsonl``, ``procs.jsonl`` (every worker incarnation and how it ended),
+``blobs/`` (the shared blob store), ``snapshots/`` and ``logs/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .model import b64
+
+__all__ = ["NAMESPACES", "CampaignConfig", "campaign", "format_summary", "gc_grace", "run_once"]
+
+NAMESPACES = ("ns-c", "ns-h", "ns-a", "ns-b", "ns-d", "ns-e", "ns-f", "ns-g")
+"""Namespace names in use order; the first two share a partition of an 8-partition topic."""
+
+
+@dataclass(frozen=True)
+class CampaignConfig:
+    """What a campaign runs; the defaults are the CLI's."""
+
+    seed: int = 1
+    runs: int = 1
+    seconds: float = 30.0
+    processes: int = 3
+    namespaces: int = 2
+    lease: float = 2.0
+    out: Path = field(default=Path("jobreg-torture"))
+    bootstrap: str | None = None
+    proxy: bool = True
+    inline_limit: int = 1024
+    fault_interval: tuple[float, float] = (0.3, 1.2)
+    parallel: int = 1
+
+
+def gc_grace(lease: float, timeout: float, *, embedded: bool) -> float:
+    """The blob GC grace the workers use: longer than a blob's put can precede its submit's
+    record landing here (README "Job graphs": ``grace`` must exceed it), and no longer.
+
+    That time is the longest pause the nemesis gives a worker (2.5 leases) and the broker
+    or the network (1.2 leases, only on the embedded broker), plus a submit's own time
+    (up to four sends of two timeouts each, with backoff), plus a second.
+    """
+    return 2.5 * lease + (2.4 * lease if embedded else 0) + 4 * (2 * timeout + 0.25) + 1.0
+
+
+class _Workers:
+    """The worker processes: spawn, restart after a kill, stop; ``procs.jsonl`` says how
+    each incarnation ended."""
+
+    def __init__(self, run_dir: Path, names: list[str], rng: random.Random) -> None:
+        self.run_dir = run_dir
+        self.rng = rng
+        self._lock = threading.Lock()
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._incarnation: dict[str, int] = dict.fromkeys(names, -1)
+        self._started: dict[str, float] = {}
+        self._killed: set[int] = set()
+        self._stopping = threading.Event()
+        self._log = (run_dir / "procs.jsonl").open("a", buffering=1)
+
+    def spawn(self, name: str) -> None:
+        with self._lock:
+            if self._stopping.is_set():
+                return
+            self._incarnation[name] += 1
+            inc = self._incarnation[name]
+            err = (self.run_dir / "logs" / f"{name}.{inc}.err").open("ab")
+            try:
+                self._procs[name] = subprocess.Popen(
+                    [sys.executable, "-m", "registry.torture.worker", str(self.run_dir), name,
+                     str(inc)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=err, start_new_session=True)
+            finally:
+                err.close()
+            self._started[name] = time.time()
+
+    def running(self) -> dict[str, int]:
+        with self._lock:
+            return {n: p.pid for n, p in self._procs.items() if p.poll() is None}
+
+    def killed(self, name: str) -> None:
+        with self._lock:
+            proc = self._procs.get(name)
+            if proc is None:
+                return
+            self._killed.add(proc.pid)
+        self._ended(name, proc, "nemesis_kill")
+        t = threading.Timer(self.rng.uniform(0.2, 1.5), self.spawn, args=(name,))
+        t.daemon = True
+        t.start()
+
+    def reap(self) -> None:
+        """Restart workers that ended on their own (a crash is on record, the load goes on)."""
+        with self._lock:
+            ended = [(n, p) for n, p in self._procs.items()
+                     if p.poll() is not None and p.pid not in self._killed]
+            for _n, p in ended:
+                self._killed.add(p.pid)
+        for name, proc in ended:
+            self._ended(name, proc, "exited")
+            self.spawn(name)
+
+    def _ended(self, name: str, proc: subprocess.Popen[bytes], how: str) -> None:
+        try:
+            code = proc.wait(10)
+        except subprocess.TimeoutExpired:
+            code = None
+        self._log.write(json.dumps({
+            "process": name, "incarnation": self._incarnation[name], "pid": proc.pid,
+            "start": self._started.get(name), "end": time.time(), "how": how,
+            "returncode": code}) + "\n")
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every worker, SIGKILL those still running after ``grace`` seconds."""
+        self._stopping.set()
+        with self._lock:
+            procs = {n: p for n, p in self._procs.items() if p.pid not in self._killed}
+        for p in procs.values():
+            if p.poll() is None:
+                for sig in (signal.SIGCONT, signal.SIGTERM):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(p.pid, sig)
+        deadline = time.monotonic() + grace
+        for name, p in procs.items():
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+                how = "stopped"
+            except subprocess.TimeoutExpired:
+                p.kill()
+                how = "end_kill"
+            # SIGTERM before the worker's handler is in (a fresh restart) ends it by signal.
+            self._ended(name, p, how if p.returncode in (0, -signal.SIGTERM, None)
+                        or how == "end_kill" else "exited")
+        self._log.close()
+
+
+def _free_run_dir(base: Path, index: int, seed: int) -> Path:
+    path = base / f"run-{index:03d}-seed-{seed}"
+    if path.exists():
+        path = base / f"run-{index:03d}-seed-{seed}-{uuid.uuid4().hex[:6]}"
+    path.mkdir(parents=True)
+    return path
+
+
+def run_once(config: CampaignConfig, index: int, seed: int,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """One run of the campaign (see the module docstring); returns its summary."""
+    from registry.broker import EmbeddedBroker
+    from registry.keys import partition_for
+    from registry.log import ensure_topic
+
+    from .checker import check
+    from .nemesis import Nemesis
+    from .proxy import FaultProxy
+
+    say = progress or (lambda _m: None)
+    began = time.monotonic()
+    run_dir = _free_run_dir(Path(config.out), index, seed)
+    for sub in ("history", "snapshots", "final", "decisions", "dump", "blobs", "logs"):
+        (run_dir / sub).mkdir()
+    rng = random.Random(seed)
+    embedded = config.bootstrap is None
+    timeout = config.lease / 2
+    broker = proxy = None
+    nemesis = workers = None
+    observers: dict[str, Any] = {}
+    try:
+        if embedded:
+            if config.proxy:
+                proxy = FaultProxy(None).start()
+                broker = EmbeddedBroker(advertised_port=proxy.port,
+                                        log_file=run_dir / "logs" / "broker.log").start()
+                proxy.target = ("127.0.0.1", broker.listen_port)
+            else:
+                broker = EmbeddedBroker(log_file=run_dir / "logs" / "broker.log").start()
+            bootstrap = broker.bootstrap
+        else:
+            bootstrap = config.bootstrap
+        topic = f"torture-{seed}-{uuid.uuid4().hex[:8]}"
+        info = ensure_topic(bootstrap, topic, timeout=10.0)
+        names = list(NAMESPACES[:config.namespaces])
+        partitions = {ns: partition_for(ns, info.partitions) for ns in names}
+        startup = time.monotonic() - began
+        cfg = {
+            "seed": seed, "run": index, "bootstrap": bootstrap, "embedded": embedded,
+            "proxy": proxy is not None, "topic": topic, "namespaces": names,
+            "partitions": partitions, "processes": config.processes, "lease": config.lease,
+            "timeout": timeout, "inline_limit": config.inline_limit,
+            "gc_grace": gc_grace(config.lease, timeout, embedded=embedded),
+            "blob_dir": str((run_dir / "blobs").resolve()), "seconds": config.seconds,
+            "started": time.time(), "deadline": time.time() + config.seconds,
+            "op_pause": [0.01, 0.06],
+        }
+        (run_dir / "run.json").write_text(json.dumps(cfg, indent=2))
+        procs = [f"w{i + 1}" for i in range(config.processes)]
+        workers = _Workers(run_dir, procs, random.Random(f"{seed}/restarts"))
+        for name in procs:
+            workers.spawn(name)
+        nemesis = Nemesis(random.Random(f"{seed}/nemesis"), workers=workers,
+                          bootstrap=bootstrap, topic=topic, namespaces=partitions,
+                          lease=config.lease, log_path=run_dir / "nemesis.jsonl",
+                          broker=broker, proxy=proxy, interval=config.fault_interval,
+                          timeout=timeout).start()
+        snapshot_at = time.time() + config.seconds * rng.uniform(0.4, 0.7)
+        snapped = False
+        while time.time() < cfg["deadline"]:
+            time.sleep(0.2)
+            workers.reap()
+            if not snapped and time.time() >= snapshot_at:
+                snapped = True
+                _runner_snapshots(bootstrap, topic, names, run_dir, observers, timeout)
+        nemesis.stop()
+        nemesis_counts = dict(nemesis.counts)
+        nemesis_skipped = dict(nemesis.skipped)
+        nemesis = None
+        workers.stop(grace=config.lease + 4 * timeout + 3)
+        workers = None
+        for reg in observers.values():
+            reg.close()
+        observers.clear()
+        say("collecting the log")
+        _collect(bootstrap, topic, names, partitions, run_dir, embedded=embedded)
+    finally:
+        if nemesis is not None:
+            nemesis.stop()
+        if workers is not None:
+            workers.stop(grace=2)
+        for reg in observers.values():
+            with contextlib.suppress(Exception):
+                reg.close()
+        if broker is not None:
+            broker.stop()
+        if proxy is not None:
+            proxy.stop()
+    if not embedded:
+        _delete_topic(bootstrap, topic)
+    say("checking")
+    report = check(run_dir)
+    (run_dir / "violations.json").write_text(json.dumps(report.as_dict(), indent=2,
+                                                        default=str))
+    summary = {
+        "seed": seed, "run": index, "dir": str(run_dir), "topic": topic,
+        "bootstrap": "embedded" if embedded else bootstrap, "seconds": config.seconds,
+        "processes": config.processes, "namespaces": names, "lease": config.lease,
+        "gc_grace": cfg["gc_grace"], "startup_seconds": round(startup, 2),
+        "wall_seconds": round(time.monotonic() - began, 2),
+        "nemesis": nemesis_counts, "nemesis_skipped": nemesis_skipped,
+        "ops": report.stats.get("ops", {}), "ops_by_f": report.stats.get("ops_by_f", {}),
+        "records": report.stats.get("records", 0),
+        "violations": dict(Counter(v.rule for v in report.violations)),
+        "violation_count": len(report.violations), "notes": report.notes,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _runner_snapshots(bootstrap: str, topic: str, names: list[str], run_dir: Path,
+                      observers: dict[str, Any], timeout: float) -> None:
+    from registry.client import Registry
+    from registry.errors import RegistryError
+
+    for ns in names:
+        try:
+            reg = observers.get(ns) or Registry.connect(bootstrap, ns, topic=topic,
+                                                        timeout=timeout)
+            observers[ns] = reg
+            reg.write_snapshot(run_dir / "snapshots" / f"{ns}.runner.snap")
+        except RegistryError:
+            pass  # the broker is paused or cut now: the workers' snapshots remain
+
+
+def _collect(bootstrap: str, topic: str, names: list[str], partitions: dict[str, int],
+             run_dir: Path, *, embedded: bool) -> None:
+    """Step 5: the raw log, then the library's answers about it."""
+    from registry.client import Registry
+    from registry.log import LogReader, TransactionalWriter
+    from registry.render import decision_json, state_json
+
+    if not embedded:
+        # A killed leader's open transaction hides later records from read_committed
+        # readers until it times out; a new producer of the same id aborts it now.
+        for ns in names:
+            with contextlib.suppress(Exception):
+                TransactionalWriter(bootstrap, topic, ns, partitions[ns], 10.0).close()
+    with (run_dir / "log.jsonl").open("w") as out:
+        for part in sorted(set(partitions.values())):
+            reader = LogReader(bootstrap, topic, part)
+            try:
+                for batch in reader.read_to_end(10.0):
+                    for r in batch:
+                        out.write(json.dumps({"p": part, "o": r.offset, "t": r.timestamp,
+                                              "k": b64(r.key), "v": b64(r.value)}) + "\n")
+            finally:
+                reader.close()
+    for ns in names:
+        result: dict[str, Any] = {"namespace": ns}
+        with Registry.connect(bootstrap, ns, topic=topic, timeout=10.0) as reg:
+            result["fresh"] = state_json(reg.sync())
+            with (run_dir / "decisions" / f"{ns}.jsonl").open("w") as out:
+                for d in reg.forensics().decisions():
+                    out.write(json.dumps(decision_json(d), default=str) + "\n")
+            reg.dump(run_dir / "dump" / f"{ns}.avro")
+        snaps = sorted((run_dir / "snapshots").glob(f"{ns}.*.snap"),
+                       key=lambda p: p.stat().st_mtime)
+        chosen = [p for p in snaps if ".runner." in p.name] + \
+            [p for p in snaps if ".runner." not in p.name][-2:]
+        result["snapshots"] = []
+        for path in chosen:
+            try:
+                with Registry.connect(bootstrap, ns, topic=topic, timeout=10.0,
+                                      snapshot=path) as reg:
+                    result["snapshots"].append({"path": path.name,
+                                                "started_from": reg.started_from,
+                                                "state": state_json(reg.sync())})
+            except Exception as e:
+                result["snapshots"].append({"path": path.name,
+                                            "error": f"{type(e).__name__}: {e}"})
+        (run_dir / "final" / f"{ns}.json").write_text(json.dumps(result, indent=1))
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        futures = AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])
+        futures[topic].result(10)
+    except Exception:
+        pass  # the run's topic stays; its name says what it is
+
+
+def campaign(config: CampaignConfig, progress: Callable[[str], None] | None = None
+             ) -> list[dict[str, Any]]:
+    """``config.runs`` runs with seeds ``seed, seed + 1, ...``, ``config.parallel`` at a
+    time (each with its own broker and folder); a progress line as each ends."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    say = progress or (lambda _m: None)
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+    done: list[int] = [0, 0]  # runs ended, violations so far
+
+    def one(i: int) -> dict[str, Any]:
+        seed = config.seed + i
+        say(f"run {i + 1}/{config.runs} seed {seed}: {config.processes} processes, "
+            f"{config.namespaces} namespaces, {config.seconds:g} s ...")
+        s = run_once(config, i, seed)
+        ops = s["ops"]
+        with lock:
+            done[0] += 1
+            done[1] += s["violation_count"]
+            say(f"run {i + 1}/{config.runs} seed {seed} ({done[0]} ended): "
+                f"{sum(ops.values())} ops (ok {ops.get('ok', 0)}, fail {ops.get('fail', 0)}, "
+                f"info {ops.get('info', 0)}), {sum(s['nemesis'].values())} faults, "
+                f"{s['violation_count']} violations ({done[1]} so far), "
+                f"{s['wall_seconds']:.1f} s -> {s['dir']}")
+        return s
+
+    if config.parallel <= 1:
+        summaries = [one(i) for i in range(config.runs)]
+    else:
+        with ThreadPoolExecutor(config.parallel, thread_name_prefix="torture-run") as pool:
+            summaries = list(pool.map(one, range(config.runs)))
+    (Path(config.out) / "campaign.json").write_text(json.dumps(
+        {"config": {**asdict(config), "out": str(config.out)}, "runs": summaries}, indent=2,
+        default=str))
+    return summaries
+
+
+def format_summary(summaries: list[dict[str, Any]]) -> str:
+    """The campaign's table: violations by rule, faults by kind, operations by outcome."""
+    from registry.render import table
+
+    rules: Counter[str] = Counter()
+    runs_with: Counter[str] = Counter()
+    faults: Counter[str] = Counter()
+    ops: Counter[str] = Counter()
+    for s in summaries:
+        rules.update(s["violations"])
+        runs_with.update(s["violations"].keys())
+        faults.update(s["nemesis"])
+        ops.update(s["ops"])
+    lines = [f"{len(summaries)} run(s), seeds {', '.join(str(s['seed']) for s in summaries)}; "
+             f"{sum(rules.values())} violation(s)", ""]
+    if rules:
+        lines.append(table(["rule", "violations", "runs"],
+                           ([r, n, runs_with[r]] for r, n in sorted(rules.items()))))
+    else:
+        lines.append("no violations")
+    lines += ["", table(["fault", "count"], sorted(faults.items())), "",
+              table(["operations", "count"], [[k, ops.get(k, 0)]
+                                              for k in ("ok", "fail", "info", "unfinished")])]
+    errors = [n for s in summaries for n in s.get("notes", []) if n.startswith("CHECKER ERROR")]
+    if errors:
+        lines += ["", *errors]
+    walls = [s["wall_seconds"] for s in summaries]
+    lines += ["", f"wall time per run: {min(walls):.1f}-{max(walls):.1f} s "
+              f"(start-up {max(s['startup_seconds'] for s in summaries):.1f} s at most)"]
+    return "\n".join(lines)
+
+
+def check_folder(path: str | Path, progress: Callable[[str], None] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Re-check finished runs: ``path`` is one run folder (it holds ``run.json``) or a
+    campaign folder of them. Rewrites each ``violations.json``; returns the summaries."""
+    from .checker import check
+
+    say = progress or (lambda _m: None)
+    path = Path(path)
+    runs = [path] if (path / "run.json").exists() else sorted(
+        p for p in path.iterdir() if (p / "run.json").exists())
+    out = []
+    total = 0
+    for i, run_dir in enumerate(runs):
+        report = check(run_dir)
+        (run_dir / "violations.json").write_text(json.dumps(report.as_dict(), indent=2,
+                                                            default=str))
+        old = run_dir / "summary.json"
+        cfg = json.loads((run_dir / "run.json").read_text())
+        summary = json.loads(old.read_text()) if old.exists() else {
+            "seed": cfg.get("seed"), "run": cfg.get("run"), "dir": str(run_dir),
+            "nemesis": report.stats.get("faults", {}), "wall_seconds": 0.0,
+            "startup_seconds": 0.0}
+        summary.update(ops=report.stats.get("ops", {}), notes=report.notes,
+                       violations=dict(Counter(v.rule for v in report.violations)),
+                       violation_count=len(report.violations))
+        total += len(report.violations)
+        say(f"check {i + 1}/{len(runs)} {run_dir}: {len(report.violations)} violations "
+            f"({total} so far)")
+        out.append(summary)
+    return out
+
+
+def first_examples(summaries: list[dict[str, Any]], limit: int = 1) -> list[str]:
+    """One line per rule (its first violation): where to start reading."""
+    seen: Counter[str] = Counter()
+    lines = []
+    for s in summaries:
+        path = Path(s["dir"]) / "violations.json"
+        if not path.exists():
+            continue
+        for v in json.loads(path.read_text())["violations"]:
+            if seen[v["rule"]] < limit:
+                seen[v["rule"]] += 1
+                where = f" offsets {v['offsets'][:4]}" if v.get("offsets") else ""
+                lines.append(f"{v['rule']}: {v['detail'][:300]} [{v.get('ns') or '-'}{where}; "
+                             f"{path}]")
+    return lines

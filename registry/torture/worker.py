@@ -1,0 +1,457 @@
+"""One coordinator process of a fault campaign: random operations, and their history.
+
+``python -m registry.torture.worker RUN_DIR PROCESS INCARNATION`` reads ``RUN_DIR/run.json``,
+connects a :class:`~registry.client.Registry` of its own per namespace, contends in each
+with ``reg.elect(contender, lease)`` (a background thread per namespace: it waits to lead,
+and once the term is lost or given up, contends again), and runs random operations from
+an RNG seeded by ``(seed, process, incarnation)`` until SIGTERM or the run's deadline.
+
+Every operation appends JSON lines to ``RUN_DIR/history/PROCESS.jsonl`` (one ``write`` of
+an ``O_APPEND`` descriptor per line, so a SIGKILL loses at most the line in flight):
+an ``invoke`` before the call, then ``ok`` (it happened: receipts or the value read),
+``fail`` (it did not happen, as :mod:`registry.errors` documents: ``WriteRejected``,
+``Fenced``, ``ClaimRejected``, ``LeaseExpired``, ``ConfigError``, ``UnknownJob``,
+``BlobError``, ``BrokerError``) or ``info`` (unknown: ``OutcomeUnknown``, anything else;
+``unexpected`` marks an exception outside the documented tree). A call whose completion line is missing was cut by a kill.
+Each line: ``process``, ``pid``, ``incarnation``, ``index`` (per line), ``op`` (pairs an
+invoke with its completion), ``type``, ``f``, ``ns``, ``args``, ``value``, ``error``,
+``reason``, ``event_ids`` (every event id the call generated or reported), ``epoch`` (the
+term used), ``time`` (wall clock, seconds).
+
+Operations: submit (inline, or over the inline limit into the shared blob store, some of
+them with contents shared between namespaces), submit_many (2-5 jobs, sometimes with a
+known id), cancel, terminate, adopt (1-3 jobs, sometimes a terminal one), release, the
+checkpoint lifecycle, recover (a hook that fails for jobs whose id ends in ``-bad``),
+collect_garbage (the run's grace), revoke (give the term up), reads (``read``: every
+job's status; ``leader``: epoch, leader, revoked), snapshots, and writes through a term
+that is already over (``stale``: they must fail).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+NOT_DONE = ("WriteRejected", "LeaseExpired", "ConfigError", "UnknownJob", "BlobError",
+            "BrokerError")
+"""Exceptions that mean "not accepted" (the ``fail`` type; subclasses included), as
+``registry.errors`` documents; ``OutcomeUnknown`` (and anything else) is ``info``."""
+
+HOOK_FAILURE = "planted hook failure"
+"""What the recovery hook raises for jobs whose id ends in ``-bad`` (not a lost graph)."""
+
+_WEIGHTS = {
+    "submit": 20, "submit_many": 6, "cancel": 8, "terminate": 5, "adopt": 6, "release": 4,
+    "checkpoint": 16, "recover": 4, "gc": 4, "read": 8, "leader": 4, "snapshot": 1,
+    "revoke": 1, "stale": 4,
+}
+
+
+_WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
+                     "checkpoint", "recover", "revoke"})
+
+
+class _Capture(threading.local):
+    ids: list[str] | None = None
+
+
+_capture = _Capture()
+
+
+def _patch_event_ids() -> None:
+    """Record every event id a call of this thread generates (the call's own records)."""
+    import registry.client as client_mod
+
+    original = getattr(client_mod, "new_event_id", None)
+    if original is None:
+        return
+
+    def capturing() -> str:
+        eid = original()
+        if _capture.ids is not None:
+            _capture.ids.append(eid)
+        return eid
+
+    client_mod.new_event_id = capturing
+
+
+class History:
+    """Appends JSON lines to one file, one ``os.write`` each."""
+
+    def __init__(self, path: Path, process: str, incarnation: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._lock = threading.Lock()
+        self._index = 0
+        self._op = 0
+        self.base = {"process": process, "pid": os.getpid(), "incarnation": incarnation}
+
+    def next_op(self) -> int:
+        with self._lock:
+            self._op += 1
+            return self._op
+
+    def write(self, **fields: Any) -> None:
+        with self._lock:
+            self._index += 1
+            line = {**self.base, "index": self._index, "time": time.time(), **fields}
+            os.write(self._fd, (json.dumps(line, default=str) + "\n").encode())
+
+
+class _Ns:
+    """One namespace as this worker sees it."""
+
+    def __init__(self, name: str, reg: Any) -> None:
+        self.name = name
+        self.reg = reg
+        self.election: Any = None
+        self.term: Any = None
+        self.old_terms: list[Any] = []
+        self.lost = threading.Event()
+        self.resign = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.cp_next: dict[str, int] = {}
+
+
+class Worker:
+    """The coordinator: contenders in the background, random operations in front."""
+
+    def __init__(self, run_dir: Path, process: str, incarnation: int) -> None:
+        self.cfg = json.loads((run_dir / "run.json").read_text())
+        self.run_dir = run_dir
+        self.process = process
+        self.incarnation = incarnation
+        self.contender = f"{process}.{incarnation}"
+        self.rng = random.Random(f"{self.cfg['seed']}/{process}/{incarnation}")
+        self.hist = History(run_dir / "history" / f"{process}.jsonl", process, incarnation)
+        self.stop = threading.Event()
+        self.ppid = os.getppid()
+        self.lease = float(self.cfg["lease"])
+        self.spaces: dict[str, _Ns] = {}
+        self.counter = 0
+        self.pool = [random.Random(f"{self.cfg['seed']}/pool/{k}").randbytes(
+            self.cfg["inline_limit"] + 500 + 300 * k) for k in range(3)]
+
+    # -- set-up ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from registry.client import Registry
+
+        _patch_event_ids()
+        for ns in self.cfg["namespaces"]:
+            reg = Registry.connect(self.cfg["bootstrap"], ns, topic=self.cfg["topic"],
+                                   timeout=float(self.cfg["timeout"]),
+                                   inline_limit=int(self.cfg["inline_limit"]),
+                                   blob_store=self.cfg["blob_dir"])
+            self.spaces[ns] = _Ns(ns, reg)
+        self.hist.write(type="info", f="start", contender=self.contender)
+        for st in self.spaces.values():
+            st.thread = threading.Thread(target=self._contend, args=(st,), daemon=True,
+                                         name=f"contend-{st.name}")
+            st.thread.start()
+
+    def _contend(self, st: _Ns) -> None:
+        """Wait to lead; lead until the term is lost or given up; contend again."""
+        while not self.stop.is_set():
+            st.lost.clear()
+            st.resign.clear()
+
+            def revoked(term: Any, st: _Ns = st) -> None:
+                self.hist.write(type="info", f="revoked", ns=st.name, epoch=term.epoch)
+                st.lost.set()
+
+            op = self.hist.next_op()
+            self.hist.write(type="invoke", f="elect", op=op, ns=st.name)
+            try:
+                election = st.reg.elect(self.contender, lease=self.lease, on_revoked=revoked)
+                st.election = election
+                term = election.acquire()
+            except RuntimeError:
+                return  # cancelled: the worker stops
+            except Exception as e:
+                self.hist.write(type="info", f="elect", op=op, ns=st.name,
+                                error=type(e).__name__, reason=str(e)[:300],
+                                unexpected=not _documented(e))
+                time.sleep(self.lease / 4)
+                continue
+            st.term = term
+            self.hist.write(type="ok", f="elect", op=op, ns=st.name, epoch=term.epoch,
+                            value={"epoch": term.epoch, "contender": self.contender})
+            while not (self.stop.is_set() or st.lost.is_set() or st.resign.is_set()):
+                st.lost.wait(0.1)
+            st.term = None
+            st.old_terms.append(term)
+            if self.stop.is_set():
+                return
+            election.cancel()
+            if st.resign.is_set():
+                self.stop.wait(self.lease)  # let another contender take over
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        deadline = float(self.cfg["deadline"]) + 60  # the runner stops us; this is a backstop
+        lo, hi = self.cfg.get("op_pause", [0.01, 0.06])
+        while not self.stop.is_set() and time.time() < deadline:
+            if os.getppid() != self.ppid:
+                break  # the runner is gone
+            leading = sorted(n for n, st in self.spaces.items() if st.term is not None)
+            if leading and self.rng.random() < 0.8:
+                st = self.spaces[self.rng.choice(leading)]
+            else:
+                st = self.spaces[self.rng.choice(sorted(self.spaces))]
+            f = self.rng.choices(list(_WEIGHTS), weights=list(_WEIGHTS.values()))[0]
+            if st.term is None and f in _WRITES and self.rng.random() < 0.6:
+                self.stop.wait(self.rng.uniform(lo, hi))  # a standby mostly waits
+                continue
+            try:
+                self._op(st, f)
+            except Exception:  # a bug of the worker itself, not of the registry
+                self.hist.write(type="info", f="worker_error",
+                                reason=traceback.format_exc()[-1500:])
+            self.stop.wait(self.rng.uniform(lo, hi))
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        for st in self.spaces.values():
+            if st.election is not None:
+                st.election.cancel()  # no revoke: the term stays as the log has it
+        for st in self.spaces.values():
+            with contextlib.suppress(Exception):
+                st.reg.close()
+        self.hist.write(type="info", f="stop")
+
+    # -- operations -----------------------------------------------------------------------
+
+    def _call(self, st: _Ns, f: str, fn: Any, *, args: dict[str, Any], term: Any = None,
+              stale: bool = False, value: Any = None) -> Any:
+        """Run one library call with its history lines; return its result or None."""
+        op = self.hist.next_op()
+        epoch = term.epoch if term is not None else None
+        self.hist.write(type="invoke", f=f, op=op, ns=st.name, args=args, epoch=epoch,
+                        stale=stale or None)
+        _capture.ids = []
+        try:
+            result = fn()
+        except BaseException as e:
+            ids = list(dict.fromkeys(_capture.ids + _exception_ids(e)))
+            name = type(e).__name__
+            kind = "fail" if any(c.__name__ in NOT_DONE for c in type(e).__mro__) else "info"
+            self.hist.write(type=kind, f=f, op=op, ns=st.name, epoch=epoch, error=name,
+                            reason=getattr(e, "reason", None), detail=str(e)[:300],
+                            event_ids=ids, stale=stale or None,
+                            unexpected=None if _documented(e) else True,
+                            trace=None if _documented(e) else traceback.format_exc()[-1500:])
+            if not isinstance(e, Exception):
+                raise
+            return None
+        finally:
+            captured = _capture.ids or []
+            _capture.ids = None
+        receipts = _receipts(result)
+        shown = {"receipts": receipts} if receipts is not None else \
+            value(result) if value is not None else None
+        ids = list(dict.fromkeys(captured + [r["event_id"] for r in receipts or []]))
+        self.hist.write(type="ok", f=f, op=op, ns=st.name, epoch=epoch, value=shown,
+                        event_ids=ids, stale=stale or None)
+        return result
+
+    def _new_id(self, bad: bool = False) -> str:
+        self.counter += 1
+        return f"{self.contender}-{self.counter}" + ("-bad" if bad else "")
+
+    def _graph(self) -> bytes:
+        r = self.rng.random()
+        if r < 0.12:
+            return self.rng.choice(self.pool)  # the same bytes in every namespace
+        if r < 0.3:
+            return self.rng.randbytes(self.cfg["inline_limit"] + self.rng.randint(1, 1500))
+        return self.rng.randbytes(self.rng.randint(4, 120))
+
+    def _known(self, st: _Ns, live: bool | None = True) -> list[str]:
+        jobs = st.reg.image.jobs
+        return sorted(j for j, v in jobs.items() if live is None or v.live == live)
+
+    def _pick(self, st: _Ns, p_terminal: float = 0.1) -> str | None:
+        pool = self._known(st, not self.rng.random() < p_terminal)
+        if not pool:
+            pool = self._known(st, None)
+        return self.rng.choice(pool) if pool else None
+
+    def _op(self, st: _Ns, f: str) -> None:
+        term = st.term
+        stale = False
+        if f == "stale" or (term is None and f in _WRITES):
+            if not st.old_terms:
+                f = "read" if f == "stale" else "leader"
+            else:
+                term, stale = self.rng.choice(st.old_terms[-3:]), True
+                if f in ("stale", "recover", "revoke"):
+                    f = self.rng.choice(["submit", "cancel", "adopt", "checkpoint"])
+        reg = st.reg
+        if f == "submit":
+            job, graph = self._new_id(self.rng.random() < 0.05), self._graph()
+            budget = self.rng.randint(0, 2)
+            self._call(st, "submit", lambda: term.submit(job, graph,
+                                                         max_checkpoint_failures=budget),
+                       args={"job": job, "size": len(graph), "budget": budget}, term=term,
+                       stale=stale)
+        elif f == "submit_many":
+            jobs = [self._new_id(self.rng.random() < 0.05)
+                    for _ in range(self.rng.randint(2, 5))]
+            existing = []
+            if self.rng.random() < 0.25:
+                known = self._pick(st, 0.5)
+                if known is not None:
+                    jobs.insert(self.rng.randrange(len(jobs) + 1), known)
+                    existing.append(known)
+            graphs = [(j, self._graph()) for j in jobs]
+            self._call(st, "submit_many", lambda: term.submit_many(graphs),
+                       args={"jobs": jobs, "existing": existing}, term=term, stale=stale)
+        elif f in ("cancel", "terminate", "release"):
+            job = self._pick(st, 0.1 if f != "release" else 0.05)
+            if job is None:
+                return
+            if self.rng.random() < 0.03:
+                job = self._new_id()  # never submitted: UnknownJob before sending
+            if f == "cancel":
+                fn = lambda: term.cancel(job, "torture")  # noqa: E731
+                args = {"job": job}
+            elif f == "terminate":
+                state = self.rng.choice(["FINISHED", "FAILED"])
+                fn = lambda: term.terminate(job, state, "torture")  # noqa: E731
+                args = {"job": job, "state": state}
+            else:
+                fn = lambda: term.release(job)  # noqa: E731
+                args = {"job": job}
+            self._call(st, f, fn, args=args, term=term, stale=stale)
+        elif f == "adopt":
+            pool = self._known(st)
+            if not pool:
+                return
+            jobs = self.rng.sample(pool, min(len(pool), self.rng.randint(1, 3)))
+            if self.rng.random() < 0.15:
+                dead = self._known(st, False)
+                if dead:
+                    jobs.append(self.rng.choice(dead))
+            self._call(st, "adopt", lambda: term.adopt(*jobs), args={"jobs": jobs},
+                       term=term, stale=stale)
+        elif f == "checkpoint":
+            self._checkpoint(st, term, stale)
+        elif f == "recover":
+            def hook(job: Any) -> None:
+                if job.job_id.endswith("-bad"):
+                    raise RuntimeError(HOOK_FAILURE)
+
+            self._call(st, "recover", lambda: term.recover(hook), args={}, term=term,
+                       value=lambda rs: {"results": [
+                           {"job": r.job_id, "status": r.status, "error": r.error,
+                            "offset": r.offset} for r in rs]})
+        elif f == "revoke":
+            if self.rng.random() < 0.5:
+                return  # rarer than its weight says
+            self._call(st, "revoke", lambda: term.revoke("torture resign"), args={},
+                       term=term)
+            st.resign.set()
+        elif f == "gc":
+            grace = float(self.cfg["gc_grace"])
+            self._call(st, "gc", lambda: reg.collect_garbage(grace), args={"grace": grace},
+                       value=lambda rep: {"deleted": [b.uri for b in rep.deleted],
+                                          "kept_referenced": rep.kept_referenced,
+                                          "kept_young": rep.kept_young,
+                                          "errors": list(rep.errors)})
+        elif f == "read":
+            self._call(st, "read", lambda: reg.jobs(include_terminal=True), args={},
+                       value=lambda jobs: {"jobs": {j: v.status for j, v in jobs.items()}})
+        elif f == "leader":
+            self._call(st, "leader", reg.sync, args={},
+                       value=lambda im: {"epoch": im.epoch, "leader": im.leader,
+                                         "revoked": im.revoked,
+                                         "last_offset": im.provenance.last_offset})
+        elif f == "snapshot":
+            path = self.run_dir / "snapshots" / f"{st.name}.{self.contender}.{self.counter}.snap"
+            path.parent.mkdir(exist_ok=True)
+            self.counter += 1
+            self._call(st, "snapshot", lambda: reg.write_snapshot(path), args={},
+                       value=lambda p: {"path": str(p)})
+
+    def _checkpoint(self, st: _Ns, term: Any, stale: bool) -> None:
+        pool = self._known(st)
+        if not pool:
+            return
+        job = self.rng.choice(pool)
+        view = st.reg.image.jobs[job]
+        cps = view.checkpoints
+        known = [cps.last_completed, *cps.pending, *cps.discarded, *cps.counted]
+        newest = max(known + [st.cp_next.get(job, 0)])
+        r = self.rng.random()
+        if r < 0.4 or not (cps.pending or cps.last_completed >= 0):
+            cid = newest + 1 if self.rng.random() < 0.95 else max(0, newest)  # sometimes stale
+            st.cp_next[job] = max(cid, st.cp_next.get(job, 0))
+            kind, fn = "triggered", lambda: term.checkpoint_triggered(job, cid)
+        else:
+            choices = list(cps.pending) or [cps.last_completed]
+            cid = self.rng.choice(choices) if self.rng.random() < 0.85 else \
+                self.rng.randint(0, max(1, newest))
+            kind = self.rng.choices(["completed", "failed", "discarded"], [4, 4, 2])[0]
+            if kind == "completed":
+                fn = lambda: term.checkpoint_completed(job, cid, f"mem://{job}/{cid}")  # noqa: E731
+            elif kind == "failed":
+                fn = lambda: term.checkpoint_failed(job, cid, "DECLINED", task="t1")  # noqa: E731
+            else:
+                fn = lambda: term.checkpoint_discarded(job, cid, "torture")  # noqa: E731
+        self._call(st, f"checkpoint_{kind}", fn, args={"job": job, "id": cid}, term=term,
+                   stale=stale)
+
+
+def _documented(e: BaseException) -> bool:
+    from registry.errors import RegistryError
+
+    return isinstance(e, RegistryError)
+
+
+def _exception_ids(e: BaseException) -> list[str]:
+    ids = getattr(e, "event_ids", None)
+    if ids:
+        return [str(i) for i in ids]
+    one = getattr(e, "event_id", None)
+    return [one] if one else []
+
+
+def _receipts(result: Any) -> list[dict[str, Any]] | None:
+    """Receipts of a write as dicts; ``None`` when the result is not receipts."""
+    items = result if isinstance(result, list) else [result]
+    if not items or not all(hasattr(r, "event_id") and hasattr(r, "offset") for r in items):
+        return None
+    return [{"offset": r.offset, "epoch": r.epoch, "event_id": r.event_id,
+             "ignored": getattr(r, "ignored", None)} for r in items]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one worker until SIGTERM or the deadline."""
+    run_dir, process, incarnation = (argv or sys.argv[1:])[:3]
+    worker = Worker(Path(run_dir), process, int(incarnation))
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    try:
+        worker.start()
+        worker.run()
+    finally:
+        # A stuck close (a paused broker) must not keep the process alive.
+        threading.Timer(5.0, lambda: os._exit(0)).start()
+        worker.shutdown()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
