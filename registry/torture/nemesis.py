@@ -48,8 +48,9 @@ class Workers(Protocol):
         """process name -> pid of every worker alive now."""
         ...
 
-    def killed(self, process: str) -> None:
-        """The nemesis SIGKILLed ``process``: restart it later."""
+    def kill(self, process: str, pid: int) -> bool:
+        """SIGKILL ``process`` if ``pid`` is still its running incarnation, and restart it
+        later; ``False`` if it is gone or was replaced meanwhile."""
         ...
 
 
@@ -203,10 +204,11 @@ class Nemesis:
         return v is not None and self._kill_pid(*v)
 
     def _kill_pid(self, name: str, pid: int, kind: str = "kill") -> bool:
-        if not self._signal(pid, signal.SIGKILL):
+        # The process table kills, so that it never mistakes this death for a crash and
+        # restarts the worker twice (once as a crash, once as a kill).
+        if not self.workers.kill(name, pid):
             return False
         self._record(kind=kind, pid=pid, process=name)
-        self.workers.killed(name)
         return True
 
     _WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",

@@ -111,16 +111,28 @@ class _Workers:
         with self._lock:
             return {n: p.pid for n, p in self._procs.items() if p.poll() is None}
 
-    def killed(self, name: str) -> None:
+    def kill(self, name: str, pid: int) -> bool:
+        """SIGKILL ``name`` if ``pid`` is its running incarnation; restart it later.
+
+        Marked as killed before the signal, under the lock :meth:`reap` takes, so a
+        kill is never also taken for a crash (which would restart the worker twice and
+        leave an incarnation nobody stops)."""
         with self._lock:
             proc = self._procs.get(name)
-            if proc is None:
-                return
-            self._killed.add(proc.pid)
+            if proc is None or proc.pid != pid or proc.poll() is not None \
+                    or pid in self._killed:
+                return False
+            self._killed.add(pid)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:  # it died on its own just now: reap restarts it
+                self._killed.discard(pid)
+                return False
         self._ended(name, proc, "nemesis_kill")
         t = threading.Timer(self.rng.uniform(0.2, 1.5), self.spawn, args=(name,))
         t.daemon = True
         t.start()
+        return True
 
     def reap(self) -> None:
         """Restart workers that ended on their own (a crash is on record, the load goes on)."""
