@@ -760,12 +760,15 @@ class Term:
         return job_id
 
     def _start(self) -> None:
-        # Step 1 of a term: fence the previous term's producer at the broker,
-        # then settle whatever refused records the log holds.
-        self._writer = TransactionalWriter(self.registry.bootstrap, self.registry.topic,
-                                           self.namespace, self.registry.partition,
-                                           self.registry.timeout)
-        self.reassert()
+        # Step 1 of a term: fence the previous term's producer at the broker (unless a
+        # newer grant already followed ours), then settle whatever refused records the
+        # log holds.
+        self.registry.sync()
+        if self._fenced_by_image() is None:
+            self._writer = TransactionalWriter(self.registry.bootstrap, self.registry.topic,
+                                               self.namespace, self.registry.partition,
+                                               self.registry.timeout)
+            self.reassert()
 
     def _fenced_by_image(self) -> Fenced | None:
         # The fold's own fencing rule, asked of the image: used when the broker
@@ -881,6 +884,10 @@ class Term:
                     break
                 try:
                     if self._writer is None:
+                        # A new producer fences whichever holds the namespace's id now,
+                        # the current leader's included: read the log first, and make
+                        # one only while this term is still current.
+                        reg.sync()
                         fenced = self._fenced_by_image()
                         if fenced is not None:
                             fenced.event_ids = ids()
@@ -895,8 +902,8 @@ class Term:
                 except BrokerError as e:  # TransactionFailed included
                     failure = e
                     if isinstance(e, TransactionFailed) and e.fatal and self._writer is not None:
-                        self._writer.close()
-                        self._writer = None
+                        writer, self._writer = self._writer, None
+                        writer.close()
                     try:
                         reg.sync()  # read, don't guess
                     except BrokerError as lost:

@@ -25,21 +25,42 @@ How it decides, with no clock shared between machines:
   (incident 001: Flink's leader gave up on the first SUSPENDED). A contender
   last saw a renewal at most ``lease / 4`` before the disconnect began, and
   the client needs up to a reconnect (librdkafka backs off at most 250 ms
-  here) plus one renewal round trip after it ends; so a disconnect of up to
+  here) plus one renewal round trip (and one read of the log before it, if
+  the leader's own lease ran out meanwhile) after it ends; so a disconnect of up to
   about ``0.75 x lease - 0.5 s`` never causes a failover, and a longer one may. If the lease runs out, the leader stops writing but keeps
   trying to renew: if nobody took over, it simply continues.
 * When the leader learns its term is over (a newer grant, or a revoke), it
-  stops renewing and calls ``on_revoked(term)`` once.
+  stops renewing and calls ``on_revoked(term)`` once; from then on its writes
+  raise :class:`~registry.errors.Fenced` (nothing sent).
+* The leader learns that from the log, read by the renewer itself: a round
+  whose lease has run out reads the log *before* sending anything, and a
+  round whose renewal failed in any way (refused, broker unreachable, outcome
+  unknown, or an error that is not a ``RegistryError`` at all) reads it at
+  once. It never relies on the write path having read the log
+  (after a failure it may not have) nor on what the write path raised: the
+  fold's fencing rule is asked of the image just read. A read that fails is
+  retried after 0.1 s, for as long as it takes; the renewer never stops on an
+  error, only on a lost term or :meth:`Election.cancel`.
 
 What happens when the process is paused (GC, SIGSTOP) for longer than the
 lease: a contender takes over; when the old leader resumes, its lease has
-expired, so it writes nothing before it has renewed, and its renewal is
-refused by the fold (stale epoch): it learns it lost, and ``on_revoked`` runs.
+expired, so its writes raise ``LeaseExpired`` (nothing sent) and its renewer's
+next round reads the log before renewing; it sees the newer grant (or the
+revoke) and calls ``on_revoked``, without having sent anything, so it never
+fences the new leader's producer. **Liveness bound:** a resumed leader whose
+term is over learns it, and calls ``on_revoked``, within the registry's
+``timeout`` + 0.1 s (at most ``lease / 2 + 0.1 s``) of reaching the broker,
+plus one read of the log: the renewer's wait has run out during the pause, so
+it reads at once; a read that was under way while the broker was unreachable
+fails within ``timeout``, and the next starts 0.1 s later. (If the pause
+caught a renewal in flight, that renewal first ends as the write path ends
+it; its failure is followed by a read, its refusal is the verdict.)
 Safety never rests on these timings: every write is fenced by the fold.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +73,8 @@ if TYPE_CHECKING:
     from .client import Registry, Term
 
 __all__ = ["Election"]
+
+_log = logging.getLogger("registry")
 
 _SAFETY = 0.9  # the leader stops writing at 90% of its lease (clock rate drift, scheduling)
 
@@ -80,6 +103,8 @@ class Election:
         self._lost = threading.Event()
         self._renewer: threading.Thread | None = None
         self._valid_until = 0.0
+        self._fenced: Fenced | None = None  # why the term is over, once the renewer learnt it
+        self._warned = False  # the renewer reported an unexpected error in this run of failures
         self.term: Term | None = None
 
     # -- kazoo-shaped API --------------------------------------------------------
@@ -162,6 +187,10 @@ class Election:
         return term
 
     def _guard(self) -> None:
+        fenced = self._fenced
+        if fenced is not None:  # the term is over: say so, and send nothing
+            raise Fenced(fenced.reason, fenced.detail, expected_epoch=fenced.expected_epoch,
+                         actual_epoch=fenced.actual_epoch, leader=fenced.leader)
         if not self.lease_valid():
             raise LeaseExpired(f"the lease of term {self.term.epoch if self.term else '?'} "
                                f"of {self.contender!r} has not been renewed in time; not "
@@ -169,30 +198,68 @@ class Election:
 
     def _renew_loop(self, term: Term) -> None:
         period, retry = self.lease / 4, min(0.1, self.lease / 20)
-        wait = period
+        wait, failures = period, 0
         while not self._cancelled.wait(wait):
-            wait = retry  # until this renewal succeeds
+            wait = retry  # until this round renews
+            if not self.lease_valid():
+                # It may have been replaced (a pause, a long disconnect): it reads the
+                # log before it sends anything.
+                verdict = self._read_log(term, failures)
+                if verdict == "lost":
+                    return
+                if verdict == "unreadable":
+                    failures += 1
+                    continue
             sent = self._clock()
             event = LeaseRenewed(event_id=new_event_id(), namespace=term.namespace,
                                  epoch=term.epoch, writer=term.contender, created_at=now_ms())
             try:
                 term._write([event], guard=False)
-            except Fenced:
-                self._lose(term)
+            except Fenced as e:
+                self._lose(term, e)
                 return
-            except RegistryError:
-                # Broker unreachable or the outcome unknown: keep the term, retry soon.
-                # If the log shows the term is over, stop here.
-                if term._fenced_by_image() is not None:
-                    self._lose(term)
+            except Exception as e:  # noqa: BLE001 - the renewer must outlive any failure
+                # The broker unreachable, the outcome unknown, a refusal, or an error of a
+                # library: the write path may not have read the log, so read it here and
+                # decide from that. The term is kept unless the log shows it is over.
+                self._note_failure(term, e, failures)
+                failures += 1
+                if self._read_log(term, failures) == "lost":
                     return
                 continue
+            failures, self._warned = 0, False
             self._valid_until = sent + _SAFETY * self.lease
             wait = period
 
-    def _lose(self, term: Term) -> None:
+    def _read_log(self, term: Term, failures: int) -> str:
+        """Read the log and ask the fold's fencing rule whether ``term`` is over (then lose
+        it): ``"lost"``, ``"current"``, or ``"unreadable"`` (the caller tries again)."""
+        try:
+            self.registry.sync()
+        except Exception as e:  # noqa: BLE001 - unreadable now, whatever the reason
+            self._note_failure(term, e, failures)
+            return "unreadable"
+        fenced = term._fenced_by_image()
+        if fenced is None:
+            return "current"
+        self._lose(term, fenced)
+        return "lost"
+
+    def _note_failure(self, term: Term, error: Exception, failures: int) -> None:
+        # A RegistryError is the expected way to fail (the broker is away); anything else
+        # is a defect below us: a warning with its traceback, once per run of failures.
+        expected = isinstance(error, RegistryError)
+        warn = not expected and not self._warned
+        self._warned = self._warned or warn
+        _log.log(logging.WARNING if warn else logging.DEBUG,
+                 "lease renewal of term %d of %r failed (%d in a row; %s: %s); reading the "
+                 "log and retrying", term.epoch, self.contender, failures + 1,
+                 type(error).__name__, error, exc_info=error if warn else None)
+
+    def _lose(self, term: Term, fenced: Fenced) -> None:
         if self._lost.is_set():
             return
+        self._fenced = fenced
         self._lost.set()
         self._valid_until = 0.0
         if self.on_revoked is not None:
