@@ -30,11 +30,11 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic
-from faultproxy import FaultProxy
 
 from registry import broker as broker_module
 from registry.broker import EmbeddedBroker, _probe_cluster_id, _ProtocolError
 from registry.errors import BrokerError, ConfigError
+from registry.torture.proxy import FaultProxy
 
 integration = pytest.mark.integration
 

@@ -179,9 +179,8 @@ def test_a_network_interruption_shorter_than_the_lease_causes_no_failover(topic,
     the broker through a fault-injecting proxy; the network fails for 30% of a lease (well
     inside the tolerance registry.election states); the leader keeps its term, its renewals
     resume, no contender takes over, and it writes on."""
-    from faultproxy import FaultProxy
-
     from registry import EmbeddedBroker
+    from registry.torture.proxy import FaultProxy
 
     lease = 3.0
     listen, advertised = _free_port(), _free_port()
@@ -385,9 +384,8 @@ def test_a_resumed_leader_that_cannot_read_the_log_keeps_trying_and_learns_when_
     whether it lost, so it keeps its term, writes nothing and keeps trying. The first round in
     which it reads the log is the round it learns it lost; it never sends a renewal (which would
     fence the new leader's producer at the broker) nor any other record."""
-    from faultproxy import FaultProxy
-
     from registry import EmbeddedBroker, Fenced, LeaseExpired
+    from registry.torture.proxy import FaultProxy
 
     listen, advertised = _free_port(), _free_port()
     with EmbeddedBroker(port=listen, advertised_port=advertised) as broker, \
