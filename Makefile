@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint bench clean system
+.PHONY: demo test lint bench clean system peers
 
 # System packages the tests use: Debian's chromium (the incident report opens in it).
 # Installed when missing and we may (root with apt-get, as on CI); else a warning.
@@ -34,6 +34,24 @@ test: $(BIN)/.installed system
 
 bench: $(BIN)/.installed
 	$(BIN)/jobreg bench core
+
+# jobreg next to etcd and ZooKeeper (`jobreg bench peers`): Debian's etcd-server and zookeeper,
+# installed when missing and we may (root with apt-get), and the peers' Python clients.
+# Not part of `make test`.
+peers: $(BIN)/.installed
+	@for pkg in etcd-server:/usr/bin/etcd zookeeper:/usr/share/java/zookeeper.jar; do \
+	  name=$${pkg%%:*}; file=$${pkg#*:}; \
+	  [ -e "$$file" ] && continue; \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing $$name (apt-get)"; \
+	    apt-get install -y -q $$name >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q $$name >/dev/null; }; \
+	  else \
+	    echo "warning: $$name is missing; bench peers skips it (apt-get install $$name)"; \
+	  fi; done
+	@$(BIN)/python -c 'import kazoo, aetcd' 2>/dev/null || \
+	  $(BIN)/python -m pip install --quiet -e '.[peers]'
+	$(BIN)/jobreg bench peers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info

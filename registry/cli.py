@@ -366,6 +366,72 @@ def bench_audit_cmd(events: int, rate: int, seconds: float) -> None:
     click.echo(format_audit(figures))
 
 
+def _store_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
+    from registry.bench_peers import STORES
+
+    names = tuple(dict.fromkeys(s.strip().lower() for s in value.split(",") if s.strip()))
+    unknown = [s for s in names if s not in STORES]
+    if unknown or not names:
+        raise click.BadParameter(f"{', '.join(unknown) or 'nothing'}: choose from "
+                                 f"{','.join(STORES)}")
+    return names
+
+
+@bench.command("peers")
+@click.option("--submits", type=click.IntRange(10), default=1000, show_default=True,
+              help="Fenced submits timed one at a time on each store.")
+@click.option("--jobs", type=click.IntRange(10), default=10_000, show_default=True,
+              help="Live jobs of the failover (submitted by the throughput run).")
+@click.option("--threads", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Concurrent submitters on etcd and ZooKeeper.")
+@click.option("--only", default="etcd,zookeeper,jobreg", show_default=True,
+              callback=_store_list, help="The stores to run, comma-separated.")
+def bench_peers_cmd(submits: int, jobs: int, threads: int, only: tuple[str, ...]) -> None:
+    """jobreg next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style), started from
+    Debian's packages on loopback: submit p50/p99, failover, throughput, ratios, durability."""
+    from registry.bench_peers import PeersError, bench_peers, format_peers
+
+    with registry_errors():
+        try:
+            figures = bench_peers(submits=submits, jobs=jobs, threads=threads, only=only,
+                                  progress=lambda msg: click.echo(f"... {msg}", err=True))
+        except PeersError as e:
+            raise CliError(str(e)) from e
+    if not figures.stores:
+        raise CliError("no store could run: " + "; ".join(figures.skipped.values()))
+    click.echo(format_peers(figures))
+
+
+@bench.command("soak")
+@click.option("--writes", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Fenced writes, one call at a time, on one namespace.")
+@click.option("--window", type=click.IntRange(1), default=10_000, show_default=True,
+              help="Writes per reported window.")
+@click.option("--jobs", type=click.IntRange(1), default=1000, show_default=True,
+              help="Live jobs kept (submitted before the timed writes; churn keeps the count).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the write mix.")
+@pass_settings
+def bench_soak_cmd(settings: Settings, writes: int, window: int, jobs: int, seed: int) -> None:
+    """Holds up at size? Fenced writes in a realistic mix (checkpoints triggered, completed,
+    failed; cancels and submits; adopts); per window the rate, p50/p99 latency, failures, the
+    client's RSS and its image's size; then a fresh client's start-up with and without a
+    snapshot. On an embedded broker, or on the global --bootstrap (a fresh topic whose
+    deletion is asked afterwards). Progress on stderr, the table on stdout.
+
+    Failed writes are counted, not fatal; the run stops early (exit 1) after 20 failures in a
+    row, or when under 1 write/s succeeded for 60 s or for 3 windows in a row.
+    """
+    from registry.bench_soak import bench_soak, format_soak
+
+    with registry_errors():
+        figures = bench_soak(writes=writes, window=window, jobs=jobs, seed=seed,
+                             bootstrap=settings.bootstrap, timeout=settings.timeout,
+                             progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_soak(figures))
+    if figures.stopped:
+        raise SystemExit(EXIT_ERROR)
+
+
 # -- read commands: replay the log (broker or dump) and print ----------------------------------
 
 

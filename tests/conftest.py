@@ -1,10 +1,20 @@
-"""Shared fixtures: one embedded broker per test session, a fresh topic per test."""
+"""Shared fixtures: one broker per test session, a fresh topic per test.
+
+The session's broker is an embedded one (Tansu on 127.0.0.1), or the Kafka cluster named by
+``$JOBREG_TEST_BOOTSTRAP`` (``HOST:PORT[,HOST:PORT...]``). Against a cluster, tests marked
+``embedded_only`` (they start, stop, freeze or proxy a broker of their own, or test the
+embedded broker itself) are skipped with the reason "needs the embedded broker"; every other
+test runs there, each on topics of its own.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -25,22 +35,101 @@ from sparkfixture import spark  # noqa: E402,F401  (one local SparkSession per r
 
 from registry import EmbeddedBroker, Registry
 
+TEST_BOOTSTRAP = "JOBREG_TEST_BOOTSTRAP"
+EMBEDDED_ONLY = "needs the embedded broker"
+
+
+def _test_bootstrap() -> str | None:
+    """``$JOBREG_TEST_BOOTSTRAP``, checked to be ``HOST:PORT[,HOST:PORT...]``; else ``None``."""
+    value = os.environ.get(TEST_BOOTSTRAP, "").strip()
+    if not value:
+        return None
+    for server in value.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise pytest.UsageError(f"{TEST_BOOTSTRAP}={value!r}: {server.strip()!r} is not "
+                                    "HOST:PORT (a list is HOST:PORT,HOST:PORT)")
+    return ",".join(s.strip() for s in value.split(","))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _test_bootstrap()  # a malformed value stops the run before any test
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    bootstrap = _test_bootstrap()
+    if bootstrap is None:
+        return "broker: embedded (Tansu on 127.0.0.1)"
+    return f"broker: {bootstrap} (${TEST_BOOTSTRAP}); embedded_only tests are skipped"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _test_bootstrap() is None:
+        return
+    skip = pytest.mark.skip(reason=f"{EMBEDDED_ONLY} (${TEST_BOOTSTRAP} is set)")
+    for item in items:
+        if item.get_closest_marker("embedded_only") is not None:
+            item.add_marker(skip)
+
+
+@dataclass(frozen=True)
+class ExternalBroker:
+    """The Kafka cluster of ``$JOBREG_TEST_BOOTSTRAP``: what tests use of a broker
+    (``bootstrap``); nothing here starts, stops or owns it."""
+
+    bootstrap: str
+
+
+def _check_reachable(bootstrap: str, timeout: float = 15.0) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    try:
+        admin.list_topics(timeout=timeout)
+    except KafkaException as e:
+        pytest.exit(f"{TEST_BOOTSTRAP}={bootstrap}: no Kafka broker answered within "
+                    f"{timeout:g} s ({e})", returncode=pytest.ExitCode.USAGE_ERROR)
+    finally:
+        del admin
+
 
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker]:
-    """Tansu on a free 127.0.0.1 port, stopped (by its pid) when the session ends."""
+def broker() -> Iterator[EmbeddedBroker | ExternalBroker]:
+    """Tansu on a free 127.0.0.1 port, stopped (by its pid) when the session ends; or, when
+    ``$JOBREG_TEST_BOOTSTRAP`` is set, that Kafka cluster (left as it is)."""
+    bootstrap = _test_bootstrap()
+    if bootstrap is not None:
+        _check_reachable(bootstrap)
+        yield ExternalBroker(bootstrap)
+        return
     with EmbeddedBroker() as b:
         yield b
 
 
-@pytest.fixture
-def topic() -> str:
-    """A topic name no other test uses."""
-    return f"jobreg-test-{uuid.uuid4().hex[:12]}"
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    with contextlib.suppress(Exception):  # best effort: a kept topic says what it was
+        admin.delete_topics([topic], operation_timeout=10)[topic].result(15)
+    del admin
 
 
 @pytest.fixture
-def connect(broker: EmbeddedBroker, topic: str, tmp_path) -> Iterator[Callable[..., Registry]]:
+def topic() -> Iterator[str]:
+    """A topic name no other test uses; on a cluster of one's own ($JOBREG_TEST_BOOTSTRAP)
+    its deletion is asked for after the test."""
+    name = f"jobreg-test-{uuid.uuid4().hex[:12]}"
+    yield name
+    bootstrap = _test_bootstrap()
+    if bootstrap is not None:
+        _delete_topic(bootstrap, name)
+
+
+@pytest.fixture
+def connect(broker: EmbeddedBroker | ExternalBroker, topic: str,
+            tmp_path) -> Iterator[Callable[..., Registry]]:
     """Factory: ``connect(namespace="prod")`` -> a Registry on this test's topic, closed afterwards.
 
     Every registry of a test shares one blob store in the test's temporary directory.

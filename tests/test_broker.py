@@ -171,6 +171,7 @@ def test_binary_that_never_answers_times_out_and_is_killed(tmp_path) -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_context_manager_starts_and_stops() -> None:
     with EmbeddedBroker() as b:
         pid = b.pid
@@ -183,6 +184,7 @@ def test_context_manager_starts_and_stops() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_bootstrap_answers_and_creates_a_compacted_topic(broker: EmbeddedBroker) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     try:
@@ -199,6 +201,7 @@ def test_bootstrap_answers_and_creates_a_compacted_topic(broker: EmbeddedBroker)
 
 
 @integration
+@pytest.mark.embedded_only
 def test_two_brokers_get_different_ports() -> None:
     with EmbeddedBroker() as a, EmbeddedBroker() as b:
         assert a.port != b.port
@@ -209,6 +212,7 @@ def test_two_brokers_get_different_ports() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_stop_is_idempotent_and_reaps_the_process() -> None:
     b = EmbeddedBroker().start()
     pid = b.pid
@@ -224,6 +228,7 @@ def test_stop_is_idempotent_and_reaps_the_process() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_stop_with_a_connected_client_still_ends_the_process() -> None:
     b = EmbeddedBroker().start()
     pid = b.pid
@@ -240,6 +245,7 @@ def test_stop_with_a_connected_client_still_ends_the_process() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_start_twice_is_an_error_and_restart_after_stop_works() -> None:
     b = EmbeddedBroker()
     try:
@@ -254,6 +260,7 @@ def test_start_twice_is_an_error_and_restart_after_stop_works() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_explicit_port_in_use_fails_with_the_log_tail() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -265,6 +272,7 @@ def test_explicit_port_in_use_fails_with_the_log_tail() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_lost_bind_race_is_retried_on_a_new_port(monkeypatch) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -280,6 +288,7 @@ def test_lost_bind_race_is_retried_on_a_new_port(monkeypatch) -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_log_file_receives_the_broker_output(tmp_path) -> None:
     log = tmp_path / "tansu.log"
     with EmbeddedBroker(log_file=log) as b:
@@ -289,6 +298,7 @@ def test_log_file_receives_the_broker_output(tmp_path) -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_temporary_log_is_removed_on_stop() -> None:
     with EmbeddedBroker() as b:
         log = b.log_path
@@ -297,6 +307,7 @@ def test_temporary_log_is_removed_on_stop() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_atexit_stops_a_broker_the_program_forgot(tmp_path) -> None:
     program = textwrap.dedent(
         """
@@ -348,6 +359,7 @@ def test_cli_broker_without_binary_exits_2(tmp_path) -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_cli_broker_port_in_use_exits_1() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -364,6 +376,7 @@ def test_cli_broker_port_in_use_exits_1() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_cli_broker_runs_until_signalled(sig: signal.Signals) -> None:
     port = free_port()

@@ -190,6 +190,7 @@ def test_probe_of_something_that_is_not_kafka() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_starts_with_nothing_on_the_advertised_port() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -211,12 +212,14 @@ def test_starts_with_nothing_on_the_advertised_port() -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_probe_reads_the_cluster_id_without_advertising(broker: EmbeddedBroker) -> None:
     assert broker.advertised_port is None
     assert _probe_cluster_id(("127.0.0.1", broker.listen_port), timeout=5) == broker.cluster_id
 
 
 @integration
+@pytest.mark.embedded_only
 def test_transactional_roundtrip_through_the_proxy(proxied) -> None:
     broker, proxy = proxied
     assert broker.bootstrap == proxy.address
@@ -235,6 +238,7 @@ def test_transactional_roundtrip_through_the_proxy(proxied) -> None:
 
 
 @integration
+@pytest.mark.embedded_only
 def test_the_transaction_coordinator_is_reached_through_the_proxy(proxied) -> None:
     """FindCoordinator answers with the advertised address too: a blackhole stalls EndTxn."""
     broker, proxy = proxied
@@ -258,6 +262,7 @@ def test_the_transaction_coordinator_is_reached_through_the_proxy(proxied) -> No
 
 
 @integration
+@pytest.mark.embedded_only
 @pytest.mark.parametrize("kind", ["idempotent", "transactional"])
 @pytest.mark.parametrize("mode", ["cut", "blackhole"])
 def test_producer_delivers_after_a_short_interruption(proxied, mode: str, kind: str) -> None:

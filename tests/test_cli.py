@@ -18,6 +18,7 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*JOBREG, *args], capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.embedded_only
 @pytest.mark.integration
 def test_demo_plays_the_incidents_and_every_guarantee_holds(tmp_path) -> None:
     result = run("demo", "--out", str(tmp_path))
@@ -37,11 +38,22 @@ def test_demo_plays_the_incidents_and_every_guarantee_holds(tmp_path) -> None:
     assert leftovers.stdout.strip() == ""
 
 
+@pytest.mark.embedded_only
 @pytest.mark.integration
 def test_bench_core_prints_its_table() -> None:
     result = run("bench", "core", "--submits", "20", "--jobs", "2000")
     assert result.returncode == 0, result.stderr
     for row in ("fenced submit p99", "batched submit", "fold replay", "raw limit", "replay / raw"):
+        assert row in result.stdout
+
+
+@pytest.mark.embedded_only
+@pytest.mark.integration
+def test_bench_soak_prints_its_windows_and_targets() -> None:
+    result = run("bench", "soak", "--writes", "200", "--window", "100", "--jobs", "20")
+    assert result.returncode == 0, result.stderr
+    for row in ("writes/s", "p99 ms", "B/live job", "last window's rate / first's",
+                "image per live job", "start-up from a snapshot", "same image as from scratch"):
         assert row in result.stdout
 
 

@@ -75,6 +75,7 @@ def test_state_timeline_explain_and_terms_of_incident_000(connect) -> None:
         reg.state_at(offset=1, time=1)
 
 
+@pytest.mark.embedded_only
 def test_the_same_answers_from_a_dump_with_no_broker(topic, tmp_path) -> None:
     path = tmp_path / "incident-000.jobreg.avro"
     made: list[Registry] = []

@@ -158,6 +158,7 @@ def test_after_a_fencing_the_next_write_is_fenced_before_sending(connect):
     assert caught.value.event_ids == ()
 
 
+@pytest.mark.embedded_only
 @pytest.mark.parametrize("with_producer", [True, False])
 def test_a_lost_broker_is_unknown_after_sending_and_not_accepted_before(tmp_path, with_producer):
     from registry import EmbeddedBroker, Registry
@@ -193,6 +194,7 @@ def test_an_accepted_claim_is_returned_though_its_producer_cannot_start(connect,
     assert reg.leader() == (1, "jm-1") and term.epoch == 1
 
 
+@pytest.mark.embedded_only
 @pytest.mark.parametrize("when", ["before", "during"])
 def test_a_claim_with_a_lost_broker_is_not_accepted_before_and_unknown_during(
         tmp_path, monkeypatch, when):

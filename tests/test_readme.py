@@ -18,6 +18,7 @@ def _quick_start() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
+@pytest.mark.embedded_only
 @pytest.mark.integration
 def test_quick_start_runs_verbatim(capsys) -> None:
     exec(compile(_quick_start(), "README.md quick start", "exec"), {})

@@ -77,6 +77,7 @@ def campaign_run(tmp_path_factory) -> dict:
                                    lease=2.0, out=out), 0, SEED)
 
 
+@pytest.mark.embedded_only
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_campaign_fixed_seed_breaks_no_rule(campaign_run) -> None:
@@ -88,6 +89,7 @@ def test_campaign_fixed_seed_breaks_no_rule(campaign_run) -> None:
     assert s["violation_count"] == 0, "\n".join(first_examples([s], limit=3))
 
 
+@pytest.mark.embedded_only
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_the_checker_names_each_violation_planted_in_a_real_run(campaign_run,

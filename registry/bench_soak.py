@@ -1,0 +1,544 @@
+"""``jobreg bench soak``: does the registry hold up at size? (issue 11)
+
+One leader writes ``writes`` fenced calls, one at a time, on one namespace of a fresh topic,
+keeping about ``jobs`` live jobs, in a Flink-like mix (:data:`MIX`): checkpoints triggered,
+completed and failed; jobs cancelled and new ones submitted (the churn keeps the live count);
+live jobs adopted again. Every ``window`` writes it records the window's rate (successful
+writes per second of the window's time, failed calls' time included), the p50/p99
+latency of its successful writes, its failures, this process's (the client's) resident set
+size and the size of the client's image. At the end it writes a snapshot and times a fresh
+client's start-up from scratch and from that snapshot.
+
+**Image size.** Measured deterministically as the length of the snapshot body before
+compression: ``gzip.decompress(registry.snapshot.encode_image(image))``, i.e. the image's
+column-wise JSON plus its raw inline graphs (each job carries a 200-byte inline graph). The
+gzip'd length (what a snapshot file holds) is reported next to it. Divided by the number of
+live jobs, it is the figure the target "at most 1 KiB per live job" is read against; it also
+counts what the image keeps for ever (terminal job ids, every event id folded).
+
+**Failures never end the run by themselves.** A write that raises (``OutcomeUnknown``,
+``BrokerError``, a refusal, anything) is counted by kind and the run goes on with the next
+write, except that it stops early, and says why, when
+
+* ``MAX_CONSECUTIVE_FAILURES`` writes in a row failed;
+* fewer than ``STALL_RATE`` writes/s succeeded over the last ``STALL_SECONDS`` seconds;
+* ``STALL_WINDOWS`` windows in a row ran under ``STALL_RATE`` writes/s;
+* the term was fenced (another writer claimed the namespace: every later write would fail).
+
+Targets (printed next to the figures): the last window's rate at least 2/3 of the first's,
+no write failing, over 100,000 writes; the image at most 1 KiB per live job.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gzip
+import os
+import random
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .errors import Fenced
+
+if TYPE_CHECKING:
+    from .client import Registry, Term
+    from .image import Image
+
+__all__ = ["MIX", "SoakFigures", "SoakWindow", "bench_soak", "format_soak"]
+
+NAMESPACE = "soak"
+GRAPH_BYTES = 200
+TARGET_WRITES = 100_000
+TARGET_RATE_RATIO = 2 / 3
+TARGET_IMAGE_PER_JOB = 1024
+MAX_CONSECUTIVE_FAILURES = 20
+STALL_RATE = 1.0  # writes/s
+STALL_SECONDS = 60.0
+STALL_WINDOWS = 3
+HEARTBEAT_SECONDS = 30.0
+
+#: The write mix, in percent. ``churn`` cancels a random live job when the namespace holds
+#: ``jobs`` live jobs or more and submits a new one otherwise (so about half each).
+#: A trigger picks a job with no checkpoint in flight; completions and failures end one.
+MIX: tuple[tuple[str, int], ...] = (
+    ("trigger", 42),
+    ("complete", 34),
+    ("fail", 6),
+    ("churn", 12),
+    ("adopt", 6),
+)
+
+
+@dataclass
+class SoakWindow:
+    """One window of writes."""
+
+    index: int
+    first: int  # number of its first write, from 1
+    writes: int  # calls made (failed ones included)
+    failures: int
+    seconds: float
+    p50_ms: float | None  # of its successful writes
+    p99_ms: float | None
+    rss_mib: float
+    image_bytes: int | None  # uncompressed snapshot body; None if it could not be encoded
+    image_gzip_bytes: int | None
+    live_jobs: int
+
+    @property
+    def rate(self) -> float:
+        """Successful writes per second (a failed call's time counts, the call does not)."""
+        return (self.writes - self.failures) / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def bytes_per_live_job(self) -> float | None:
+        if self.image_bytes is None or not self.live_jobs:
+            return None
+        return self.image_bytes / self.live_jobs
+
+
+@dataclass
+class SoakFigures:
+    """What ``bench soak`` measured."""
+
+    writes_asked: int
+    window: int
+    jobs: int
+    seed: int
+    bootstrap: str
+    embedded: bool
+    topic: str
+    setup_s: float = 0.0
+    windows: list[SoakWindow] = field(default_factory=list)
+    ops: collections.Counter[str] = field(default_factory=collections.Counter)
+    failures: collections.Counter[str] = field(default_factory=collections.Counter)
+    first_failures: list[str] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped early
+    log_offsets: int | None = None
+    start_scratch_s: float | None = None
+    start_scratch_error: str | None = None
+    start_snapshot_s: float | None = None
+    start_snapshot_error: str | None = None
+    started_from: str | None = None
+    snapshot_agrees: bool | None = None
+
+    @property
+    def writes_done(self) -> int:
+        return sum(w.writes for w in self.windows)
+
+    @property
+    def failed(self) -> int:
+        return sum(w.failures for w in self.windows)
+
+
+class _Bag:
+    """A set with O(1) add, remove and uniform random choice."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.where: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, item: str) -> None:
+        self.where[item] = len(self.items)
+        self.items.append(item)
+
+    def discard(self, item: str) -> None:
+        i = self.where.pop(item, None)
+        if i is None:
+            return
+        last = self.items.pop()
+        if i < len(self.items):
+            self.items[i] = last
+            self.where[last] = i
+
+    def choice(self, rng: random.Random) -> str:
+        return self.items[rng.randrange(len(self.items))]
+
+
+class _Workload:
+    """The writer's own model of its jobs: which are idle, which have a checkpoint in flight.
+
+    After a failed write whose outcome is unknown it never touches what that write may
+    have changed in a way the fold would refuse (a possibly cancelled job is dropped; a
+    checkpoint id is never reused).
+    """
+
+    def __init__(self, term: Term, jobs: int, rng: random.Random) -> None:
+        self.term = term
+        self.target = jobs
+        self.rng = rng
+        self.idle = _Bag()
+        self.pending = _Bag()
+        self.in_flight: dict[str, int] = {}  # job -> checkpoint id triggered
+        self.next_cp: dict[str, int] = {}
+        self.submitted = 0
+        self.graph = b"g" * GRAPH_BYTES
+        kinds, weights = zip(*MIX, strict=True)
+        self.kinds, self.cum = kinds, list(_accumulate(weights))
+
+    def new_id(self) -> str:
+        self.submitted += 1
+        return f"job-{self.submitted}"
+
+    def fill(self, batch: int = 500) -> None:
+        """Submit the live jobs the run starts with (``submit_many``, not timed)."""
+        while len(self.idle) < self.target:
+            ids = [self.new_id() for _ in range(min(batch, self.target - len(self.idle)))]
+            self.term.submit_many([(j, self.graph) for j in ids], max_checkpoint_failures=3)
+            for j in ids:
+                self.idle.add(j)
+                self.next_cp[j] = 1
+
+    def pick(self) -> str:
+        kind = self.rng.choices(self.kinds, cum_weights=self.cum)[0]
+        live = len(self.idle) + len(self.pending)
+        if kind == "churn":
+            return "cancel" if live >= self.target else "submit"
+        if kind in ("complete", "fail") and not self.pending:
+            kind = "trigger"
+        if kind == "trigger" and not self.idle:
+            kind = "complete" if self.pending else "submit"
+        if kind == "adopt" and not live:
+            kind = "submit"
+        return kind
+
+    def _any_live(self) -> str:
+        n = self.rng.randrange(len(self.idle) + len(self.pending))
+        return self.idle.items[n] if n < len(self.idle) else self.pending.items[n - len(self.idle)]
+
+    def run(self, kind: str) -> Callable[[], None]:
+        """The write of ``kind`` as a call, and the model's update when it succeeds or fails."""
+        term, rng = self.term, self.rng
+        if kind == "submit":
+            job = self.new_id()
+
+            def call() -> None:
+                term.submit(job, self.graph, max_checkpoint_failures=3)
+                self.idle.add(job)
+                self.next_cp[job] = 1
+            return call
+        if kind == "cancel":
+            job = self._any_live()
+            # Whatever happens, the job leaves the model: a cancel of unknown outcome may
+            # have made it terminal, and a write to a terminal job is refused.
+            self.idle.discard(job)
+            self.pending.discard(job)
+            self.in_flight.pop(job, None)
+            self.next_cp.pop(job, None)
+            return lambda: term.cancel(job, reason="soak")
+        if kind == "adopt":
+            job = self._any_live()
+            return lambda: term.adopt(job)
+        if kind == "trigger":
+            job = self.idle.choice(rng)
+            cp = self.next_cp[job]
+            self.next_cp[job] = cp + 1  # never reused, whatever the outcome
+
+            def call() -> None:
+                term.checkpoint_triggered(job, cp)
+                self.idle.discard(job)
+                self.pending.add(job)
+                self.in_flight[job] = cp
+            return call
+        job = self.pending.choice(rng)
+        cp = self.in_flight.pop(job)
+        # Done or in doubt, the checkpoint is no longer in flight for the model.
+        self.pending.discard(job)
+        self.idle.add(job)
+        if kind == "complete":
+            return lambda: term.checkpoint_completed(
+                job, cp, f"file:///soak/checkpoints/{job}/chk-{cp}")
+        return lambda: term.checkpoint_failed(job, cp, "declined by a task", task="task-3")
+
+
+def _accumulate(weights: tuple[int, ...]) -> list[int]:
+    out, total = [], 0
+    for w in weights:
+        total += w
+        out.append(total)
+    return out
+
+
+def _rss_mib() -> float:
+    """This process's resident set size now (``/proc/self/statm``), else its peak."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _image_size(image: Image) -> tuple[int | None, int | None]:
+    """(uncompressed, gzip'd) length of the snapshot body of ``image``."""
+    from .snapshot import encode_image
+
+    try:
+        body = encode_image(image)
+    except Exception:  # the figure is missing, the run goes on
+        return None, None
+    return len(gzip.decompress(body)), len(body)
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    return f"{type(e).__name__}: {text}"[:300]
+
+
+def bench_soak(*, writes: int = TARGET_WRITES, window: int = 10_000, jobs: int = 1000,
+               seed: int = 1, bootstrap: str | None = None, timeout: float = 10.0,
+               work_dir: str | None = None,
+               progress: Callable[[str], None] = lambda _: None) -> SoakFigures:
+    """Run the soak on ``bootstrap`` (a fresh embedded broker when ``None``).
+
+    The run uses a fresh topic ``jobreg-soak-<random>``; on a broker of one's own its
+    deletion is asked for at the end. Raises only if the run cannot start (no broker, the
+    claim or the initial submits fail); every later failure is counted in the figures.
+    """
+    import tempfile
+
+    from .broker import EmbeddedBroker
+    from .client import Registry
+
+    rng = random.Random(seed)
+    topic = f"jobreg-soak-{uuid.uuid4().hex[:10]}"
+    with contextlib.ExitStack() as stack:
+        if bootstrap is None:
+            progress("starting an embedded broker")
+            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
+            embedded = True
+        else:
+            embedded = False
+            stack.callback(_delete_topic, bootstrap, topic)
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(dir=work_dir))
+        figures = SoakFigures(writes_asked=writes, window=window, jobs=jobs, seed=seed,
+                              bootstrap=bootstrap, embedded=embedded, topic=topic)
+        reg = Registry.connect(bootstrap, NAMESPACE, topic=topic, timeout=timeout,
+                               blob_store=os.path.join(tmp, "blobs"))
+        stack.callback(reg.close)
+        term = reg.claim_leadership("soak-leader")
+        work = _Workload(term, jobs, rng)
+        progress(f"topic {topic} on {bootstrap}: submitting {jobs:,} live jobs")
+        t0 = time.perf_counter()
+        work.fill()
+        figures.setup_s = time.perf_counter() - t0
+        progress(f"{writes:,} fenced writes in windows of {window:,}")
+        _soak(figures, reg, work, progress)
+        _startup(figures, reg, bootstrap, topic, timeout, tmp, progress)
+    return figures
+
+
+def _soak(figures: SoakFigures, reg: Registry, work: _Workload,
+          progress: Callable[[str], None]) -> None:
+    writes, window = figures.writes_asked, figures.window
+    successes: collections.deque[float] = collections.deque()  # completion times, last minute
+    consecutive = 0
+    slow_windows = 0
+    run_start = time.perf_counter()
+    done = 0
+    while done < writes and figures.stopped is None:
+        size = min(window, writes - done)
+        lat: list[float] = []
+        failures = 0
+        w_start = last_beat = time.perf_counter()
+        n = 0
+        while n < size:
+            kind = work.pick()
+            call = work.run(kind)
+            t0 = time.perf_counter()
+            try:
+                call()
+            except Exception as e:  # every failure is counted; none ends the run by itself
+                now = time.perf_counter()
+                failures += 1
+                consecutive += 1
+                name = type(e).__name__
+                figures.failures[name] += 1
+                if len(figures.first_failures) < 5:
+                    figures.first_failures.append(
+                        f"write {done + n + 1:,} ({kind}), after {now - t0:.1f} s: "
+                        f"{_describe(e)}")
+                if isinstance(e, Fenced):
+                    figures.stopped = f"the term was fenced at write {done + n + 1:,}: {e}"
+                elif consecutive >= MAX_CONSECUTIVE_FAILURES:
+                    figures.stopped = (f"{consecutive} writes in a row failed (last: "
+                                       f"{_describe(e)})")
+            else:
+                now = time.perf_counter()
+                lat.append((now - t0) * 1000)
+                consecutive = 0
+                successes.append(now)
+                figures.ops[kind] += 1
+            n += 1
+            while successes and successes[0] < now - STALL_SECONDS:
+                successes.popleft()
+            if (figures.stopped is None and now - run_start >= STALL_SECONDS
+                    and len(successes) < STALL_RATE * STALL_SECONDS):
+                figures.stopped = (f"fewer than {STALL_RATE:g} write/s succeeded over the "
+                                   f"last {STALL_SECONDS:.0f} s ({len(successes)} writes)")
+            if figures.stopped is not None:
+                break
+            if now - last_beat >= HEARTBEAT_SECONDS:
+                last_beat = now
+                progress(f"  window {len(figures.windows) + 1}: {n:,}/{size:,} writes, "
+                         f"{len(lat) / (now - w_start):,.1f} ok/s so far, {failures} failed")
+        seconds = time.perf_counter() - w_start
+        image = reg.image
+        image_bytes, image_gzip = _image_size(image)
+        w = SoakWindow(
+            index=len(figures.windows) + 1, first=done + 1, writes=n, failures=failures,
+            seconds=seconds, p50_ms=statistics.median(lat) if lat else None,
+            p99_ms=_percentile(lat, 0.99) if lat else None, rss_mib=_rss_mib(),
+            image_bytes=image_bytes, image_gzip_bytes=image_gzip,
+            live_jobs=sum(1 for v in image.jobs.values() if v.live))
+        figures.windows.append(w)
+        done += n
+        progress(_window_line(w, partial=n < size))
+        slow_windows = slow_windows + 1 if w.rate < STALL_RATE else 0
+        if figures.stopped is None and slow_windows >= STALL_WINDOWS and done < writes:
+            figures.stopped = f"{slow_windows} windows in a row under {STALL_RATE:g} write/s"
+    if figures.stopped:
+        progress(f"stopped early after {done:,} writes: {figures.stopped}")
+
+
+def _window_line(w: SoakWindow, *, partial: bool = False) -> str:
+    def ms(v: float | None) -> str:
+        return "-" if v is None else f"{v:.1f}"
+
+    per_job = w.bytes_per_live_job
+    return (f"window {w.index}{' (partial)' if partial else ''}: writes "
+            f"{w.first:,}-{w.first + w.writes - 1:,}: {w.rate:,.1f}/s, p50 {ms(w.p50_ms)} ms, "
+            f"p99 {ms(w.p99_ms)} ms, {w.failures} failed, RSS {w.rss_mib:,.0f} MiB, image "
+            f"{'-' if w.image_bytes is None else f'{w.image_bytes:,} B'}"
+            f"{'' if per_job is None else f' ({per_job:,.0f} B per live job)'}")
+
+
+def _startup(figures: SoakFigures, reg: Registry, bootstrap: str, topic: str,
+             timeout: float, tmp: str, progress: Callable[[str], None]) -> None:
+    from .client import Registry
+
+    figures.log_offsets = reg.image.provenance.last_offset + 1
+    path = os.path.join(tmp, "soak.snapshot")
+    progress("snapshot, then a fresh client's start-up from scratch and from it")
+    try:
+        reg.write_snapshot(path)
+        figures.log_offsets = reg.image.provenance.last_offset + 1
+    except Exception as e:
+        figures.start_snapshot_error = f"no snapshot: {_describe(e)}"
+        path = ""
+    scratch = warm = None
+    try:
+        t0 = time.perf_counter()
+        scratch = Registry.connect(bootstrap, NAMESPACE, topic=topic, timeout=timeout,
+                                   blob_store=os.path.join(tmp, "blobs"))
+        figures.start_scratch_s = time.perf_counter() - t0
+    except Exception as e:
+        figures.start_scratch_error = _describe(e)
+    if path:
+        try:
+            t0 = time.perf_counter()
+            warm = Registry.connect(bootstrap, NAMESPACE, topic=topic, timeout=timeout,
+                                    blob_store=os.path.join(tmp, "blobs"), snapshot=path)
+            figures.start_snapshot_s = time.perf_counter() - t0
+            figures.started_from = warm.started_from
+        except Exception as e:
+            figures.start_snapshot_error = _describe(e)
+    if scratch is not None and warm is not None:
+        figures.snapshot_agrees = scratch.image == warm.image
+    for r in (scratch, warm):
+        if r is not None:
+            r.close()
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    with contextlib.suppress(Exception):  # else the topic stays; its name says what it is
+        AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])[topic].result(10)
+
+
+def format_soak(f: SoakFigures) -> str:
+    """The soak's windows, then its figures next to the targets, as plain text."""
+    from .bench import figures_table
+    from .render import table
+
+    where = "an embedded broker" if f.embedded else f.bootstrap
+    head = (f"soak: {f.writes_asked:,} fenced writes asked, one namespace ({NAMESPACE!r}) of "
+            f"topic {f.topic} on {where}; {f.jobs:,} live jobs kept ({GRAPH_BYTES} B inline "
+            f"graphs, submitted in {f.setup_s:.1f} s beforehand); seed {f.seed}")
+
+    def num(v: float | None, fmt: str) -> str | None:
+        return None if v is None else format(v, fmt)
+
+    windows = table(
+        ["window", "writes", "writes/s", "p50 ms", "p99 ms", "failed", "RSS MiB", "image B",
+         "image gz B", "live jobs", "B/live job"],
+        ([w.index, f"{w.first:,}-{w.first + w.writes - 1:,}"
+          + (" (partial)" if f.stopped and w is f.windows[-1] else ""), f"{w.rate:,.1f}",
+          num(w.p50_ms, ".1f"), num(w.p99_ms, ".1f"), w.failures, f"{w.rss_mib:,.0f}",
+          num(w.image_bytes, ",d"), num(w.image_gzip_bytes, ",d"), f"{w.live_jobs:,}",
+          num(w.bytes_per_live_job, ",.0f")] for w in f.windows))
+
+    def verdict(ok: bool | None, target: str) -> str:
+        return f"{target}: {'met' if ok else 'NOT met' if ok is not None else 'not measured'}"
+
+    done, failed = f.writes_done, f.failed
+    first = f.windows[0] if f.windows else None
+    last = f.windows[-1] if f.windows else None
+    ratio = last.rate / first.rate if first and last and first.rate else None
+    enough = done >= TARGET_WRITES and f.stopped is None
+    rows = [
+        ("writes done", f"{done:,} of {f.writes_asked:,}",
+         verdict(enough, f">= {TARGET_WRITES:,} with none failing")
+         + ("" if f.writes_asked >= TARGET_WRITES else f" (this run asked {f.writes_asked:,})")),
+        ("failed writes", f"{failed:,}", verdict(failed == 0, "0")),
+    ]
+    if len(f.windows) > 1:
+        rows.append(("last window's rate / first's", f"{ratio:.0%}" if ratio is not None else "-",
+                     verdict(None if ratio is None else ratio >= TARGET_RATE_RATIO, ">= 67%")))
+    per_job = last.bytes_per_live_job if last else None
+    rows.append(("image per live job (uncompressed body)",
+                 "-" if per_job is None else f"{per_job:,.0f} B",
+                 verdict(None if per_job is None else per_job <= TARGET_IMAGE_PER_JOB,
+                         "<= 1 KiB")))
+    if last and last.image_gzip_bytes is not None and last.live_jobs:
+        rows.append(("image per live job (gzip'd, as in a snapshot)",
+                     f"{last.image_gzip_bytes / last.live_jobs:,.0f} B", ""))
+    offsets = f"{f.log_offsets:,} offsets" if f.log_offsets is not None else "the log"
+    rows.append((f"fresh client start-up from scratch ({offsets})",
+                 "-" if f.start_scratch_s is None else f"{f.start_scratch_s:.2f} s",
+                 f.start_scratch_error or ""))
+    rows.append(("fresh client start-up from a snapshot at the end",
+                 "-" if f.start_snapshot_s is None else f"{f.start_snapshot_s:.2f} s",
+                 f.start_snapshot_error or (
+                     "" if f.snapshot_agrees is None else
+                     "same image as from scratch" if f.snapshot_agrees else
+                     "DIFFERS from the image from scratch")
+                 + ("" if not f.started_from or f.started_from.startswith("snapshot")
+                    else f"; {f.started_from}")))
+    lines = [head, "", windows, "", figures_table(rows)]
+    if f.ops:
+        lines += ["", "writes that succeeded, by kind: " + ", ".join(
+            f"{k} {v:,}" for k, v in sorted(f.ops.items(), key=lambda kv: -kv[1]))]
+    if f.failures:
+        lines += ["failed writes, by error: " + ", ".join(
+            f"{k} {v:,}" for k, v in f.failures.most_common())]
+        lines += ["first failures:"] + [f"  {x}" for x in f.first_failures]
+    if f.stopped:
+        lines += [f"STOPPED EARLY after {done:,} of {f.writes_asked:,} writes: {f.stopped}"]
+    return "\n".join(lines)

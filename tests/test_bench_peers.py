@@ -1,0 +1,75 @@
+"""``jobreg bench peers`` through its real entry point: a tiny run when etcd and ZooKeeper are
+installed, and the one-line skip message (package and install command) when they are not.
+
+The benchmark's figures are not tested (no test times anything); these check that it runs the
+three stores, prints them side by side with the ratios and the durability note, stops its
+servers and says plainly what it skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from registry.bench_peers import missing_peers
+
+JOBREG = [sys.executable, "-m", "registry.cli"]
+MISSING = missing_peers()
+
+needs_peers = pytest.mark.skipif(
+    bool(MISSING), reason="; ".join(MISSING.values()) or "etcd and ZooKeeper are installed")
+
+
+def _children_of(pid: int) -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines()[1:] if line.split()[1] == str(pid)]
+
+
+@pytest.mark.integration
+@pytest.mark.embedded_only  # jobreg's side starts its own embedded broker
+@needs_peers
+def test_a_tiny_run_prints_the_three_stores_side_by_side(tmp_path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([*JOBREG, "bench", "peers", "--submits", "20", "--jobs", "200",
+                             "--threads", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    header = out.splitlines()[0].split()
+    assert header[:6] == ["measure", "jobreg", "etcd", "ZooKeeper", "jobreg/etcd",
+                          "jobreg/ZooKeeper"]
+    for row in ("submit p50, one at a time (20)", "submit p99, one at a time (20)",
+                "failover, 200 live jobs: claim -> all taken over",
+                "submit throughput (200 jobs)"):
+        line = next(line for line in out.splitlines() if line.startswith(row))
+        cells = re.split(r"\s{2,}", line)
+        assert "-" not in cells[1:4], line  # a figure for every store
+        assert cells[4].endswith("x") and cells[5].endswith("x"), line  # both ratios
+    assert "never fsynced" in out and "fsyncs its WAL" in out and "forceSync=yes" in out
+    assert "skipped" not in out
+    assert os.listdir(tmp_path) == []  # the servers' data directories are gone
+    assert _children_of(proc.pid) == []
+
+
+def test_a_missing_peer_is_named_with_its_package_and_skipped() -> None:
+    env = {**os.environ, "JOBREG_ETCD_BIN": "/nonexistent/etcd",
+           "JOBREG_ZOOKEEPER_JAR": "/nonexistent/zookeeper.jar"}
+    proc = subprocess.run([*JOBREG, "bench", "peers", "--only", "etcd,zookeeper"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1  # nothing could run
+    assert ("etcd skipped: the etcd server is not installed (Debian package etcd-server: "
+            "apt-get install etcd-server" in proc.stderr)
+    assert ("ZooKeeper skipped: the ZooKeeper server is not installed (Debian package "
+            "zookeeper: apt-get install zookeeper" in proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_unknown_store_is_a_usage_error() -> None:
+    proc = subprocess.run([*JOBREG, "bench", "peers", "--only", "etcd,consul"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "consul" in proc.stderr
