@@ -896,8 +896,11 @@ class Term:
                                                            self.namespace, reg.partition,
                                                            reg.timeout)
                     sent = True
-                    offsets = self._writer.write(todo)
-                    reg._fold(reg._reader.read_until(max(offsets), reg.timeout))
+                    written = self._writer.write(todo)
+                    if reg._reader.take_own(written):  # nothing can lie before them
+                        reg._fold([written])
+                    else:
+                        reg._fold(reg._reader.read_until(written[-1].offset, reg.timeout))
                     failure = None
                 except BrokerError as e:  # TransactionFailed included
                     failure = e

@@ -10,6 +10,17 @@ instead seeks the consumer to its own position, which makes librdkafka issue
 a fresh fetch, and reads until that fetch reports end-of-partition
 (``enable.partition.eof``). The fetch is issued after ``sync`` was called, so
 everything committed before the call is folded when it returns.
+
+A writer's own records need not be read back (:meth:`LogReader.take_own`): when
+the reader knows the log to the very offset where the writer's transaction
+begins, nothing can lie between, and the records the writer sent, at the
+offsets the broker gave them, are exactly what a read would return. The chain
+goes on from one transaction to the next while each begins two offsets after
+the last (the one between is the previous transaction's commit marker); any
+other gap means records of others, and the writer reads. This saves a fetch
+per write on any broker, and on the embedded one, whose fetches cost more the
+more batches a partition holds, it is what keeps writes steady at size. The
+reader's consumer is paused between reads, so it fetches only when asked.
 """
 
 from __future__ import annotations
@@ -197,11 +208,44 @@ class LogReader:
             "auto.offset.reset": "earliest",
             **_CLIENT_DEFAULTS,
         })
-        self._consumer.assign([TopicPartition(topic, partition, start_offset)])
+        self._tp = TopicPartition(topic, partition, start_offset)
+        self._consumer.assign([self._tp])
+        self._consumer.pause([self._tp])  # it fetches only while a read runs
+        self._paused = True
         self._eof = False
+        self._known_end: int | None = None  # every offset below it was read (or taken)
+        self._moved = False  # the position moved without the consumer (take_own)
+
+    def take_own(self, records: list[LogRecord]) -> bool:
+        """Take a writer's own just-committed records as read, if nothing can lie before
+        them (see the module docstring); ``False``: read them instead."""
+        first, last = records[0].offset, records[-1].offset
+        if self._known_end != first or last - first != len(records) - 1 \
+                or self.position > first:
+            return False
+        self.position = last + 1
+        self._known_end = last + 2  # if our commit marker is all that follows
+        self._moved = True
+        return True
+
+    def _resume(self) -> None:
+        if self._moved:  # the consumer's own position is behind what was taken
+            self._moved = False
+            with contextlib.suppress(KafkaException):
+                self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
+        if self._paused:
+            self._consumer.resume([self._tp])
+            self._paused = False
+
+    def _pause(self) -> None:
+        if not self._paused:
+            with contextlib.suppress(KafkaException):
+                self._consumer.pause([self._tp])
+            self._paused = True
 
     def poll(self, timeout: float) -> list[LogRecord]:
         """Whatever records arrive within ``timeout`` seconds (possibly none)."""
+        self._resume()
         out: list[LogRecord] = []
         try:
             # consume(n, t) waits for n messages or the whole of t; so take what is
@@ -219,6 +263,8 @@ class LogReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     self._eof = True  # in order: records after it clear it again
+                    if m.offset() >= 0 and (not out or m.offset() > out[-1].offset):
+                        self._known_end = m.offset()
                     continue
                 if err.fatal():
                     raise BrokerError(f"reading {self.topic}[{self.partition}] failed: "
@@ -228,6 +274,7 @@ class LogReader:
             out.append(LogRecord(m.offset(), m.key(), m.value(),
                                  ts if ts_type != 0 else None, self.partition))
             self._eof = False
+            self._known_end = None
         if out:
             self.position = out[-1].offset + 1
         return out
@@ -235,8 +282,13 @@ class LogReader:
     def seek(self, offset: int) -> None:
         """Read from ``offset`` next (before the first poll: re-assigns the partition)."""
         self.position = offset
-        self._consumer.assign([TopicPartition(self.topic, self.partition, offset)])
+        self._tp = TopicPartition(self.topic, self.partition, offset)
+        self._consumer.assign([self._tp])
+        self._consumer.pause([self._tp])
+        self._paused = True
         self._eof = False
+        self._known_end = None
+        self._moved = False
 
     def end_offset(self, timeout: float) -> int | None:
         """The partition's end offset as the broker reports it (``None`` if it cannot say).
@@ -258,14 +310,17 @@ class LogReader:
         Raises :class:`BrokerError` after ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
-        while self.position <= offset:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BrokerError(f"offset {offset} of {self.topic}[{self.partition}] was not "
-                                  f"readable from {self.bootstrap} within {timeout:g} s")
-            batch = self.poll(min(left, 0.2))
-            if batch:
-                yield batch
+        try:
+            while self.position <= offset:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BrokerError(f"offset {offset} of {self.topic}[{self.partition}] was "
+                                      f"not readable from {self.bootstrap} within {timeout:g} s")
+                batch = self.poll(min(left, 0.2))
+                if batch:
+                    yield batch
+        finally:
+            self._pause()
 
     def read_to_end(self, timeout: float, until: int | None = None
                     ) -> Iterable[list[LogRecord]]:
@@ -293,22 +348,27 @@ class LogReader:
         # fetch, whose end-of-partition event then means "caught up as of now"
         # (see the module docstring). Before the first fetch it may fail: then
         # the first fetch is fresh anyway.
+        self._resume()
         with contextlib.suppress(KafkaException):
             self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
-        while not self._eof and (until is None or self.position <= until):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                where = f"{self.topic}[{self.partition}] at {self.bootstrap}"
-                if per_progress:
-                    raise BrokerError(f"reading {where} made no progress for {timeout:g} s at "
-                                      f"offset {self.position} (is the broker reachable?)")
-                raise BrokerError(f"could not read to the end of {where} within {timeout:g} s "
-                                  "(is the broker reachable?)")
-            batch = self.poll(min(left, 0.2))
-            if batch:
-                if per_progress:
-                    deadline = time.monotonic() + timeout
-                yield batch
+        try:
+            while not self._eof and (until is None or self.position <= until):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    where = f"{self.topic}[{self.partition}] at {self.bootstrap}"
+                    if per_progress:
+                        raise BrokerError(f"reading {where} made no progress for {timeout:g} s "
+                                          f"at offset {self.position} (is the broker "
+                                          "reachable?)")
+                    raise BrokerError(f"could not read to the end of {where} within "
+                                      f"{timeout:g} s (is the broker reachable?)")
+                batch = self.poll(min(left, 0.2))
+                if batch:
+                    if per_progress:
+                        deadline = time.monotonic() + timeout
+                    yield batch
+        finally:
+            self._pause()
 
     def close(self) -> None:
         """Leave the broker; the reader cannot be used afterwards."""
@@ -336,10 +396,11 @@ class TransactionFailed(BrokerError):
 
 
 class _Delivery:
-    __slots__ = ("error", "offsets")
+    __slots__ = ("error", "offsets", "stamps")
 
     def __init__(self) -> None:
         self.offsets: list[int] = []
+        self.stamps: list[int | None] = []
         self.error: KafkaError | None = None
 
     def __call__(self, err, msg) -> None:
@@ -347,6 +408,11 @@ class _Delivery:
             self.error = err
         else:
             self.offsets.append(msg.offset())
+            # The broker's stamp when the topic uses LogAppendTime (Kafka returns it in
+            # the produce response), else the producer's, which is then what it stored:
+            # either way what a reader of the record sees.
+            ts_type, ts = msg.timestamp()
+            self.stamps.append(ts if ts_type != 0 else None)
 
 
 class TransactionalWriter:
@@ -370,8 +436,9 @@ class TransactionalWriter:
             raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
                                     fatal=True) from e
 
-    def write(self, records: list[tuple[str, bytes]]) -> list[int]:
-        """Write ``(key, value)`` records in one transaction; return their offsets."""
+    def write(self, records: list[tuple[str, bytes]]) -> list[LogRecord]:
+        """Write ``(key, value)`` records in one transaction; return them as the log holds
+        them (offset, key, value, the stamp a reader sees), in order."""
         p, delivery = self._producer, _Delivery()
         try:
             p.begin_transaction()
@@ -391,7 +458,9 @@ class TransactionalWriter:
                                     fatal=fatal) from e
         if delivery.error is not None or len(delivery.offsets) != len(records):
             raise TransactionFailed(f"delivery failed: {delivery.error}", fatal=False)
-        return delivery.offsets
+        return [LogRecord(offset, key.encode("utf-8"), value, stamp, self.partition)
+                for offset, stamp, (key, value)
+                in zip(delivery.offsets, delivery.stamps, records, strict=True)]
 
     def close(self) -> None:
         """Close the producer (the ``transactional.id`` stays ours until another fences it).
