@@ -159,6 +159,19 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def _one_at_a_time(submit: Callable[[str, bytes], object], submits: int) -> list[float]:
+    """Milliseconds of each of ``submits`` submits, one at a time, after a warm-up."""
+    for i in range(WARM_UP):
+        submit(f"warm-{i}", _graph(i))
+    lat = []
+    for i in range(submits):
+        graph = _graph(i)
+        t0 = time.perf_counter()
+        submit(f"single-{i}", graph)
+        lat.append((time.perf_counter() - t0) * 1000)
+    return lat
+
+
 def _latency(lat_ms: list[float], f: StoreFigures) -> None:
     f.submit_p50_ms = statistics.median(lat_ms)
     f.submit_p99_ms = _percentile(lat_ms, 0.99)
@@ -299,15 +312,7 @@ def _run_jobreg(submits: int, jobs: int, progress: _Progress) -> StoreFigures:
             regs.append(reg)
             term = reg.claim_leadership("leader-1")
             progress(f"jobreg: {submits} fenced submits, one at a time")
-            for i in range(WARM_UP):
-                term.submit(f"warm-{i}", _graph(i))
-            lat = []
-            for i in range(submits):
-                graph = _graph(i)
-                t0 = time.perf_counter()
-                term.submit(f"single-{i}", graph)
-                lat.append((time.perf_counter() - t0) * 1000)
-            _latency(lat, f)
+            _latency(_one_at_a_time(term.submit, submits), f)
 
             progress(f"jobreg: {jobs} jobs in submit_many calls of {BATCH}")
             topic = "jobreg-peers-failover"
@@ -628,15 +633,7 @@ def _run_zookeeper(work: Path, submits: int, jobs: int, threads: int,
         progress(f"ZooKeeper: {submits} fenced submits, one at a time")
         leader = _ZkLeader(zk, "/jobreg-bench/latency", "leader-1")
         leader.claim()
-        for i in range(WARM_UP):
-            leader.submit(f"warm-{i}", _graph(i))
-        lat = []
-        for i in range(submits):
-            graph = _graph(i)
-            t0 = time.perf_counter()
-            leader.submit(f"single-{i}", graph)
-            lat.append((time.perf_counter() - t0) * 1000)
-        _latency(lat, f)
+        _latency(_one_at_a_time(leader.submit, submits), f)
 
         progress(f"ZooKeeper: {jobs} jobs by {threads} threads")
         root = "/jobreg-bench/failover"
