@@ -391,7 +391,13 @@ def _failed_call_had_effect(p: _Plot) -> str:
 def _call_not_atomic(p: _Plot) -> str:
     ns, v = _live_submit(p)
     off, eid = _refused_submit(p, ns, v.job)  # refused: a second submit of a known job
-    other = next((x for x in p.accepted(ns, "JobSubmitted") if x.job != v.job), v)
+    # The planted call's two records must read as one call: the refused one is a lone
+    # record (no call id), so the accepted one must be a lone record too, not a member of a
+    # real submit_many (the checker groups a call's records by their call id).
+    lone = [x for x in p.accepted(ns, "JobSubmitted") if getattr(x.event, "call_id", None) is None]
+    other = next((x for x in lone if x.job != v.job), lone[0] if lone else None)
+    if other is None:
+        raise LookupError("no accepted submit outside a call")
     p.op("planted", "submit_many", ns, kind="info", args={"jobs": [other.job, v.job]},
          error="OutcomeUnknown", event_ids=[other.event_id, eid])
     return f"an unknown submit_many with one record accepted and one refused (offset {off})"
@@ -477,8 +483,10 @@ def _unexpected_error(p: _Plot) -> str:
 def _fold_disagrees(p: _Plot) -> str:
     ns = p.ns()
     m = p.run.models[ns]
+    # Not a record of a call: a call half-refused is reported as call_not_atomic instead.
     target = next(v for v in m.verdicts if v.accepted and v.etype in (
-        "LeaseRenewed", "CheckpointTriggered", "JobSubmitted", "JobCancelled"))
+        "LeaseRenewed", "CheckpointTriggered", "JobSubmitted", "JobCancelled")
+        and getattr(v.event, "call_id", None) is None)
     path = p.dir / "decisions" / f"{ns}.jsonl"
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
     for d in lines:
