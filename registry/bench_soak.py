@@ -14,7 +14,9 @@ compression: ``gzip.decompress(registry.snapshot.encode_image(image))``, i.e. th
 column-wise JSON plus its raw inline graphs (each job carries a 200-byte inline graph). The
 gzip'd length (what a snapshot file holds) is reported next to it. Divided by the number of
 live jobs, it is the figure the target "at most 1 KiB per live job" is read against; it also
-counts what the image keeps for ever (terminal job ids, every event id folded).
+counts what the image keeps for ever (terminal job ids) and the duplicate window's ids
+(fold rule 1: the write rate times one to two minutes). ``jobreg bench image`` measures the
+same figure after a million records, without a broker.
 
 **Failures never end the run by themselves.** A write that raises (``OutcomeUnknown``,
 ``BrokerError``, a refusal, anything) is counted by kind and the run goes on with the next
@@ -49,7 +51,8 @@ if TYPE_CHECKING:
     from .client import Registry, Term
     from .image import Image
 
-__all__ = ["MIX", "SoakFigures", "SoakWindow", "bench_soak", "format_soak"]
+__all__ = ["MIX", "ImageFigures", "SoakFigures", "SoakWindow", "bench_image", "bench_soak",
+           "format_image", "format_soak"]
 
 NAMESPACE = "soak"
 GRAPH_BYTES = 200
@@ -542,3 +545,167 @@ def format_soak(f: SoakFigures) -> str:
     if f.stopped:
         lines += [f"STOPPED EARLY after {done:,} of {f.writes_asked:,} writes: {f.stopped}"]
     return "\n".join(lines)
+
+
+# -- the image at size, without a broker (``jobreg bench image``) ----------------------------
+
+
+@dataclass
+class ImageFigures:
+    """The image after folding ``events`` synthetic records of the soak's mix."""
+
+    events: int
+    live_jobs: int
+    terminal_jobs: int
+    rate: int  # records per second of broker time
+    fold_s: float
+    image_bytes: int
+    image_gzip_bytes: int
+    recent_ids: int
+    window_bytes: int  # what the duplicate window's ids add to the image
+    terminal_bytes: int  # what the terminal jobs add
+
+    @property
+    def per_live_job(self) -> float:
+        return self.image_bytes / max(1, self.live_jobs)
+
+
+class _FoldingTerm:
+    """What :class:`_Workload` drives, writing nothing: each call becomes the event a
+    :class:`~registry.client.Term` would write, folded at once, stamped by a clock that
+    advances ``1/rate`` s per record (so the duplicate window holds ``rate`` x 60 s of ids)."""
+
+    def __init__(self, rate: int) -> None:
+        from .codec import default_codec
+        from .events import LeadershipGranted, new_event_id
+        from .fold import Delta
+        from .image import Image
+
+        self.codec = default_codec()
+        self.rate = rate
+        self.offset = 0
+        self.env = dict(namespace=NAMESPACE, epoch=1, writer="soak", created_at=0)
+        self.image = Image.empty(NAMESPACE)
+        self.delta = Delta(self.image, self.codec)
+        self._new_id = new_event_id
+        self._write(LeadershipGranted(event_id=new_event_id(), prev_epoch=0, **self.env))
+
+    def _write(self, event) -> None:  # type: ignore[no-untyped-def]
+        from .image import LogRecord
+        from .keys import record_key
+
+        stamp = 1_700_000_000_000 + self.offset * 1000 // self.rate
+        d = self.delta.replay(LogRecord(self.offset, record_key(event).encode(),
+                                        self.codec.encode(event), stamp))
+        if not d.accepted:
+            raise RuntimeError(f"the fold refused a soak record: {d.reason} {d.detail}")
+        self.offset += 1
+        if self.offset % 10_000 == 0:  # a batch, as a reader would fold
+            self.image = self.delta.apply()
+            from .fold import Delta
+            self.delta = Delta(self.image, self.codec)
+
+    def finish(self) -> Image:
+        self.image = self.delta.apply()
+        return self.image
+
+    def _e(self) -> dict:
+        return {**self.env, "event_id": self._new_id()}
+
+    def submit(self, job: str, graph: bytes, max_checkpoint_failures: int = 0) -> None:
+        from .events import InlineGraph, JobSubmitted
+
+        self._write(JobSubmitted(job_id=job, graph=InlineGraph(graph),
+                                 max_checkpoint_failures=max_checkpoint_failures, **self._e()))
+
+    def submit_many(self, jobs: list[tuple[str, bytes]], max_checkpoint_failures: int = 0) -> None:
+        for job, graph in jobs:
+            self.submit(job, graph, max_checkpoint_failures)
+
+    def cancel(self, job: str, reason: str = "") -> None:
+        from .events import JobCancelled
+
+        self._write(JobCancelled(job_id=job, reason=reason, **self._e()))
+
+    def adopt(self, job: str) -> None:
+        from .events import JobAdopted
+
+        self._write(JobAdopted(job_id=job, **self._e()))
+
+    def _checkpoint(self, kind, job: str, cp: int, **extra) -> None:  # type: ignore[no-untyped-def]
+        from .fold import checkpoint_step
+
+        view = self.delta.job(job)
+        state, _ = checkpoint_step(view.checkpoints, kind, cp, location=extra.get("location", ""),
+                                   retained=view.retained_checkpoints)
+        self._write(kind(job_id=job, checkpoint_id=cp, state=state, **extra, **self._e()))
+
+    def checkpoint_triggered(self, job: str, cp: int) -> None:
+        from .events import CheckpointTriggered
+
+        self._checkpoint(CheckpointTriggered, job, cp)
+
+    def checkpoint_completed(self, job: str, cp: int, location: str) -> None:
+        from .events import CheckpointCompleted
+
+        self._checkpoint(CheckpointCompleted, job, cp, location=location)
+
+    def checkpoint_failed(self, job: str, cp: int, reason: str, task: str | None = None) -> None:
+        from .events import CheckpointFailed
+
+        self._checkpoint(CheckpointFailed, job, cp, reason=reason, task=task)
+
+
+def bench_image(*, events: int = 1_000_000, jobs: int = 1000, rate: int = 200, seed: int = 1,
+                progress: Callable[[str], None] | None = None) -> ImageFigures:
+    """Fold ``events`` records of the soak's mix on ``jobs`` live jobs, ``rate`` records per
+    second of broker time (1,000 jobs checkpointing every 10 s write about 200/s), and
+    measure the image: is it bounded by live state?"""
+    import dataclasses
+
+    import immutables
+
+    say = progress or (lambda msg: None)
+    term = _FoldingTerm(rate)
+    load = _Workload(term, jobs, random.Random(seed))  # type: ignore[arg-type]
+    start = time.perf_counter()
+    load.fill()
+    while term.offset < events:
+        load.run(load.pick())()
+        if term.offset % 100_000 == 0:
+            say(f"{term.offset:,} of {events:,} records folded")
+    image = term.finish()
+    fold_s = time.perf_counter() - start
+    size, gz = _image_size(image)
+    assert size is not None and gz is not None
+    no_window = dataclasses.replace(image, recent_ids=immutables.Map())
+    live = immutables.Map({k: v for k, v in image.jobs.items() if v.live})
+    no_terminal = dataclasses.replace(no_window, jobs=live)
+    without_window = _image_size(no_window)[0] or 0
+    return ImageFigures(
+        events=term.offset, live_jobs=len(live), terminal_jobs=len(image.jobs) - len(live),
+        rate=rate, fold_s=fold_s, image_bytes=size, image_gzip_bytes=gz,
+        recent_ids=sum(len(ids) for ids in image.recent_ids.values()),
+        window_bytes=size - without_window,
+        terminal_bytes=without_window - (_image_size(no_terminal)[0] or 0))
+
+
+def format_image(f: ImageFigures) -> str:
+    """The image figures next to the target, as plain text."""
+    from .bench import figures_table
+
+    head = f"The image after {f.events:,} records ({f.rate}/s of broker time, no broker)"
+    return head + "\n" + figures_table([
+            ("records folded (generated, encoded and folded)",
+             f"{f.events:,} in {f.fold_s:.1f} s ({f.events / f.fold_s:,.0f}/s)", ""),
+            ("live / terminal jobs", f"{f.live_jobs:,} / {f.terminal_jobs:,}", ""),
+            ("image (snapshot body, uncompressed / gzip'd)",
+             f"{f.image_bytes:,} B / {f.image_gzip_bytes:,} B", ""),
+            ("image per live job", f"{f.per_live_job:,.0f} B",
+             f"<= {TARGET_IMAGE_PER_JOB:,} B: "
+             + ("met" if f.per_live_job <= TARGET_IMAGE_PER_JOB else "missed")),
+            ("of which the duplicate window", f"{f.recent_ids:,} ids, {f.window_bytes:,} B",
+             "rate x 60-120 s: grows with the rate, not the log"),
+            ("of which terminal job ids", f"{f.terminal_bytes:,} B",
+             "one per job ever ended: the no-resurrection rule needs them"),
+        ])

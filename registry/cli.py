@@ -432,6 +432,26 @@ def bench_soak_cmd(settings: Settings, writes: int, window: int, jobs: int, seed
         raise SystemExit(EXIT_ERROR)
 
 
+@bench.command("image")
+@click.option("--events", type=click.IntRange(1000), default=1_000_000, show_default=True,
+              help="Records to fold (the soak's mix), no broker.")
+@click.option("--jobs", type=click.IntRange(1), default=1000, show_default=True,
+              help="Live jobs kept.")
+@click.option("--rate", type=click.IntRange(1), default=200, show_default=True,
+              help="Records per second of broker time (1,000 jobs checkpointing every 10 s "
+                   "write about 200/s).")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the write mix.")
+def bench_image_cmd(events: int, jobs: int, rate: int, seed: int) -> None:
+    """Is the image bounded by live state? Folds a long synthetic log of the soak's mix (no
+    broker) and prints the image's size per live job, and what the duplicate window and the
+    terminal job ids add to it."""
+    from registry.bench_soak import bench_image, format_image
+
+    figures = bench_image(events=events, jobs=jobs, rate=rate, seed=seed,
+                          progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_image(figures))
+
+
 # -- read commands: replay the log (broker or dump) and print ----------------------------------
 
 

@@ -80,6 +80,7 @@ from .events import (
     now_ms,
 )
 from .fold import (
+    DUPLICATE_WINDOW_MS,
     CheckpointRuleViolation,
     bulk,
     checkpoint_step,
@@ -856,7 +857,7 @@ class Term:
         slots = [[(key, event)] for key, event in pairs]  # every copy sent per record
         waiting = reg._waiting
         failure: Exception | None = None
-        sent = False
+        sent, first_sent = False, 0.0
 
         def ids() -> tuple[str, ...]:
             return tuple(e.event_id for copies in slots for _, e in copies) if sent else ()
@@ -882,6 +883,11 @@ class Term:
                     todo.append((key, codec.encode(event)))
                 if not todo:
                     break
+                if sent and time.monotonic() - first_sent > DUPLICATE_WINDOW_MS / 2000:
+                    # Rule 1 forgets an id a window after its record landed: a copy sent
+                    # later could be folded as a new event.
+                    raise unknown(f"not confirmed within half the duplicate window "
+                                  f"({DUPLICATE_WINDOW_MS / 2000:g} s); not re-sent", failure)
                 try:
                     if self._writer is None:
                         # A new producer fences whichever holds the namespace's id now,
@@ -895,7 +901,8 @@ class Term:
                         self._writer = TransactionalWriter(reg.bootstrap, reg.topic,
                                                            self.namespace, reg.partition,
                                                            reg.timeout)
-                    sent = True
+                    if not sent:
+                        sent, first_sent = True, time.monotonic()
                     written = self._writer.write(todo)
                     if reg._reader.take_own(written):  # nothing can lie before them
                         reg._fold([written])

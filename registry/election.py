@@ -130,7 +130,7 @@ class Election:
             except RegistryError:
                 image = None  # broker unreachable: keep the clock, try again
             if image is not None:
-                info = image.terms.get(image.epoch)
+                info = image.term
                 progress = (image.epoch, info.renewals if info else 0, image.revoked)
                 if progress != seen:
                     seen, changed_at = progress, self._clock()

@@ -3,7 +3,8 @@
 ``replay(image, record) -> image`` is pure and total: it never raises because
 of what a record contains. Records that cannot be decoded (or have an unknown
 type) are quarantined; records that break a rule are rejected with a reason;
-both are kept in the image. Everything that shows state calls this module.
+the image keeps the newest of both (:data:`HISTORY_KEPT`), forensics all.
+Everything that shows state calls this module.
 
 Rules, in the order the fold applies them to one record of this namespace:
 
@@ -11,6 +12,15 @@ Rules, in the order the fold applies them to one record of this namespace:
    partitions). A record without a value (tombstone) or that does not decode
    is quarantined.
 1. A duplicate ``event_id`` has no second effect (outcome ``DUPLICATE``).
+   The fold does not remember every id ever folded: broker time is cut into
+   windows of :data:`DUPLICATE_WINDOW_MS` (window ``timestamp // W``), and
+   it remembers the ids folded in the newest window any record reached and
+   in the one before (an id folded in an earlier window than the newest is
+   remembered in the newest). It assumes every copy of an event lands
+   within one window of the first (a client re-sends only within one call,
+   and gives up re-sending half a window after its first send; the
+   idempotent producer's own retries never reach the log twice). Records
+   without a broker timestamp (models) never open a window.
 2. The event must name this namespace and sit under the key its type
    belongs to (``namespace_mismatch``, ``wrong_key``).
 3. ``LeadershipGranted`` is a compare-and-set: accepted iff ``prev_epoch`` is
@@ -113,6 +123,8 @@ from .image import Decision, Image, JobView, LogRecord, Outcome, Provenance, Ter
 from .keys import allowed_keys, parse_key, record_key
 
 __all__ = [
+    "DUPLICATE_WINDOW_MS",
+    "HISTORY_KEPT",
     "CheckpointRuleViolation",
     "Delta",
     "bulk",
@@ -124,6 +136,15 @@ __all__ = [
     "plan_reassertions",
     "replay",
 ]
+
+
+DUPLICATE_WINDOW_MS = 60_000
+"""Rule 1's window: every copy of an event is assumed to land within this many
+milliseconds (broker time) of the first; ids are remembered for one to two windows."""
+
+HISTORY_KEPT = 1_000
+"""How many of the newest refused, ignored and quarantined records an image keeps
+(the image is bounded by live state; forensics replays the log for all of them)."""
 
 
 class _Verdict(Exception):
@@ -227,6 +248,13 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
                            tuple(sorted(discarded)), tuple(sorted(counted))), why
 
 
+def _newest(kept: tuple[Decision, ...], new: list[Decision]) -> tuple[Decision, ...]:
+    if not new:
+        return kept
+    both = kept + tuple(new)
+    return both[-HISTORY_KEPT:] if len(both) > HISTORY_KEPT else both
+
+
 class Delta:
     """Accumulates the effect of records on an image (KRaft's ``MetadataDelta``).
 
@@ -235,8 +263,10 @@ class Delta:
     touched collection instead of one per record.
     """
 
-    def __init__(self, image: Image, codec: Codec | None = None) -> None:
+    def __init__(self, image: Image, codec: Codec | None = None,
+                 on_term: Callable[[TermInfo], None] | None = None) -> None:
         self._base = image
+        self._on_term = on_term
         self._codec = codec or default_codec()
         self._ns = image.provenance.namespace
         self._prefix = self._ns + "/"
@@ -244,9 +274,10 @@ class Delta:
         self.leader = image.leader
         self.revoked = image.revoked
         self._jobs = image.jobs.mutate()
-        self._terms = image.terms.mutate()
+        self._term = image.term
         self._unsettled = image.unsettled.mutate()
-        self._seen = image.seen.mutate()
+        self._windows = {w: ids.mutate() for w, ids in image.recent_ids.items()}
+        self._newest: int | None = max(self._windows, default=None)
         self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
         self._rejected: list[Decision] = []
         self._ignored: list[Decision] = []
@@ -307,8 +338,11 @@ class Delta:
         return self._jobs.get(job_id)
 
     def term(self, epoch: int) -> TermInfo | None:
-        """The term ``epoch`` as the records replayed so far leave it (``None``: unknown)."""
-        return self._terms.get(epoch)
+        """The term ``epoch`` as the records replayed so far leave it, if it is the current
+        one (``None`` otherwise: the image keeps only the current term; pass ``on_term``
+        to see every term as it changes)."""
+        term = self._term
+        return term if term is not None and term.epoch == epoch else None
 
     def apply(self) -> Image:
         """The image with every replayed record applied."""
@@ -319,13 +353,12 @@ class Delta:
             leader=self.leader,
             revoked=self.revoked,
             jobs=self._jobs.finish(),
-            terms=self._terms.finish(),
-            rejected=base.rejected + tuple(self._rejected) if self._rejected else base.rejected,
-            ignored=base.ignored + tuple(self._ignored) if self._ignored else base.ignored,
-            quarantined=(base.quarantined + tuple(self._quarantined)
-                         if self._quarantined else base.quarantined),
+            term=self._term,
+            rejected=_newest(base.rejected, self._rejected),
+            ignored=_newest(base.ignored, self._ignored),
+            quarantined=_newest(base.quarantined, self._quarantined),
             unsettled=self._unsettled.finish(),
-            seen=self._seen.finish(),
+            recent_ids=immutables.Map({w: ids.finish() for w, ids in self._windows.items()}),
             duplicates=self._duplicates,
             calls=(base.calls if not self._calls and not base.calls
                    else immutables.Map(self._calls)),
@@ -354,12 +387,30 @@ class Delta:
     def _decide(self, record: LogRecord, key: str | None, event: Event) -> Decision:
         # Decisions are built positionally: this is the hot path of every replay.
         job_id = getattr(event, "job_id", None)
-        if event.event_id in self._seen:
-            self._duplicates += 1
-            return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key, event.TYPE,
-                            event.event_id, job_id, event.epoch, event.writer, "duplicate",
-                            f"event {event.event_id} was already folded; no second effect")
-        self._seen[event.event_id] = None
+        event_id = event.event_id
+        windows = self._windows
+        stamp = record.timestamp
+        if stamp is not None and self._newest is not None \
+                and stamp // DUPLICATE_WINDOW_MS > self._newest:
+            # Rule 1: a new window; forget the ids of all but the previous one. (A record
+            # stamped earlier than the newest window, the broker's clock stepped back, is
+            # remembered in the newest.)
+            newest = self._newest = stamp // DUPLICATE_WINDOW_MS
+            for old in [w for w in windows if w < newest - 1]:
+                del windows[old]
+            windows[newest] = immutables.Map().mutate()
+        for ids in windows.values():
+            if event_id in ids:
+                self._duplicates += 1
+                return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key,
+                                event.TYPE, event_id, job_id, event.epoch, event.writer,
+                                "duplicate",
+                                f"event {event_id} was already folded; no second effect")
+        newest = self._newest
+        if newest is None:  # the first id (without a broker timestamp: window 0, for ever)
+            newest = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
+            windows[newest] = immutables.Map().mutate()
+        windows[newest][event_id] = None
         try:
             if event.namespace != self._ns:
                 raise _Verdict("namespace_mismatch",
@@ -411,7 +462,12 @@ class Delta:
                            f"term {self.epoch} ended (epoch {e.epoch} granted at offset "
                            f"{record.offset}) before the call was committed")
         self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
-        self._terms[e.epoch] = TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms)
+        self._set_term(TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms))
+
+    def _set_term(self, info: TermInfo) -> None:
+        self._term = info
+        if self._on_term is not None:
+            self._on_term(info)
 
     def _fence(self, e: Event) -> None:
         reason = fencing_reason(self.epoch, self.leader, self.revoked, e.epoch, e.writer)
@@ -422,16 +478,16 @@ class Delta:
     def _revoked(self, e: LeadershipRevoked, record: LogRecord) -> None:
         self._fence(e)
         self.revoked = True
-        info = self._terms.get(self.epoch)
+        info = self._term
         if info is not None:
-            self._terms[self.epoch] = info._replace(revoked_offset=record.offset)
+            self._set_term(info._replace(revoked_offset=record.offset))
 
     def _renewed(self, e: LeaseRenewed, record: LogRecord) -> None:
         self._fence(e)
-        info = self._terms.get(self.epoch)
+        info = self._term
         if info is not None:
-            self._terms[self.epoch] = info._replace(renewals=info.renewals + 1,
-                                                    last_renewal_offset=record.offset)
+            self._set_term(info._replace(renewals=info.renewals + 1,
+                                         last_renewal_offset=record.offset))
 
     def _job_write(self, e: JobEvent, record: LogRecord) -> str | object | None:
         """Rules 4, 5, 6 and 8 for a job event: fenced, then waiting for its call's commit
@@ -693,18 +749,21 @@ def fold(records: Iterable[LogRecord], image: Image | str, codec: Codec | None =
 
 
 def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec | None = None,
-                 on_decision: Callable[[Decision], None] | None = None) -> Image:
+                 on_decision: Callable[[Decision], None] | None = None,
+                 on_term: Callable[[TermInfo], None] | None = None) -> Image:
     """Fold batches of records as they arrive (e.g. from a reader); one image per batch.
 
     ``on_decision`` sees the fold's verdict on every record, in order (the
     client uses it to learn the fate of its own writes, forensics to build
     timelines); a record of a multi-record call is seen twice: ``PENDING`` when
     it arrives, and its final verdict when its call's commit (or the end of
-    its term) decides it (rule 8). Returns the image after the last batch.
+    its term) decides it (rule 8). ``on_term`` sees every term each time a
+    record changes it (the image keeps only the current one). Returns the
+    image after the last batch.
     """
     with bulk():
         for batch in batches:
-            delta = Delta(image, codec)
+            delta = Delta(image, codec, on_term)
             if on_decision is None:
                 for record in batch:
                     delta.replay(record)

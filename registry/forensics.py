@@ -26,14 +26,14 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, NamedTuple, Protocol
 
 import fastavro
 
 from .codec import Catalog, Codec, default_codec
 from .errors import ConfigError
 from .fold import fold_batches
-from .image import Decision, Image, LogRecord, Outcome
+from .image import Decision, Image, LogRecord, Outcome, TermInfo
 from .keys import check_id
 from .log import LogReader
 
@@ -168,6 +168,15 @@ class DumpSource:
         return None if f is None or f.closed else min(1.0, f.tell() / self._size)
 
 
+class Scan(NamedTuple):
+    """One read of the source: the final image, every verdict in log order (SKIPPED
+    ones left out; a call's record with its final verdict) and every term, oldest first."""
+
+    image: Image
+    decisions: list[Decision]
+    terms: list[TermInfo]
+
+
 @dataclass(frozen=True)
 class TermSummary:
     """One leadership term as the log tells it.
@@ -209,9 +218,11 @@ class Forensics:
                 self.progress(read, fraction() if fraction is not None else None)
 
     def replay(self, *, until_offset: int | None = None, until_time: int | None = None,
-               on_decision: Callable[[Decision], None] | None = None) -> Image:
+               on_decision: Callable[[Decision], None] | None = None,
+               on_term: Callable[[TermInfo], None] | None = None) -> Image:
         """Fold the source from the start, stopping after ``until_offset`` or before the
-        first record stamped after ``until_time`` (ms since the Unix epoch)."""
+        first record stamped after ``until_time`` (ms since the Unix epoch); the callbacks
+        see every verdict and every change of a term (:func:`registry.fold.fold_batches`)."""
         def cut() -> Iterator[list[LogRecord]]:
             for batch in self._batches():
                 keep = []
@@ -228,7 +239,7 @@ class Forensics:
                     return
 
         return fold_batches(cut(), Image.empty(self.namespace), self.source.codec(),
-                            on_decision)
+                            on_decision, on_term)
 
     def state_at(self, offset: int | None = None, time: int | None = None) -> Image:
         """The image after the last record at or before ``offset``, or stamped at or before
@@ -241,27 +252,32 @@ class Forensics:
 
     def decisions(self) -> list[Decision]:
         """The fold's verdict on every record of the namespace, in log order."""
-        return self.scan()[1]
+        return self.scan().decisions
 
-    def scan(self) -> tuple[Image, list[Decision]]:
-        """The final image and every verdict (SKIPPED ones left out), from one read of the
-        source: the other questions are answered from this."""
+    def scan(self) -> Scan:
+        """The final image, every verdict (SKIPPED ones left out) and every term, from one
+        read of the source: the other questions are answered from this."""
         out: dict[int, Decision] = {}
+        terms: dict[int, TermInfo] = {}
 
         def note(d: Decision) -> None:
             if d.outcome != Outcome.SKIPPED:
                 out[d.offset] = d  # a call's record: its final verdict replaces PENDING
 
-        image = self.replay(on_decision=note)
-        return image, sorted(out.values(), key=lambda d: d.offset)
+        def term(info: TermInfo) -> None:
+            terms[info.epoch] = info
+
+        image = self.replay(on_decision=note, on_term=term)
+        return Scan(image, sorted(out.values(), key=lambda d: d.offset),
+                    [terms[e] for e in sorted(terms)])
 
     def rejected(self) -> list[Decision]:
         """Every record the fold refused, in log order, with reason and epochs."""
-        return list(self.replay().rejected)
+        return [d for d in self.decisions() if d.outcome == Outcome.REJECTED]
 
     def quarantined(self) -> list[Decision]:
         """Every record the fold could not decode, in log order."""
-        return list(self.replay().quarantined)
+        return [d for d in self.decisions() if d.outcome == Outcome.QUARANTINED]
 
     def timeline(self, job_id: str) -> list[Decision]:
         """Every record about ``job_id``, in log order, with the fold's verdict."""
@@ -270,16 +286,17 @@ class Forensics:
     def job_history(self, job_id: str) -> tuple[Image, list[Decision]]:
         """The final image and the job's timeline, from one read of the source."""
         check_id("job id", job_id)
-        image, decisions = self.scan()
-        return image, [d for d in decisions if d.job_id == job_id]
+        found = self.scan()
+        return found.image, [d for d in found.decisions if d.job_id == job_id]
 
     def terms(self) -> list[TermSummary]:
         """Every leadership term: who, how it started and ended, its span and write counts."""
-        return self.terms_from(*self.scan())
+        return self.terms_from(self.scan())
 
     @staticmethod
-    def terms_from(image: Image, decisions: list[Decision]) -> list[TermSummary]:
+    def terms_from(found: Scan) -> list[TermSummary]:
         """:meth:`terms` from a :meth:`scan` already made."""
+        decisions, terms = found.decisions, found.terms
         counts: dict[int, list[int]] = {}
         last: dict[int, int] = {}
         for d in decisions:
@@ -292,10 +309,9 @@ class Forensics:
             if d.accepted:
                 last[d.epoch] = d.offset
         out = []
-        epochs = sorted(image.terms.keys())
-        for i, epoch in enumerate(epochs):
-            info = image.terms[epoch]
-            nxt = image.terms[epochs[i + 1]] if i + 1 < len(epochs) else None
+        for i, info in enumerate(terms):
+            epoch = info.epoch
+            nxt = terms[i + 1] if i + 1 < len(terms) else None
             if info.revoked_offset is not None:
                 ended = f"revoked at {info.revoked_offset}"
             elif nxt is not None:

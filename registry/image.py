@@ -178,13 +178,18 @@ class Image:
     * ``epoch``/``leader``/``revoked``: the current term (epoch 0: never led).
     * ``jobs``: job id -> :class:`JobView`, terminal jobs included (a terminal
       id is remembered for ever so it can never be submitted again).
-    * ``terms``: epoch -> :class:`TermInfo`.
-    * ``rejected`` / ``ignored`` / ``quarantined``: every refused record, every
-      record that was valid but had no effect (with why), every undecodable one.
+    * ``term``: the current term's :class:`TermInfo` (``None``: never led).
+      Earlier terms are history: :meth:`registry.forensics.Forensics.terms`.
+    * ``rejected`` / ``ignored`` / ``quarantined``: the newest refused records,
+      records that were valid but had no effect (with why), and undecodable
+      ones, at most :data:`registry.fold.HISTORY_KEPT` of each; forensics
+      replays the log for all of them.
     * ``unsettled``: job-record keys whose newest record was not accepted, and
       so must be reasserted by the leader before the cleaner could see them
       (key -> offset of that record).
-    * ``seen``: every event id folded (duplicates have no second effect).
+    * ``recent_ids``: the event ids folded in the current and the previous
+      duplicate window (window number -> ids; fold rule 1): a copy of one of
+      them has no second effect.
     * ``calls``: the records of multi-record calls whose commit has not been
       folded yet (call id -> the records, in log order; fold rule 8).
     """
@@ -194,12 +199,12 @@ class Image:
     leader: str | None = None
     revoked: bool = False
     jobs: immutables.Map = field(default=_EMPTY_MAP)
-    terms: immutables.Map = field(default=_EMPTY_MAP)
+    term: TermInfo | None = None
     rejected: tuple[Decision, ...] = ()
     ignored: tuple[Decision, ...] = ()
     quarantined: tuple[Decision, ...] = ()
     unsettled: immutables.Map = field(default=_EMPTY_MAP)
-    seen: immutables.Map = field(default=_EMPTY_MAP)
+    recent_ids: immutables.Map = field(default=_EMPTY_MAP)
     duplicates: int = 0
     calls: immutables.Map = field(default=_EMPTY_MAP)
 

@@ -56,7 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .errors import ConfigError
-from .forensics import Forensics, TermSummary
+from .forensics import Forensics, Scan, TermSummary
 from .image import Decision, Image, Outcome
 from .keys import check_id, parse_key
 
@@ -171,21 +171,21 @@ class _Scanned(Forensics):
     """The same Forensics questions, answered from one scan already made: one read of the
     source, and every answer on the page about the same log even if it grows meanwhile."""
 
-    def __init__(self, base: Forensics, scanned: tuple[Image, list[Decision]]) -> None:
+    def __init__(self, base: Forensics, scanned: Scan) -> None:
         super().__init__(base.source, base.namespace)
         self._scanned = scanned
         self._by_job: dict[str, list[Decision]] = {}
-        for d in scanned[1]:
+        for d in scanned.decisions:
             if d.job_id is not None:
                 self._by_job.setdefault(d.job_id, []).append(d)
 
-    def scan(self) -> tuple[Image, list[Decision]]:
+    def scan(self) -> Scan:
         return self._scanned
 
     def explain(self, job_id: str) -> str:
         # Forensics.explain, with the job's timeline from an index instead of a filter per job.
         check_id("job id", job_id)
-        return self.explain_from(self._scanned[0], self._by_job.get(job_id, []), job_id)
+        return self.explain_from(self._scanned.image, self._by_job.get(job_id, []), job_id)
 
 
 @dataclass(frozen=True)
@@ -255,8 +255,9 @@ def render_report(forensics: Forensics, *, jobs: Sequence[str] | None = None,
             raise ConfigError(f"render_report needs a Forensics, not {type(forensics).__name__}")
         forensics = getter()
     wanted = None if jobs is None else list(dict.fromkeys(check_id("job id", j) for j in jobs))
-    image, decisions = forensics.scan()
-    scanned = _Scanned(forensics, (image, decisions))
+    found = forensics.scan()
+    image, decisions = found.image, found.decisions
+    scanned = _Scanned(forensics, found)
     known = {d.job_id for d in decisions if d.job_id is not None}
     known.update(image.jobs.keys())
     known.update(j for d in image.quarantined if (j := _quarantined_job(d)) is not None)
@@ -473,14 +474,15 @@ class _Page:
 
     def _bands(self, x: _Scale, lo: int, hi: int, bottom: float) -> list[str]:
         bands: list[tuple[int, float, float, str]] = []  # epoch, x0, x1, tooltip
-        epochs = sorted(self.image.terms.keys())
-        for i, epoch in enumerate(epochs):
-            info = self.image.terms[epoch]
+        terms = self.f.scan().terms
+        by_epoch = {t.epoch: t for t in terms}
+        for i, info in enumerate(terms):
+            epoch = info.epoch
             end: float
             if info.revoked_offset is not None:
                 end, how = info.revoked_offset, f"revoked at {info.revoked_offset}"
-            elif i + 1 < len(epochs):
-                nxt = self.image.terms[epochs[i + 1]]
+            elif i + 1 < len(terms):
+                nxt = terms[i + 1]
                 end, how = nxt.granted_offset, f"until epoch {nxt.epoch} at {nxt.granted_offset}"
             else:
                 end, how = math.inf, "current"
@@ -495,7 +497,7 @@ class _Page:
         out: list[str] = []
         label_end = float(_X0)
         for i, (epoch, x0, x1, tip) in enumerate(bands):
-            info = self.image.terms[epoch]
+            info = by_epoch[epoch]
             fill, ink = _BAND_FILLS[epoch % len(_BAND_FILLS)], _BAND_INKS[epoch % len(_BAND_INKS)]
             width = x1 - x0
             out.append(f'<g class="band"><title>{_e(tip)}</title>'

@@ -110,15 +110,16 @@ __all__ = [
     "write_snapshot",
 ]
 
-FORMAT = "jobreg-snapshot/2"
+FORMAT = "jobreg-snapshot/3"
 """The format tag written, in the file header and in the body."""
 
 BODY_ENCODING = "gzip+json+raw"
 """How the body is encoded (named in the header)."""
 
-_FORMAT_1 = "jobreg-snapshot/1"
-READABLE_FORMATS: dict[str, str] = {FORMAT: BODY_ENCODING, _FORMAT_1: "gzip+json"}
-"""The format tags read (any other is refused), each with its body encoding."""
+READABLE_FORMATS: dict[str, str] = {FORMAT: BODY_ENCODING}
+"""The format tags read (any other is refused), each with its body encoding. Formats 1
+and 2 held the image of jobreg 0.1 (every term and every event id ever folded), which
+this jobreg no longer has: such a snapshot is refused, and the log replayed."""
 
 # Measured on 100,000 jobs with 200-byte graphs: gzip level 1 adds ~10% to reading
 # (inflating is fast) and makes files of compressible graphs ~10x smaller (2.5 MB,
@@ -565,127 +566,9 @@ def _decode_2(text: bytes, end_head: int, types: Any) -> Image:
     return image
 
 
-# -- format 1 (read only) ----------------------------------------------------------
-# gzip'd JSON, a tagged object per value: {"<TypeName>": [fields...]},
-# {"bytes": "<base64>"}, {"map": [[key, value], ...]}; arrays are tuples.
+# -- checks ----------------------------------------------------------------------
 
-_BYTES_TAG = "bytes"
-_MAP_TAG = "map"
-_EMPTY: tuple[()] = ()
-assert not {_BYTES_TAG, _MAP_TAG} & set(_TYPES)
-
-
-def _tup(v: list[Any]) -> tuple[Any, ...]:
-    """A JSON array (objects in it already decoded) as the tuple it was written from."""
-    return tuple([x if type(x) is not list else _tup(x) if x else _EMPTY for x in v])
-
-
-class _Decoder1:
-    """Decodes the tagged objects of one format-1 body (``object_pairs_hook``)."""
-
-    def __init__(self, types: Any) -> None:
-        if not isinstance(types, dict) or not all(
-            isinstance(k, str) and isinstance(v, list) and all(isinstance(n, str) for n in v)
-            for k, v in types.items()
-        ):
-            raise ValueError("'types' must map type names to lists of field names")
-        self._written = types
-        self._builders: dict[str, Callable[[Any], Any]] = {
-            _BYTES_TAG: _bytes_1,
-            _MAP_TAG: _map_1,
-        }
-
-    def hook(self) -> Callable[[list[tuple[str, Any]]], Any]:
-        """The ``object_pairs_hook``: json calls it for every object, innermost first."""
-        builders = self._builders
-        plan = self._plan
-
-        def hook(pairs: list[tuple[str, Any]]) -> Any:
-            if len(pairs) != 1:
-                raise ValueError(f"a tagged value has one key, not {[k for k, _ in pairs]!r:.80}")
-            tag, inner = pairs[0]
-            return (builders.get(tag) or plan(tag))(inner)
-
-        return hook
-
-    def _plan(self, name: str) -> Callable[[Any], Any]:
-        cls, written, current = _written_fields(name, self._written)
-        n = len(written)
-        build: Callable[[Any], Any]
-        if tuple(written) == current and not dataclasses.is_dataclass(cls):
-            make = cls._make  # type: ignore[attr-defined]
-
-            def build(row: Any) -> Any:
-                if type(row) is not list or len(row) != n:
-                    raise ValueError(f"a {name} must be a list of {n} values")
-                return make([x if type(x) is not list else _tup(x) if x else _EMPTY for x in row])
-
-        elif tuple(written) == current and _positional(cls):
-            shared_row, shared = _SHARED_1.get(cls, (None, None))
-
-            def build(row: Any) -> Any:
-                if type(row) is not list or len(row) != n:
-                    raise ValueError(f"a {name} must be a list of {n} values")
-                if row == shared_row:  # the fold shares this value between jobs; so do we
-                    return shared
-                return cls(*[x if type(x) is not list else _tup(x) if x else _EMPTY for x in row])
-
-        else:  # an older (or reordered) field list: by name, missing fields take defaults
-            names = tuple(written)
-
-            def build(row: Any) -> Any:
-                if type(row) is not list or len(row) != n:
-                    raise ValueError(f"a {name} must be a list of {n} values")
-                return cls(
-                    **{
-                        k: x if type(x) is not list else _tup(x)
-                        for k, x in zip(names, row, strict=True)
-                    }
-                )
-
-        self._builders[name] = build
-        return build
-
-
-# EMPTY_CHECKPOINTS as a format-1 row (its tuples are arrays), decoded to itself.
-_SHARED_1: dict[type, tuple[list[Any], Any]] = {
-    CheckpointState: (
-        json.loads(json.dumps([getattr(EMPTY_CHECKPOINTS, f) for f in _FIELDS["CheckpointState"]])),
-        EMPTY_CHECKPOINTS,
-    )
-}
-
-
-def _bytes_1(inner: Any) -> bytes:
-    if type(inner) is not str:
-        raise ValueError("bytes must be a base64 string")
-    return binascii.a2b_base64(inner, strict_mode=True)
-
-
-def _map_1(pairs: Any) -> immutables.Map:
-    if type(pairs) is not list:
-        raise ValueError("a map must be a list of [key, value] pairs")
-    if all(type(p) is list and len(p) == 2 and type(p[0]) is not list for p in pairs):
-        out = dict(pairs)  # TypeError for an unhashable key (a map as a key)
-    elif all(type(p) is list and len(p) == 2 for p in pairs):  # tuple keys
-        out = {_tup(k) if type(k) is list else k: x for k, x in pairs}
-    else:
-        raise ValueError("a map must be a list of [key, value] pairs")
-    if len(out) != len(pairs):
-        raise ValueError("a map lists a key twice")
-    if any(type(x) is list for x in out.values()):
-        out = {k: x if type(x) is not list else _tup(x) for k, x in out.items()}
-    return immutables.Map(out)
-
-
-def _decode_1(text: bytes, end_head: int, types: Any) -> Image:
-    decoder = _Decoder1(types)
-    return _check_image(json.loads(text[end_head + 1 :], object_pairs_hook=decoder.hook()))
-
-
-# -- both formats ----------------------------------------------------------------
-
-_MAP_FIELDS = ("jobs", "terms", "unsettled", "seen")
+_MAP_FIELDS = ("jobs", "unsettled", "recent_ids")
 _DECISION_FIELDS = ("rejected", "ignored", "quarantined")
 
 
@@ -710,12 +593,12 @@ def _check_image(
             raise ValueError(f"the image's {name} is not a tuple of Decisions")
     if not value_types(image.jobs) <= {JobView}:
         raise ValueError("the image's jobs are not all JobViews")
-    if not value_types(image.terms) <= {TermInfo}:
-        raise ValueError("the image's terms are not all TermInfos")
+    if image.term is not None and type(image.term) is not TermInfo:
+        raise ValueError("the image's term is not a TermInfo")
     return image
 
 
-_DECODERS: dict[str, Callable[[bytes, int, Any], Image]] = {FORMAT: _decode_2, _FORMAT_1: _decode_1}
+_DECODERS: dict[str, Callable[[bytes, int, Any], Image]] = {FORMAT: _decode_2}
 
 
 def _decode(data: bytes) -> tuple[str, Image]:

@@ -43,7 +43,13 @@ from registry.events import (
     as_call,
     new_event_id,
 )
-from registry.fold import CheckpointRuleViolation, checkpoint_step, fold, plan_reassertions
+from registry.fold import (
+    DUPLICATE_WINDOW_MS,
+    CheckpointRuleViolation,
+    checkpoint_step,
+    fold,
+    plan_reassertions,
+)
 from registry.image import Image, LogRecord
 from registry.keys import job_key, lock_key, record_key, term_key
 from registry.log import TopicConfig
@@ -274,8 +280,11 @@ class Sim:
         Only the client re-sends records (README, assumption 3); its records
         always carry an epoch that was granted before it wrote them.
         """
-        if self.client_records:
-            r = self.log[self.client_records[index % len(self.client_records)]]
+        # ... and every copy lands within one duplicate window of the first (assumption 5).
+        recent = [i for i in self.client_records
+                  if self.now // DUPLICATE_WINDOW_MS <= self.log[i].timestamp // DUPLICATE_WINDOW_MS + 1]
+        if recent:
+            r = self.log[recent[index % len(recent)]]
             self.append(r.key, r.value)
 
     def settle(self) -> None:

@@ -34,8 +34,8 @@ def test_a_lone_contender_leads_and_renews(broker, topic) -> None:
         assert term.epoch == 1
         time.sleep(LEASE * 1.2)
         term.submit("job", b"g")
-        assert reg.sync().terms[1].renewals >= 2
-        assert reg.sync().terms[1].lease_ms == LEASE * 1000
+        assert reg.sync().term.renewals >= 2
+        assert reg.sync().term.lease_ms == LEASE * 1000
     assert reg.leader() is None  # leaving the block revoked the term
     reg.close()
 
@@ -152,7 +152,7 @@ def test_a_paused_leader_is_replaced_and_every_late_write_is_refused(broker, top
     # The log agrees: no record of jm-1 was accepted after the epoch-2 grant.
     reg = Registry.connect(broker.bootstrap, "ns-proc", topic=topic)
     image = reg.sync()
-    grant2 = image.terms[2].granted_offset
+    grant2 = image.term.granted_offset
     from registry.fold import fold_batches
     from registry.image import Image
     from registry.log import LogReader
@@ -198,13 +198,13 @@ def test_a_network_interruption_shorter_than_the_lease_causes_no_failover(topic,
             target=lambda: outcome.append(_try(lambda: rival.acquire(timeout=lease * 3))))
         waiting.start()
         time.sleep(lease / 3)
-        renewals_before = leader_reg.sync().terms[1].renewals
+        renewals_before = leader_reg.sync().term.renewals
         proxy.interrupt(lease * 0.3, mode).join()  # the network is back after 0.9 s
         waiting.join(lease * 5)
         assert outcome and isinstance(outcome[0], TimeoutError), outcome  # no takeover
         image = leader_reg.sync()
         assert image.epoch == 1 and image.active_leader.contender == "jm-1"
-        assert image.terms[1].renewals > renewals_before  # renewals resumed after the fault
+        assert image.term.renewals > renewals_before  # renewals resumed after the fault
         assert election.is_leader and term.submit("after-the-fault", b"g").epoch == 1
         rival.cancel()
         election.cancel(revoke=True)
@@ -344,14 +344,14 @@ def test_a_resumed_leader_learns_in_its_first_round_that_it_lost(broker, topic,
     term = election.acquire()
     rounds.ready()
     rounds.step()  # one ordinary round: a renewal
-    assert a.sync().terms[1].renewals == 1 and election.is_leader
+    assert a.sync().term.renewals == 1 and election.is_leader
 
     # Frozen from here. A newer term is granted; its producer fences the leader's.
     if lease_run_out:
         now[0] = LEASE  # past 0.9 x lease since the last renewal was sent
     newer = b.claim_leadership("jm-b", lease_ms=round(LEASE * 1000))
     newer.submit("b-1", b"g")
-    grant2 = b.sync().terms[2].granted_offset
+    grant2 = b.sync().term.granted_offset
     _leave_the_fencing_error_pending(term)
     if lease_run_out:
         with pytest.raises(LeaseExpired) as expired:
@@ -401,11 +401,11 @@ def test_a_resumed_leader_that_cannot_read_the_log_keeps_trying_and_learns_when_
         term = election.acquire()
         rounds.ready()
         rounds.step()  # one ordinary round: a renewal
-        assert a.sync().terms[1].renewals == 1
+        assert a.sync().term.renewals == 1
 
         now[0] = LEASE  # frozen past its lease; a newer term is granted meanwhile
         newer = b.claim_leadership("jm-b", lease_ms=round(LEASE * 1000))
-        grant2 = b.sync().terms[2].granted_offset
+        grant2 = b.sync().term.granted_offset
         proxy.cut()
         try:
             for _ in range(2):  # it resumes unable to read: it learns nothing, keeps trying

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from model import CONTENDERS, JOBS, NS, TOPIC, Sim, compact, visible
 
-from registry.events import JobStatus
-from registry.fold import Delta, fold, replay
-from registry.image import Image, Outcome
+from registry.codec import encode
+from registry.events import (
+    InlineGraph,
+    JobAdopted,
+    JobLockReleased,
+    JobStatus,
+    JobSubmitted,
+    LeadershipGranted,
+)
+from registry.fold import DUPLICATE_WINDOW_MS, Delta, fold, replay
+from registry.image import Image, LogRecord, Outcome
+from registry.keys import record_key
+from registry.snapshot import decode_image, encode_image
 
 DAY = 24 * 3600 * 1000
 
@@ -94,8 +106,12 @@ def test_duplicates_have_no_second_effect(sim: Sim, data) -> None:
     records = visible(sim.log)
     whole = fold(records, NS)
     i = data.draw(st.integers(0, len(records) - 1))
-    j = data.draw(st.integers(i + 1, len(records)))
-    copy = records[i]
+    # a copy lands within one duplicate window of the first (fold rule 1's assumption)
+    window = records[i].timestamp // DUPLICATE_WINDOW_MS
+    later = [j for j in range(i + 1, len(records) + 1)
+             if records[j - 1].timestamp // DUPLICATE_WINDOW_MS <= window + 1]
+    j = data.draw(st.sampled_from(later))
+    copy = records[i]._replace(timestamp=records[j - 1].timestamp)
     with_dup = [*records[:j], copy, *records[j:]]
     assert fold(with_dup, NS).answer() == whole.answer()
 
@@ -276,3 +292,104 @@ def test_incident_004_late_failure_of_a_discarded_checkpoint_is_ignored() -> Non
     job = fold(visible(sim.log), NS).jobs["a"]
     assert job.checkpoints.consecutive_failures == 0 and not job.over_budget
     assert [c.checkpoint_id for c in job.latest_checkpoints] == [8]
+
+
+# -- the image is bounded by live state (fold rule 1's window, HISTORY_KEPT) -------------
+
+W = DUPLICATE_WINDOW_MS
+fold_module = importlib.import_module("registry.fold")  # the package exports fold(), not it
+# Long enough to cross the bounds: hours of ticks cross many duplicate windows, and with
+# HISTORY_KEPT cut to 8 the refused, ignored and quarantined lists overflow.
+long_histories = st.lists(op, min_size=250, max_size=400).map(build)
+LONG = settings(SETTINGS, max_examples=int(os.environ.get("JOBREG_PROPERTY_EXAMPLES_LONG", "12")))
+
+
+def small_history_kept():
+    return mock.patch.object(fold_module, "HISTORY_KEPT", 8)
+
+
+@LONG
+@given(long_histories, st.data())
+def test_long_logs_fold_the_same_under_splits_snapshots_duplicates_and_compaction(sim, data):
+    records = visible(sim.log)
+    with small_history_kept():
+        whole = fold(records, NS)
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(records)), max_size=6)))
+        image, prev = Image.empty(NS), 0
+        for cut in [*cuts, len(records)]:
+            # every cut goes through a snapshot body and back
+            image = decode_image(encode_image(fold(records[prev:cut], image)))
+            prev = cut
+        assert image == whole
+        i = data.draw(st.integers(0, len(records) - 1), label="copied")
+        window = records[i].timestamp // W
+        j = data.draw(st.sampled_from([j for j in range(i + 1, len(records) + 1)
+                                       if records[j - 1].timestamp // W <= window + 1]))
+        copy = records[i]._replace(timestamp=records[j - 1].timestamp)
+        assert fold([*records[:j], copy, *records[j:]], NS).answer() == whole.answer()
+    now = sim.now + data.draw(st.sampled_from([0, 30 * DAY]), label="advance")
+    assert fold(visible(compact(sim.log, now)), NS).answer() == whole.answer()
+
+
+@LONG
+@given(long_histories)
+def test_the_image_keeps_no_history(sim):
+    """After any history: ids of the newest two windows only, the current term only, at
+    most HISTORY_KEPT refused, ignored and quarantined records (the newest)."""
+    records = visible(sim.log)
+    with small_history_kept():
+        image = fold(records, NS)
+    newest = records[-1].timestamp // W  # the model's clock never steps back
+    assert set(image.recent_ids) <= {newest - 1, newest}
+    remembered = {e for ids in image.recent_ids.values() for e in ids}
+    decided = {}
+    for d in _decisions(records):
+        if d.event_id is not None:
+            decided.setdefault(d.event_id, d.timestamp)
+    assert all(decided[e] // W >= newest - 1 for e in remembered)
+    assert image.term is None or image.term.epoch == image.epoch
+    everything = fold(records, NS)  # with the real bound, none of these lists overflowed
+    for name in ("rejected", "ignored", "quarantined"):
+        kept = getattr(image, name)
+        assert len(kept) <= 8 and kept == getattr(everything, name)[-8:]
+
+
+def _decisions(records):
+    delta = Delta(Image.empty(NS))
+    return [delta.replay(r) for r in records]
+
+
+def _grant_and(events, stamps):
+    grant = LeadershipGranted(event_id="g", namespace=NS, epoch=1, writer="jm-1", created_at=0,
+                              prev_epoch=0)
+    out = [grant, *events]
+    return [LogRecord(i, record_key(e).encode(), encode(e), t)
+            for i, (e, t) in enumerate(zip(out, [stamps[0], *stamps], strict=True))]
+
+
+def test_a_copy_is_a_duplicate_within_one_window_of_the_first_and_the_id_is_then_forgotten():
+    env = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0)
+    submit = JobSubmitted(event_id="s", job_id="a", graph=InlineGraph(b"g"), **env)
+    adopt = JobAdopted(event_id="ad", job_id="a", **env)
+    release = JobLockReleased(event_id="rl", job_id="a", **env)
+    t0 = 10 * W + 5
+    # the copy of the adopt lands in the next window, after a release: no second effect
+    records = _grant_and([submit, adopt, release, adopt], [t0, t0, t0 + 1, t0 + W + 7])
+    image = fold(records, NS)
+    assert _decisions(records)[-1].outcome == Outcome.DUPLICATE
+    assert image.jobs["a"].owner_epoch is None and image.duplicates == 1
+    # two windows later the id is forgotten: this is the assumption the client keeps
+    # (it never re-sends half a window after its first send)
+    late = _grant_and([submit, adopt, release, adopt], [t0, t0, t0 + 1, t0 + 2 * W])
+    assert _decisions(late)[-1].outcome == Outcome.ACCEPTED
+    assert set(fold(late, NS).recent_ids) == {12}  # window 10 is gone, 11 never opened
+
+
+def test_a_broker_clock_stepping_back_is_remembered_in_the_newest_window():
+    env = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0)
+    submit = JobSubmitted(event_id="s", job_id="a", graph=InlineGraph(b"g"), **env)
+    adopt = JobAdopted(event_id="ad", job_id="a", **env)
+    t0 = 10 * W
+    records = _grant_and([submit, adopt, adopt], [t0 + 2 * W, t0, t0 + 3 * W])
+    assert [d.outcome for d in _decisions(records)][-1] == Outcome.DUPLICATE
+    assert set(fold(records, NS).recent_ids) == {12, 13}

@@ -3,7 +3,6 @@ and every way a snapshot file can be unusable (no broker)."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import gc
 import gzip
@@ -94,10 +93,6 @@ def tricky_image() -> Image:
         "d": JobView("d", "ACTIVE", 1, InlineGraph(b""), "", 0, 1, CheckpointState()),
         "é/ü\u2603": JobView("é/ü\u2603", "FINISHED", None, None),
     }
-    terms = {
-        1: TermInfo(1, "jm-1", 0, 10, None, 0, None),
-        2: TermInfo(2, "jm-2", 12, None, 30_000, 3, 40),
-    }
     dec = Decision(
         11, "REJECTED", 1_700_000_000_000, "prod/job/a", "JobCancelled", "e-1", "a", 1,
         "jm-1", "stale_epoch", 'quote " backslash \\ tab \t nul \x00 \udcff', 2, 1, "jm-2",
@@ -108,12 +103,14 @@ def tricky_image() -> Image:
         leader="jm-2",
         revoked=True,
         jobs=immutables.Map(jobs),
-        terms=immutables.Map(terms),
+        term=TermInfo(2, "jm-2", 12, None, 30_000, 3, 40),
         rejected=(dec, dec._replace(offset=13, detail="")),
         ignored=(Decision(15, "IGNORED", None, None, reason="ignored"),),
         quarantined=(Decision(17, "QUARANTINED", 5, None, reason="tombstone", detail="x"),),
         unsettled=immutables.Map({"prod/job/a": 11, "prod/job/a/lock": 13}),
-        seen=immutables.Map({f"e-{i}": None for i in range(20)}),
+        recent_ids=immutables.Map({28_333_332: immutables.Map({f"e-{i}": None for i in range(9)}),
+                                   28_333_333: immutables.Map({f"e-{i}": None
+                                                               for i in range(9, 20)})}),
         duplicates=4,
     )
 
@@ -145,7 +142,7 @@ def exotic_image() -> Image:
     image = tricky_image()
     return dataclasses.replace(
         image,
-        seen=immutables.Map(seen),
+        recent_ids=immutables.Map(seen),
         unsettled=immutables.Map({"k": 1.0, "j": 1, "i": True}),
         jobs=image.jobs.set("x", JobView("y", "ACTIVE", None, None)),  # key != job id
     )
@@ -252,7 +249,7 @@ def test_the_body_is_column_wise() -> None:
         return dataclasses.replace(
             tricky_image(),
             jobs=immutables.Map(jobs),
-            seen=immutables.Map({f"e{i}": None for i in range(n)}),
+            recent_ids=immutables.Map({0: immutables.Map({f"e{i}": None for i in range(n)})}),
             rejected=tuple(dec._replace(offset=i, detail=str(i)) for i in range(n)),
         )
 
@@ -376,7 +373,7 @@ def test_a_body_this_jobreg_cannot_read_exactly_is_refused(change: str) -> None:
     elif change == "no image line":
         body = gzip.compress(json.dumps(head).encode() + b"\n" + json.dumps(value).encode())
     elif change == "wrong body format":
-        head["format"] = "jobreg-snapshot/3"
+        head["format"] = "jobreg-snapshot/9"
     elif change == "no types":
         del head["types"]
     elif change == "bad types":
@@ -397,9 +394,8 @@ def test_garbage_is_not_a_body(data: bytes) -> None:
         decode_image(data)
 
 
-@pytest.mark.parametrize("body", ["v1", "v2"])
-def test_deeply_nested_json_is_a_config_error(body: str) -> None:
-    head = _v1_parts(V1_BODY)[0] if body == "v1" else _parts(encode_image(Image.empty(NS)))[0]
+def test_deeply_nested_json_is_a_config_error() -> None:
+    head = _parts(encode_image(Image.empty(NS)))[0]
     deep = json.dumps(head).encode() + b"\n" + b"[" * 100_000 + b"]" * 100_000 + b"\n"
     with pytest.raises(ConfigError):
         decode_image(gzip.compress(deep))
@@ -407,171 +403,9 @@ def test_deeply_nested_json_is_a_config_error(body: str) -> None:
 
 @pytest.mark.parametrize("value", [[1], {1}, {"a": 1}, object()], ids=repr)
 def test_a_value_the_codec_does_not_know_is_refused_on_write(value: Any) -> None:
-    image = dataclasses.replace(tricky_image(), seen=immutables.Map({"e": value}))
+    image = dataclasses.replace(tricky_image(), recent_ids=immutables.Map({"e": value}))
     with pytest.raises(ConfigError, match=type(value).__name__):
         encode_image(image)
-
-
-# -- format 1: still read -----------------------------------------------------------
-
-# The body format 1 (jobreg 0.1.0, before columns) wrote for tricky_image(), as written.
-V1_BODY = base64.b64decode(
-    "H4sIAAAAAAAEA7VW32/bNhB+319h8HUyLPlHshrYg+e6mYsg7dwsWBEbBiXTtmKJVCiqSWb4f993lCyJQfrQDbMNiUce"
-    "77777o70kW2VTrlhY/agQi123VzyLN8r0wuYx8xLJnI2PrLpXkSHTMXSfDHcCDa+Z7l4hEbCc7OOVJolwogNJrQwPJZ2"
-    "mAm5ieUOk5s4j7je2NlIFZJUVx6bnvc15slyVDtbx2QyURE3sZK05b2I4pzG0FPbbS4MFFRhAEFgZOJU5IanGcYH8YKn"
-    "+CakWVMgtWCNItzSushUtMfak46N0BhowXM4AGoKJaFtz5mIgHl91uWRKXhSi4ngG2wFvCvNs/1CbAleoWPszfe8P7qg"
-    "Qfy3IJV5yneWwEwrYOMyssgqFJUpQvFNHSxhQJpjP8Cl9NbiwYLBMN5Jpa3OY8E1l6YivpDgxSR2JRfCxlJkSQwakU7C"
-    "IBOoWrCEdMMNp+mPKryLxRNN1fSATVOQX/Ukha5D3lGgmBVaKyIt5c/rVt62IK7QcNYURGuZphtli+jaUnj2fuY5UigV"
-    "WXH7ueELACVHpjNuybNFWFfDeXOidmuqB4rsFuTN5VZRaPV6mTWPIRaqyHVtoeK+mUBWcrGu6JfiiScUgnWrhZXPuqvT"
-    "6adjneMjc0Ej5SjoYeD1PVkkyeqEAXtIu33mGV0I7wgeM2C8Z5xBaOUDMptMb+d3M+YNsORm8MjCF0rtmE0+936eX21e"
-    "vv71m5pP1K/sBCfkC5762Nd02rmRL72hd4+FN3txgLodjHu9sDdgMPQ9tWGtNoTayrsfeRd44nexgkwzLHwVEWS2mE0/"
-    "3c0WX9cfJvPr2XtWIj06bRQmKgSCZ6jz8L99mRf0EQULlUqZ53vBm4T4Xjew2MsI6gCiVwFAZtPJzXR23UC3TNvHj1pH"
-    "XTgJp4PvnHDC+b2E2wSzH49mWfi+eNej1zZaFv0Lf/AKwZsa7MP8Zv7l9zpX/zJgW0tVrVN0rf4MbEfg9gGDflkQ5cuW"
-    "EdVwS7lun6DsKG/g44MOGfpQhxdUduvKCGB8Mfs4m95SAMElKVcfj1Fz9nDu9ajX0HpTOpqT8hQVXboOsVCjYzgYE1Gf"
-    "h4+FMqKzZJ2QR4ccJ8O+s1x2DA87S9MBSR1i0/fx2kTbLUMvlpb6ZVu1MaLn/h+MrldUt8vNCPfC1c2nxRu5bbLcjFq3"
-    "T9W39ZrNlGv80mN//DlZTG5u5zfkYFRmtt7yWmRGpWFulKTLEb3vKpKD5qxsJy4I6KxpZnr483BA2gZUDM0W0fVLm6Rt"
-    "k0sOKsFdQuJbazipWxJapiUNHWnkSPgH0NK8dKRfHOldW3LcOd4cZ44vx5XjyXF09gNehqvTP/sncQIJCgAA"
-)
-V1 = "jobreg-snapshot/1"
-
-
-def _v1_parts(body: bytes) -> tuple[dict[str, Any], Any]:
-    head, _, rest = gzip.decompress(body).partition(b"\n")
-    return json.loads(head), json.loads(rest)
-
-
-def _v1_body(head: dict[str, Any], value: Any) -> bytes:
-    return gzip.compress(json.dumps(head).encode() + b"\n" + json.dumps(value).encode())
-
-
-def _rows(value: Any, tag: str):
-    """Every row of record type ``tag`` in a format-1 body decoded as plain JSON."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            if k == tag:
-                yield v
-            yield from _rows(v, tag)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _rows(v, tag)
-
-
-def test_a_format_1_body_still_reads() -> None:
-    assert _v1_parts(V1_BODY)[0]["format"] == V1 and READABLE_FORMATS[V1] == "gzip+json"
-    back = decode_image(V1_BODY)
-    same(back, tricky_image())
-    assert back.jobs["b"].checkpoints is EMPTY_CHECKPOINTS
-    same(decode_image(encode_image(back)), tricky_image())  # and is written as format 2
-
-
-def _v1_file(path: Path, body: bytes = V1_BODY, **changes: Any) -> Path:
-    header = {
-        "body_bytes": len(body),
-        "body_encoding": "gzip+json",
-        "body_sha256": hashlib.sha256(body).hexdigest(),
-        "format": V1,
-        "last_offset": 41,
-        "namespace": NS,
-        "partition": 2,
-        "topic": TOPIC,
-        "written_at_ms": 1_700_000_000_000,
-        **changes,
-    }
-    path.write_bytes(json.dumps(header).encode() + b"\n" + body)
-    return path
-
-
-def test_a_format_1_file_still_reads(tmp_path: Path) -> None:
-    snap = read_snapshot(_v1_file(tmp_path / "old"), namespace=NS, topic=TOPIC, partition=2)
-    same(snap.image, tricky_image())
-    assert (snap.topic, snap.partition, snap.written_at_ms) == (TOPIC, 2, 1_700_000_000_000)
-
-
-def test_a_body_of_another_format_than_its_header_is_refused(tmp_path: Path) -> None:
-    new = encode_image(tricky_image())
-    with pytest.raises(ConfigError, match="body encoding"):
-        read_snapshot(_v1_file(tmp_path / "a", body_encoding=BODY_ENCODING))
-    with pytest.raises(ConfigError, match="under a"):
-        read_snapshot(_v1_file(tmp_path / "b", body=new))
-    path = write_snapshot(tmp_path / "c", tricky_image(), topic=TOPIC, partition=2)
-    head = json.loads(path.read_bytes().split(b"\n", 1)[0])
-    head.update(body_bytes=len(V1_BODY), body_sha256=hashlib.sha256(V1_BODY).hexdigest())
-    path.write_bytes(json.dumps(head).encode() + b"\n" + V1_BODY)
-    with pytest.raises(ConfigError, match="under a"):
-        read_snapshot(path)
-
-
-def test_an_older_format_1_snapshot_without_a_defaulted_field_reads_with_its_default() -> None:
-    """As if written before JobView had retained_checkpoints and checkpoints."""
-    image = tricky_image()
-    head, value = _v1_parts(V1_BODY)
-    assert head["types"]["JobView"][-2:] == ["retained_checkpoints", "checkpoints"]
-    head["types"]["JobView"] = head["types"]["JobView"][:-2]
-    for row in _rows(value, "JobView"):
-        del row[-2:]
-    back = decode_image(_v1_body(head, value))
-    expected = {
-        k: v._replace(retained_checkpoints=1, checkpoints=EMPTY_CHECKPOINTS)
-        for k, v in image.jobs.items()
-    }
-    assert dict(back.jobs) == expected
-    assert dataclasses.replace(back, jobs=image.jobs) == image
-
-
-def test_format_1_field_order_comes_from_the_file() -> None:
-    head, value = _v1_parts(V1_BODY)
-    head["types"]["TermInfo"].reverse()
-    for row in _rows(value, "TermInfo"):
-        row.reverse()
-    same(decode_image(_v1_body(head, value)), tricky_image())
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        "unknown field",
-        "unknown type",
-        "missing required field",
-        "row too short",
-        "not an image",
-        "untagged object",
-        "two tags",
-        "bad base64",
-        "bad map",
-        "wrong body format",
-        "no types",
-    ],
-)
-def test_a_format_1_body_this_jobreg_cannot_read_exactly_is_refused(change: str) -> None:
-    head, value = _v1_parts(V1_BODY)
-    if change == "unknown field":  # a newer jobreg added a field: dropping it would lose state
-        head["types"]["JobView"].append("future")
-        for row in _rows(value, "JobView"):
-            row.append(1)
-    elif change == "unknown type":
-        value["Image"][0] = {"Provenance2": ["prod", 1, 1, None]}
-    elif change == "missing required field":
-        head["types"]["JobView"].remove("status")
-        for row in _rows(value, "JobView"):
-            del row[1]
-    elif change == "row too short":
-        next(_rows(value, "TermInfo")).pop()
-    elif change == "not an image":
-        value = value["Image"][0]  # the provenance alone
-    elif change == "untagged object":
-        value["Image"][1] = {}
-    elif change == "two tags":
-        value["Image"][1] = {"bytes": "", "map": []}
-    elif change == "bad base64":
-        next(_rows(value, "InlineGraph"))[0] = {"bytes": "not base64!"}
-    elif change == "bad map":
-        value["Image"][4] = {"map": [["a"]]}
-    elif change == "wrong body format":
-        head["format"] = "jobreg-snapshot/3"
-    elif change == "no types":
-        del head["types"]
-    with pytest.raises(ConfigError):
-        decode_image(_v1_body(head, value))
 
 
 # -- snapshots of folds ------------------------------------------------------------
@@ -682,8 +516,10 @@ def _rewrite_header(path: Path, **changes: Any) -> None:
     path.write_bytes(json.dumps(header).encode() + b"\n" + body)
 
 
-@pytest.mark.parametrize("fmt", ["jobreg-snapshot/3", "jobreg-snapshot/0", 2, None])
+@pytest.mark.parametrize("fmt", ["jobreg-snapshot/4", "jobreg-snapshot/2", "jobreg-snapshot/1",
+                                 "jobreg-snapshot/0", 2, None])
 def test_another_format_version_is_refused(small: Path, fmt: Any) -> None:
+    """Formats 1 and 2 too: they held every term and event id ever folded (replay instead)."""
     _rewrite_header(small, format=fmt)
     with pytest.raises(ConfigError, match="format"):
         read_snapshot(small)

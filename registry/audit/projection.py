@@ -37,7 +37,7 @@ from ..events import (
     InlineGraph,
 )
 from ..fold import Delta, bulk
-from ..image import Decision, Image, LogRecord, Outcome
+from ..image import Decision, Image, LogRecord, Outcome, TermInfo
 from ..keys import parse_key
 
 __all__ = ["AuditProjection", "BatchRows"]
@@ -54,10 +54,12 @@ class _State:
     counts: dict[tuple[str, int], list[int]] = field(default_factory=dict)  # accepted, rejected
     term_times: dict[tuple[str, int], list[int | None]] = field(default_factory=dict)
     next_offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset
+    terms: dict[tuple[str, int], TermInfo] = field(default_factory=dict)  # every term seen
 
     def copy(self) -> _State:
         return _State(dict(self.images), {k: list(v) for k, v in self.counts.items()},
-                      {k: list(v) for k, v in self.term_times.items()}, dict(self.next_offsets))
+                      {k: list(v) for k, v in self.term_times.items()}, dict(self.next_offsets),
+                      dict(self.terms))
 
 
 @dataclass
@@ -134,8 +136,9 @@ class AuditProjection:
                     continue
                 delta = deltas.get(ns)
                 if delta is None:
-                    delta = deltas[ns] = Delta(state.images.get(ns) or Image.empty(ns),
-                                               self.codec)
+                    delta = deltas[ns] = Delta(
+                        state.images.get(ns) or Image.empty(ns), self.codec,
+                        lambda t, ns=ns: state.terms.__setitem__((ns, t.epoch), t))
                 d = delta.replay(r)
                 if d.outcome == Outcome.SKIPPED:
                     continue
@@ -155,7 +158,7 @@ class AuditProjection:
             if view is not None:
                 out.jobs.append(_job_row(ns, view, offset, stamp))
         for ns, epoch in touched_terms:
-            info = state.images[ns].terms.get(epoch)
+            info = state.terms.get((ns, epoch))
             if info is not None:
                 acc, rej = state.counts.get((ns, epoch), [0, 0])
                 granted_at, revoked_at = state.term_times.get((ns, epoch), [None, None])

@@ -354,7 +354,7 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
     the namespace from the broker; the ``audit_jobs`` and ``audit_terms`` rows equal the
     fold's jobs and terms.
     """
-    from ..forensics import BrokerSource, Forensics
+    from ..forensics import BrokerSource, Forensics, Scan
     from ..keys import partition_for
 
     writer = AuditWriter(url, topic, stream=stream)
@@ -382,13 +382,16 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
             upto = done.get(partition, 0)
             f = Forensics(BrokerSource(bootstrap, topic, partition, timeout), ns)
             final: dict[int, Any] = {}
+            terms: dict[int, Any] = {}
             image = f.replay(until_offset=upto - 1,
-                             on_decision=lambda d, final=final: final.__setitem__(d.offset, d))
+                             on_decision=lambda d, final=final: final.__setitem__(d.offset, d),
+                             on_term=lambda t, terms=terms: terms.__setitem__(t.epoch, t))
             decisions = [d for _, d in sorted(final.items())
                          if d.outcome not in (Outcome.SKIPPED, Outcome.PENDING)]
             waiting.setdefault(partition, set()).update(
                 r.offset for records in image.calls.values() for r in records)
-            folded.append((ns, partition, f, image, decisions))
+            folded.append((ns, partition, Scan(image, decisions,
+                                               [terms[e] for e in sorted(terms)])))
         for partition in sorted(set(done) | set(stored)):
             upto = done.get(partition, 0)
             log_offsets: set[int] = set()
@@ -408,9 +411,9 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
             if extra:
                 diffs.append(f"partition {partition}: {len(extra)} rows are for no record "
                              f"below the progress {upto} (first offsets {extra[:5]})")
-        for ns, partition, f, image, decisions in folded:
-            diffs.extend(_compare_namespace(engine, topic, ns, partition, image, decisions,
-                                            f.terms_from(image, decisions)))
+        for ns, partition, found in folded:
+            diffs.extend(_compare_namespace(engine, topic, ns, partition, found.image,
+                                            found.decisions, Forensics.terms_from(found)))
     finally:
         writer.close()
     return diffs

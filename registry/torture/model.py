@@ -45,6 +45,7 @@ from typing import Any
 
 from ..codec import decode
 from ..errors import CodecError
+from ..fold import DUPLICATE_WINDOW_MS
 
 __all__ = ["FENCING_REASONS", "Cp", "Graph", "MJob", "NamespaceModel", "Verdict", "graph_of"]
 
@@ -196,7 +197,8 @@ class NamespaceModel:
         self.leader: str | None = None
         self.revoked = False
         self.jobs: dict[str, MJob] = {}
-        self.seen: set[str] = set()
+        self.seen: dict[str, int] = {}  # event id -> the newest window when it was folded
+        self.newest_window: int | None = None
         self.grants: dict[int, tuple[str, int, int | None]] = {}
         self.revokes: dict[int, int] = {}
         self.verdicts: list[Verdict] = []
@@ -238,10 +240,19 @@ class NamespaceModel:
             return self._note(Verdict(offset, "SKIPPED", key=key, timestamp=timestamp))
         v = Verdict(offset, "ACCEPTED", None, key, ev.TYPE, ev.event_id, ev.epoch, ev.writer,
                     getattr(ev, "job_id", None), timestamp, ev)
-        if ev.event_id in self.seen:
+        # Fold rule 1: an id is remembered while the newest window of broker time
+        # (DUPLICATE_WINDOW_MS) that any record reached is the one it was folded in,
+        # or the next.
+        if timestamp is not None:
+            window = timestamp // DUPLICATE_WINDOW_MS
+            if self.newest_window is None or window > self.newest_window:
+                self.newest_window = window
+        newest = 0 if self.newest_window is None else self.newest_window
+        first = self.seen.get(ev.event_id)
+        if first is not None and newest <= first + 1:
             v.outcome, v.reason = "DUPLICATE", "duplicate"
             return self._note(v)
-        self.seen.add(ev.event_id)
+        self.seen[ev.event_id] = newest
         try:
             if ev.namespace != self.ns:
                 raise _Refused("namespace_mismatch")

@@ -302,12 +302,16 @@ class Nemesis:
         from registry.keys import record_key
 
         ns = self.rng.choice(sorted(self.namespaces))
-        image = self._reg(ns).sync()
+        reg = self._reg(ns)
+        image = reg.sync()
         sub = self.rng.choice(ZOMBIE_KINDS)
         epoch, leader = image.epoch, image.leader
+        # Earlier terms are history: the image keeps only the current one.
+        terms = {t.epoch: t for t in reg.forensics().scan().terms} if sub in (
+            "stale_epoch", "revoked_term") else {}
         if sub == "stale_epoch":
             e_epoch = max(0, epoch - 1)
-            info = image.terms.get(e_epoch)
+            info = terms.get(e_epoch)
             writer = info.leader if info is not None else "zombie"
         elif sub == "future_epoch":
             e_epoch, writer = epoch + self.rng.randint(2, 4), "zombie"
@@ -317,10 +321,10 @@ class Nemesis:
             if image.revoked and leader is not None:
                 e_epoch, writer = epoch, leader
             else:
-                old = [t for t in image.terms.values() if t.revoked_offset is not None]
+                old = [t for t in terms.values() if t.revoked_offset is not None]
                 if not old:
                     sub, e_epoch = "stale_epoch", max(0, epoch - 1)
-                    info = image.terms.get(e_epoch)
+                    info = terms.get(e_epoch)
                     writer = info.leader if info is not None else "zombie"
                 else:
                     t = self.rng.choice(old)
