@@ -186,6 +186,10 @@ def transactional_id(topic: str, namespace: str) -> str:
     return f"jobreg.{topic}.{namespace}"
 
 
+_STALL_S = 0.5  # a read without a record for this long asks whether records lie ahead
+_MAX_FETCH_WAIT_MS = 1000
+
+
 class LogReader:
     """Reads one partition from an offset, in order, read_committed; never commits offsets."""
 
@@ -196,18 +200,10 @@ class LogReader:
         self.partition = partition
         self.position = start_offset
         self._batch_size = batch_size
-        self._consumer = Consumer({
-            "bootstrap.servers": bootstrap,
-            "group.id": f"jobreg-reader-{uuid.uuid4()}",  # required by librdkafka; never used
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": fetch_wait_ms,
-            "fetch.error.backoff.ms": 10,
-            "auto.offset.reset": "earliest",
-            **_CLIENT_DEFAULTS,
-        })
+        self.fetch_wait_ms = fetch_wait_ms
+        """The longest a fetch waits at the broker for records; lengthened when fetches come
+        back empty below the high watermark (:meth:`_unstick`)."""
+        self._consumer = self._new_consumer()
         self._tp = TopicPartition(topic, partition, start_offset)
         self._consumer.assign([self._tp])
         self._consumer.pause([self._tp])  # it fetches only while a read runs
@@ -215,6 +211,52 @@ class LogReader:
         self._eof = False
         self._known_end: int | None = None  # every offset below it was read (or taken)
         self._moved = False  # the position moved without the consumer (take_own)
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer({
+            "bootstrap.servers": self.bootstrap,
+            "group.id": f"jobreg-reader-{uuid.uuid4()}",  # required by librdkafka; never used
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": self.fetch_wait_ms,
+            "fetch.error.backoff.ms": 10,
+            "auto.offset.reset": "earliest",
+            **_CLIENT_DEFAULTS,
+        })
+
+    def _unstick(self) -> None:
+        """A read made no progress for a while: if the broker says records lie ahead, wait
+        longer per fetch (a new consumer: librdkafka cannot change it on the fly).
+
+        The embedded broker lists every stored batch of the partition on each fetch that
+        has records to return, and when the listing outlasts the fetch's wait it answers
+        with none although its high watermark says there are some (DESIGN.md; at 5 ms a
+        partition of ~5,000 batches, sooner on a loaded machine). Kafka answers a fetch
+        with records at once whatever its wait, so there this never triggers, and a longer
+        wait would only lengthen the answer of a fetch at the end of the partition.
+        """
+        if self.fetch_wait_ms >= _MAX_FETCH_WAIT_MS:
+            return
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), timeout=1.0, cached=False)
+        except KafkaException:
+            return  # unreachable: waiting longer would not help
+        if high is None or high <= self.position:
+            return
+        self.fetch_wait_ms = min(_MAX_FETCH_WAIT_MS, self.fetch_wait_ms * 4)
+        _LOG.info("reading %s[%d]: no records at offset %d below the high watermark %d; "
+                  "fetches now wait up to %d ms", self.topic, self.partition, self.position,
+                  high, self.fetch_wait_ms)
+        old, self._consumer = self._consumer, self._new_consumer()
+        with contextlib.suppress(KafkaException):
+            old.close()
+        self._tp = TopicPartition(self.topic, self.partition, self.position)
+        self._consumer.assign([self._tp])
+        self._paused = False
+        self._moved = False
 
     def take_own(self, records: list[LogRecord]) -> bool:
         """Take a writer's own just-committed records as read, if nothing can lie before
@@ -310,14 +352,20 @@ class LogReader:
         Raises :class:`BrokerError` after ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
+        stalled_since = time.monotonic()
         try:
             while self.position <= offset:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     raise BrokerError(f"offset {offset} of {self.topic}[{self.partition}] was "
                                       f"not readable from {self.bootstrap} within {timeout:g} s")
+                if now - stalled_since > _STALL_S:
+                    self._unstick()
+                    stalled_since = now
                 batch = self.poll(min(left, 0.2))
                 if batch:
+                    stalled_since = time.monotonic()
                     yield batch
         finally:
             self._pause()
@@ -351,6 +399,7 @@ class LogReader:
         self._resume()
         with contextlib.suppress(KafkaException):
             self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
+        stalled_since = time.monotonic()
         try:
             while not self._eof and (until is None or self.position <= until):
                 left = deadline - time.monotonic()
@@ -362,8 +411,12 @@ class LogReader:
                                           "reachable?)")
                     raise BrokerError(f"could not read to the end of {where} within "
                                       f"{timeout:g} s (is the broker reachable?)")
+                if time.monotonic() - stalled_since > _STALL_S:
+                    self._unstick()
+                    stalled_since = time.monotonic()
                 batch = self.poll(min(left, 0.2))
                 if batch:
+                    stalled_since = time.monotonic()
                     if per_progress:
                         deadline = time.monotonic() + timeout
                     yield batch
