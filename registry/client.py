@@ -58,6 +58,8 @@ from .errors import (
     WriteRejected,
 )
 from .events import (
+    CHECKPOINT_FAILURE_REASONS,
+    UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
     CheckpointDiscarded,
     CheckpointEvent,
@@ -70,6 +72,7 @@ from .events import (
     JobCancelled,
     JobLockReleased,
     JobRecoveryFailed,
+    JobRestarted,
     JobStatus,
     JobSubmitted,
     JobTerminated,
@@ -661,12 +664,33 @@ class Term:
         return self._checkpoint(CheckpointCompleted, job_id, checkpoint_id, location=location)
 
     def checkpoint_failed(self, job_id: str, checkpoint_id: int, reason: str,
-                          task: str | None = None) -> Receipt:
-        """A task reported the checkpoint failed. The receipt's ``ignored`` says why it did not
-        count (discarded, completed, superseded, or already counted); :meth:`Registry.job`
-        shows ``over_budget`` once the job's tolerable number is passed."""
+                          task: str | None = None, *,
+                          failure_reason: str = "UNSPECIFIED") -> Receipt:
+        """Checkpoint ``checkpoint_id`` failed; ``failure_reason`` is Flink's
+        ``CheckpointFailureReason`` name (:data:`~registry.events.CHECKPOINT_FAILURE_REASONS`;
+        ``UNSPECIFIED`` counts, as ``CHECKPOINT_DECLINED`` does), ``reason`` says why for
+        people. The receipt's ``ignored`` says why it did not count (a reason Flink does not
+        count, a checkpoint discarded, completed, superseded, not pending, or already
+        counted); :meth:`Registry.job` shows ``over_budget`` once the job's tolerable
+        number is passed: then restart the job (:meth:`job_restarted`) or fail it
+        (:meth:`terminate`), as Flink does."""
         return self._checkpoint(CheckpointFailed, job_id, checkpoint_id, reason=reason,
-                                task=task)
+                                task=task, failure_reason=_failure_reason(failure_reason))
+
+    def checkpoint_trigger_failed(self, job_id: str, failure_reason: str,
+                                  reason: str = "") -> Receipt:
+        """Triggering a checkpoint failed before it had an id (Flink's trigger phase): counted
+        every time if ``failure_reason`` counts (:meth:`checkpoint_failed`)."""
+        return self._checkpoint(CheckpointFailed, job_id, UNKNOWN_CHECKPOINT, reason=reason,
+                                failure_reason=_failure_reason(failure_reason))
+
+    def job_restarted(self, job_id: str, reason: str = "") -> Receipt:
+        """The job was restarted (failed over) from its newest completed checkpoint, as Flink
+        does when the tolerable checkpoint failures are exceeded: the failure count starts
+        again, pending checkpoints are discarded, the retained ones are kept."""
+        view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
+        return self._checkpoint(JobRestarted, job_id, view.checkpoints.last_completed,
+                                reason=reason)
 
     def checkpoint_discarded(self, job_id: str, checkpoint_id: int, reason: str = "") -> Receipt:
         """The coordinator gave the checkpoint up; later failures of it are ignored."""
@@ -746,7 +770,9 @@ class Term:
         try:
             state, _ = checkpoint_step(view.checkpoints, kind, checkpoint_id,
                                        location=str(payload.get("location", "")),
-                                       retained=view.retained_checkpoints)
+                                       retained=view.retained_checkpoints,
+                                       failure_reason=str(payload.get("failure_reason",
+                                                                      "UNSPECIFIED")))
         except CheckpointRuleViolation:  # the fold refuses it, with the reason, in the log
             state = replace(view.checkpoints, seq=view.checkpoints.seq + 1)
         return self._write([self._event(kind, job_id, checkpoint_id=checkpoint_id,
@@ -945,3 +971,10 @@ class Term:
         # The verdict on a record: an accepted copy if any, else the first decided one.
         found = [d for _, e in copies if (d := self.registry._waiting.get(e.event_id))]
         return next((d for d in found if d.accepted), found[0] if found else None)
+
+
+def _failure_reason(name: object) -> str:
+    if name not in CHECKPOINT_FAILURE_REASONS:
+        raise ConfigError(f"unknown checkpoint failure reason {name!r}; one of Flink's: "
+                          + ", ".join(CHECKPOINT_FAILURE_REASONS))
+    return name  # type: ignore[return-value]

@@ -21,10 +21,13 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 __all__ = [
+    "CHECKPOINT_FAILURE_REASONS",
+    "COUNTED_FAILURE_REASONS",
     "EMPTY_CHECKPOINTS",
     "EVENT_TYPES",
     "MEMBER_TYPES",
     "NESTED_TYPES",
+    "UNKNOWN_CHECKPOINT",
     "as_call",
     "CallCommitted",
     "CheckpointCompleted",
@@ -43,6 +46,7 @@ __all__ = [
     "JobLockReleased",
     "JobReasserted",
     "JobRecoveryFailed",
+    "JobRestarted",
     "JobStatus",
     "JobSubmitted",
     "JobTerminated",
@@ -115,8 +119,9 @@ class CheckpointState:
     newest completed checkpoints, oldest first; ``pending`` the triggered ids
     not yet finished; ``discarded`` the discarded ids newer than
     ``last_completed``; ``counted`` the failed ids counted since the last
-    completion (so ``len(counted)`` is the run of consecutive failures). All
-    id tuples are sorted, so equal states compare equal.
+    completion or restart; ``unknown_failures`` the counted failures in the
+    trigger phase (no id) since then. All id tuples are sorted, so equal
+    states compare equal.
     """
 
     seq: int = 0
@@ -125,11 +130,13 @@ class CheckpointState:
     pending: tuple[int, ...] = ()
     discarded: tuple[int, ...] = ()
     counted: tuple[int, ...] = ()
+    unknown_failures: int = 0
 
     @property
     def consecutive_failures(self) -> int:
-        """Failed checkpoints counted since the last completion."""
-        return len(self.counted)
+        """Failures counted since the last completion or restart: the counted checkpoint ids
+        and the failures in the trigger phase (no id)."""
+        return len(self.counted) + self.unknown_failures
 
 
 EMPTY_CHECKPOINTS = CheckpointState()
@@ -278,14 +285,74 @@ class CheckpointCompleted(CheckpointEvent):
     location: str
 
 
+UNKNOWN_CHECKPOINT = -1
+"""The checkpoint id of a failure in the trigger phase, before the id existed (Flink's
+``CheckpointFailureManager.UNKNOWN_CHECKPOINT_ID``)."""
+
+CHECKPOINT_FAILURE_REASONS: tuple[str, ...] = (
+    "UNSPECIFIED",
+    "PERIODIC_SCHEDULER_SHUTDOWN",
+    "TOO_MANY_CONCURRENT_CHECKPOINTS",
+    "TOO_MANY_CHECKPOINT_REQUESTS",
+    "MINIMUM_TIME_BETWEEN_CHECKPOINTS",
+    "NOT_ALL_REQUIRED_TASKS_RUNNING",
+    "IO_EXCEPTION",
+    "CHECKPOINT_ASYNC_EXCEPTION",
+    "CHECKPOINT_EXPIRED",
+    "CHECKPOINT_SUBSUMED",
+    "CHECKPOINT_DECLINED",
+    "CHECKPOINT_DECLINED_TASK_NOT_READY",
+    "CHECKPOINT_DECLINED_TASK_CLOSING",
+    "CHECKPOINT_DECLINED_TASK_NOT_CHECKPOINTING",
+    "CHECKPOINT_DECLINED_SUBSUMED",
+    "CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER",
+    "CHECKPOINT_DECLINED_ALIGNMENT_LIMIT_EXCEEDED",
+    "CHECKPOINT_DECLINED_INPUT_END_OF_STREAM",
+    "CHECKPOINT_COORDINATOR_SHUTDOWN",
+    "CHECKPOINT_COORDINATOR_SUSPEND",
+    "JOB_FAILURE",
+    "JOB_FAILOVER_REGION",
+    "TASK_FAILURE",
+    "TASK_CHECKPOINT_FAILURE",
+    "UNKNOWN_TASK_CHECKPOINT_NOTIFICATION_FAILURE",
+    "FINALIZE_CHECKPOINT_FAILURE",
+    "TRIGGER_CHECKPOINT_FAILURE",
+)
+"""Flink's ``CheckpointFailureReason`` names (the Avro enum ``jobreg.CheckpointFailureReason``),
+and ``UNSPECIFIED``: a failure written before reasons existed, or with a name this jobreg
+does not know (the enum's default)."""
+
+COUNTED_FAILURE_REASONS: frozenset[str] = frozenset(
+    {"UNSPECIFIED", "IO_EXCEPTION", "CHECKPOINT_ASYNC_EXCEPTION", "CHECKPOINT_DECLINED",
+     "CHECKPOINT_EXPIRED"})
+"""The reasons that count against a job's tolerable failures, as Flink's
+``CheckpointFailureManager.checkFailureCounter`` counts them; every other reason is ignored.
+``UNSPECIFIED`` counts, as every failure did before reasons existed."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointFailed(CheckpointEvent):
-    """A task reported checkpoint ``checkpoint_id`` as failed (``reason``: DECLINED, EXPIRED, IO, ...)."""
+    """Checkpoint ``checkpoint_id`` failed (:data:`UNKNOWN_CHECKPOINT`: it failed while being
+    triggered, before it had an id); ``failure_reason`` is Flink's name for why
+    (:data:`CHECKPOINT_FAILURE_REASONS`), ``reason`` says it for people."""
 
     TYPE: ClassVar[str] = "CheckpointFailed"
 
     reason: str
     task: str | None = None
+    failure_reason: str = "UNSPECIFIED"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobRestarted(CheckpointEvent):
+    """The coordinator restarted (failed over) the job from its newest completed checkpoint
+    ``checkpoint_id`` (-1: none), as Flink does when the tolerable checkpoint failures are
+    exceeded: the failure count starts again, pending checkpoints are aborted (discarded),
+    the retained checkpoints are kept."""
+
+    TYPE: ClassVar[str] = "JobRestarted"
+
+    reason: str = ""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -359,6 +426,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointDiscarded,
         LeaseRenewed,
         CallCommitted,
+        JobRestarted,
     )
 }
 """Event type name (the Avro record name without namespace) -> dataclass."""

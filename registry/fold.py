@@ -42,10 +42,14 @@ Rules, in the order the fold applies them to one record of this namespace:
    or a cancel moves it on; it cannot be released.
 6. Checkpoints (Flink's ``CheckpointFailureManager``; :func:`checkpoint_step`):
    ids of triggers increase per job; a failure of a checkpoint that was
-   discarded, completed, or is not newer than the last completed one, or
-   that was already counted, is ignored (outcome ``IGNORED``, with why);
-   other failures count once each; a completion resets the count and keeps
-   the newest ``retained_checkpoints``. Each record carries the job's
+   discarded, completed, or is not newer than the last completed one, that
+   was already counted, or that is not pending, is ignored (outcome
+   ``IGNORED``, with why); so is a failure whose ``failure_reason`` Flink
+   does not count (it still ends the pending checkpoint). Other failures
+   count once per checkpoint id, a failure in the trigger phase (checkpoint
+   id -1) each time; a completion resets the count and keeps the newest
+   ``retained_checkpoints``; a ``JobRestarted`` resets the count, discards
+   the pending checkpoints and keeps the retained ones. Each record carries the job's
    checkpoint state after it and its sequence number ``seq``: the fold
    computes the state itself and refuses a record whose state differs
    (``checkpoint_state_mismatch``) or whose ``seq`` is not the next one
@@ -86,6 +90,7 @@ reasserts them (:func:`plan_reassertions`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -95,6 +100,9 @@ import immutables
 from .codec import Codec, default_codec
 from .errors import CodecError
 from .events import (
+    CHECKPOINT_FAILURE_REASONS,
+    COUNTED_FAILURE_REASONS,
+    UNKNOWN_CHECKPOINT,
     CallCommitted,
     CheckpointCompleted,
     CheckpointDiscarded,
@@ -110,6 +118,7 @@ from .events import (
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    JobRestarted,
     JobStatus,
     JobSubmitted,
     JobTerminated,
@@ -202,17 +211,45 @@ class CheckpointRuleViolation(Exception):
 
 
 def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
-                    *, location: str = "", retained: int = 1) -> tuple[CheckpointState, str | None]:
+                    *, location: str = "", retained: int = 1,
+                    failure_reason: str = "UNSPECIFIED",
+                    legacy: bool = False) -> tuple[CheckpointState, str | None]:
     """Rule 6: the checkpoint state after one event, and why it was ignored (``None``: it counted).
 
     Pure; the fold applies it, and the client calls it to compute the state
     its records carry. Raises :class:`CheckpointRuleViolation` for an event
-    the fold refuses.
+    the fold refuses. Follows Flink's ``CheckpointFailureManager``: only
+    :data:`~registry.events.COUNTED_FAILURE_REASONS` count, each checkpoint
+    id once, a failure in the trigger phase (:data:`~registry.events.UNKNOWN_CHECKPOINT`)
+    every time; a failure of a checkpoint that is not pending is dropped, as
+    Flink's coordinator drops a decline of a checkpoint it does not know; a
+    completion or a restart (:class:`~registry.events.JobRestarted`, Flink's
+    ``clearCount`` when it fails the job) starts the count again. ``legacy``: a
+    failure written before reasons existed (``CheckpointFailed`` schema version 1)
+    is judged by the rule of its time, under which the state it carries was
+    computed: it counts whether or not the checkpoint is pending.
     """
     cp = checkpoint_id
     last = state.last_completed
     pending, discarded, counted = set(state.pending), set(state.discarded), set(state.counted)
+    unknown = state.unknown_failures
     seq = state.seq + 1
+    if kind is JobRestarted:
+        if cp != last:
+            raise CheckpointRuleViolation(
+                "restart_checkpoint_mismatch",
+                f"a restart names checkpoint {cp}, but the newest completed checkpoint is {last}")
+        # Flink aborts the pending checkpoints when it fails the job over: discarded here.
+        return CheckpointState(seq, last, state.retained, (),
+                               tuple(sorted(discarded | pending)), (), 0), None
+    if kind is CheckpointFailed and cp == UNKNOWN_CHECKPOINT:
+        if failure_reason not in COUNTED_FAILURE_REASONS and \
+                failure_reason in CHECKPOINT_FAILURE_REASONS:
+            why = f"a trigger failure for {failure_reason} does not count"
+        else:
+            unknown += 1
+            why = None
+        return dataclasses.replace(state, seq=seq, unknown_failures=unknown), why
     if kind is CheckpointTriggered:
         newest = max([last, *pending, *discarded, *counted])
         if cp <= newest:
@@ -229,14 +266,20 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
         retained_cps = (*state.retained, CompletedCheckpoint(cp, location))
         return CheckpointState(
             seq, cp, retained_cps[-max(retained, 1):], tuple(sorted(p for p in pending if p > cp)),
-            tuple(sorted(d for d in discarded if d > cp)), ()), None
+            tuple(sorted(d for d in discarded if d > cp)), (), 0), None
     elif kind is CheckpointFailed:
         if cp in counted:
             why = f"a failure of checkpoint {cp} was already counted"
+        elif cp not in pending and not legacy:
+            why = f"checkpoint {cp} is not pending (never triggered, or already failed)"
         else:
-            counted.add(cp)
-            pending.discard(cp)
-            why = None
+            pending.discard(cp)  # Flink aborts the pending checkpoint, whatever the reason
+            if failure_reason in COUNTED_FAILURE_REASONS or \
+                    failure_reason not in CHECKPOINT_FAILURE_REASONS:
+                counted.add(cp)
+                why = None
+            else:
+                why = f"a failure for {failure_reason} does not count"
     else:  # CheckpointDiscarded
         if cp in discarded:
             why = f"checkpoint {cp} was already discarded"
@@ -245,7 +288,7 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
             pending.discard(cp)
             why = None
     return CheckpointState(seq, last, state.retained, tuple(sorted(pending)),
-                           tuple(sorted(discarded)), tuple(sorted(counted))), why
+                           tuple(sorted(discarded)), tuple(sorted(counted)), unknown), why
 
 
 def _newest(kept: tuple[Decision, ...], new: list[Decision]) -> tuple[Decision, ...]:
@@ -584,7 +627,9 @@ class Delta:
         try:
             new, why = checkpoint_step(cur, type(e), e.checkpoint_id,
                                        location=getattr(e, "location", ""),
-                                       retained=job.retained_checkpoints)
+                                       retained=job.retained_checkpoints,
+                                       failure_reason=getattr(e, "failure_reason", "UNSPECIFIED"),
+                                       legacy=type(e) is CheckpointFailed and e.schema_version < 2)
         except CheckpointRuleViolation as v:
             raise _Verdict(v.reason, v.detail) from None
         if new != e.state:
@@ -690,6 +735,7 @@ _RULES: dict[type[Event], Callable[[Delta, Any, LogRecord], Any]] = {
     CheckpointCompleted: Delta._job_write,
     CheckpointFailed: Delta._job_write,
     CheckpointDiscarded: Delta._job_write,
+    JobRestarted: Delta._job_write,
 }
 """Event type -> its rule: the one statement of what a record of that type does."""
 
@@ -705,6 +751,7 @@ _EFFECTS: dict[type[Event], Callable[[Delta, Any, JobView | None], str | None]] 
     CheckpointCompleted: Delta._checkpoint,
     CheckpointFailed: Delta._checkpoint,
     CheckpointDiscarded: Delta._checkpoint,
+    JobRestarted: Delta._checkpoint,
 }
 """Job event type -> the effect of an accepted (fenced) record on the job."""
 

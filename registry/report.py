@@ -152,6 +152,7 @@ _TYPE_SYMBOL = {
     "CheckpointCompleted": "cp-completed",
     "CheckpointFailed": "cp-failed",
     "CheckpointDiscarded": "cp-discarded",
+    "JobRestarted": "recovery",
 }
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from registry.codec import encode
 from registry.events import (
+    UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
     CheckpointDiscarded,
     CheckpointFailed,
@@ -35,6 +36,7 @@ from registry.events import (
     JobEvent,
     JobLockReleased,
     JobRecoveryFailed,
+    JobRestarted,
     JobSubmitted,
     JobTerminated,
     LeadershipGranted,
@@ -113,16 +115,35 @@ CHECKPOINT_KINDS = {"trigger": CheckpointTriggered, "complete": CheckpointComple
                     "cpfail": CheckpointFailed, "discard": CheckpointDiscarded}
 
 
+# Failures that do not count (Flink's JOB_FAILOVER_REGION), in the trigger phase (id -1;
+# counted for an odd drawn id, CHECKPOINT_EXPIRED, not for an even one), and restarts.
+EXTRA_CHECKPOINT_KINDS = ("cpskip", "trigfail", "restart")
+
+
 def checkpoint_event(view, kind, cp: int, common: dict):
-    """The checkpoint event a client writes: it carries the state the fold's rule gives."""
+    """The checkpoint event a client writes: it carries the state the fold's rule gives.
+
+    ``kind`` is an event class or one of :data:`EXTRA_CHECKPOINT_KINDS`."""
+    failure_reason = "CHECKPOINT_DECLINED"
+    if kind == "cpskip":
+        kind, failure_reason = CheckpointFailed, "JOB_FAILOVER_REGION"
+    elif kind == "trigfail":
+        kind, failure_reason = CheckpointFailed, ("CHECKPOINT_EXPIRED" if cp % 2
+                                                  else "TOO_MANY_CONCURRENT_CHECKPOINTS")
+        cp = UNKNOWN_CHECKPOINT
+    elif kind == "restart":
+        kind, cp = JobRestarted, view.checkpoints.last_completed
     try:
         state, _ = checkpoint_step(view.checkpoints, kind, cp, location=f"loc-{cp}",
-                                   retained=view.retained_checkpoints)
+                                   retained=view.retained_checkpoints,
+                                   failure_reason=failure_reason)
     except CheckpointRuleViolation:  # the fold will refuse it; the client writes it anyway
         state = dataclasses.replace(view.checkpoints, seq=view.checkpoints.seq + 1)
     extra = {CheckpointCompleted: {"location": f"loc-{cp}"},
-             CheckpointFailed: {"reason": "DECLINED", "task": f"task-{cp}"},
-             CheckpointDiscarded: {"reason": "declined"}}.get(kind, {})
+             CheckpointFailed: {"reason": "declined", "task": f"task-{cp}",
+                                "failure_reason": failure_reason},
+             CheckpointDiscarded: {"reason": "declined"},
+             JobRestarted: {"reason": "over budget"}}.get(kind, {})
     return kind(job_id=view.job_id, checkpoint_id=cp, state=state, **extra, **common)
 
 
@@ -219,8 +240,8 @@ class Sim:
             # the drawn name picks one of the jobs this client knows
             known = sorted(view.jobs)
             job = known[JOBS.index(job) % len(known)]
-            if cmd in CHECKPOINT_KINDS:
-                ev = checkpoint_event(view.jobs[job], CHECKPOINT_KINDS[cmd], cp, common)
+            if cmd in CHECKPOINT_KINDS or cmd in EXTRA_CHECKPOINT_KINDS:
+                ev = checkpoint_event(view.jobs[job], CHECKPOINT_KINDS.get(cmd, cmd), cp, common)
             else:
                 ev = {"cancel": lambda: JobCancelled(job_id=job, **common),
                       "finish": lambda: JobTerminated(job_id=job, state="FINISHED", **common),

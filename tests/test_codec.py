@@ -36,6 +36,7 @@ from registry.codec import (
 )
 from registry.errors import CodecError, ConfigError, UnknownEventTypeError, UnknownSchemaError
 from registry.events import (
+    CHECKPOINT_FAILURE_REASONS,
     EVENT_TYPES,
     NESTED_TYPES,
     CallCommitted,
@@ -54,6 +55,7 @@ from registry.events import (
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    JobRestarted,
     JobStatus,
     JobSubmitted,
     JobTerminated,
@@ -86,6 +88,7 @@ checkpoint_states = st.builds(
     pending=id_tuples,
     discarded=id_tuples,
     counted=id_tuples,
+    unknown_failures=longs,
 )
 ENVELOPE = {
     "event_id": st.one_of(st.uuids().map(str), texts),
@@ -138,7 +141,14 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "checkpoint_id": longs,
         "state": checkpoint_states,
         "reason": texts,
+        "failure_reason": st.sampled_from(CHECKPOINT_FAILURE_REASONS),
         "task": st.none() | texts,
+    },
+    JobRestarted: {
+        "job_id": texts,
+        "checkpoint_id": longs,
+        "state": checkpoint_states,
+        "reason": texts,
     },
     CheckpointDiscarded: {
         "job_id": texts,
@@ -432,11 +442,12 @@ def test_every_avsc_parses_and_is_named_after_its_file() -> None:
     }
     shared = ("jobreg.Envelope", "jobreg.InlineGraph", "jobreg.GraphRef",
               "jobreg.CompletedCheckpoint", "jobreg.CheckpointState")  # dependency order
-    expected = set(shared) | {f"jobreg.{t}" for t in EVENT_TYPES}
+    enums = ("jobreg.CheckpointFailureReason",)  # plain strings in the dataclasses
+    expected = set(shared) | set(enums) | {f"jobreg.{t}" for t in EVENT_TYPES}
     assert set(texts_by_name) == expected
     assert {n.removeprefix("jobreg.") for n in shared[1:]} == set(NESTED_TYPES)
     named: dict[str, Any] = {}
-    for name in shared:
+    for name in (*shared, *enums):
         fastavro.parse_schema(texts_by_name[name], named)
     for name, schema in texts_by_name.items():
         assert schema["namespace"] == "jobreg" and f"jobreg.{schema['name']}" == name
@@ -449,7 +460,7 @@ def test_every_record_and_field_has_a_doc() -> None:
     for path in _avsc_files():
         schema = json.loads(path.read_text("utf-8"))
         assert schema.get("doc"), path.name
-        for field in schema["fields"]:
+        for field in schema.get("fields", []):  # an enum has symbols, not fields
             assert field.get("doc"), f"{path.name}: {field['name']}"
 
 
@@ -490,7 +501,8 @@ def _schema_type(avro_type: Any) -> Any:
     if isinstance(avro_type, list):
         return [_schema_type(b) for b in avro_type]
     if isinstance(avro_type, dict):
-        return avro_type["name"]
+        # an enum's symbols travel as plain strings (CheckpointFailed.failure_reason)
+        return "string" if avro_type.get("type") == "enum" else avro_type["name"]
     return avro_type
 
 

@@ -35,7 +35,8 @@ write = st.tuples(st.just("write"), st.sampled_from(["leader"] * 3 + list(CONTEN
                   st.sampled_from(["submit", "submit", "submit", "cancel", "finish", "fail",
                                    "adopt", "release", "release", "revoke", "recfail", "renew",
                                    "trigger", "trigger", "complete", "cpfail", "cpfail",
-                                   "discard", "submit_many", "submit_many", "adopt_many"]),
+                                   "discard", "submit_many", "submit_many", "adopt_many",
+                                   "cpskip", "trigfail", "restart"]),
                   job, st.sampled_from([False] * 7 + [True]),  # True: the transaction aborted
                   st.integers(1, 6))  # checkpoint id (small, so they collide)
 raw = st.tuples(st.just("raw"),
@@ -214,23 +215,44 @@ def test_a_young_refused_record_is_not_cleaned_before_the_lag() -> None:
 
 # -- checkpoints (rule 6, incident 004) ------------------------------------------
 
-cp_op = st.tuples(st.sampled_from(["trigger", "trigger", "complete", "cpfail", "cpfail",
-                                   "cpfail", "discard", "failover", "zombie"]),
+cp_op = st.tuples(st.sampled_from(["trigger", "trigger", "trigger", "complete", "cpfail",
+                                   "cpfail", "cpfail", "cpskip", "trigfail", "restart",
+                                   "discard", "failover", "zombie"]),
                   st.integers(1, 8))
 
 
 def _oracle(ops, budget: int) -> tuple[int, bool, int]:
-    """Flink's CheckpointFailureManager, written out plainly: (count, over budget, last completed)."""
-    last, discarded, counted = -1, set(), set()
+    """Flink's CheckpointFailureManager and its coordinator, written out plainly:
+    (count, over budget, last completed). Only pending checkpoints fail (the coordinator
+    drops a decline of a checkpoint it does not know); each counts once, and only for the
+    reasons Flink counts ("cpskip" is JOB_FAILOVER_REGION: it ends the checkpoint, uncounted);
+    a failure in the trigger phase counts each time ("trigfail": CHECKPOINT_EXPIRED for an
+    odd drawn id, TOO_MANY_CONCURRENT_CHECKPOINTS for an even one); a success of a newer
+    checkpoint and a restart (Flink's clearCount when it fails the job) clear the count;
+    a restart aborts the pending checkpoints."""
+    last, pending, discarded, counted, unknown = -1, set(), set(), set(), 0
     for kind, cp in ops:
-        if kind == "complete" and cp > last and cp not in discarded:
-            last, counted = cp, set()
+        if kind == "trigger":
+            if cp > max([last, *pending, *discarded, *counted]):
+                pending.add(cp)
+        elif kind == "complete" and cp > last and cp not in discarded:
+            last, counted, unknown = cp, set(), 0
+            pending = {p for p in pending if p > cp}
             discarded = {d for d in discarded if d > cp}
-        elif kind == "cpfail" and cp > last and cp not in discarded:
-            counted.add(cp)
-        elif kind == "discard" and cp > last:
+        elif kind in ("cpfail", "cpskip") and cp > last and cp not in discarded \
+                and cp not in counted and cp in pending:
+            pending.discard(cp)
+            if kind == "cpfail":
+                counted.add(cp)
+        elif kind == "trigfail" and cp % 2:
+            unknown += 1
+        elif kind == "discard" and cp > last and cp not in discarded:
             discarded.add(cp)
-    return len(counted), len(counted) > budget, last
+            pending.discard(cp)
+        elif kind == "restart":
+            counted, unknown, discarded, pending = set(), 0, discarded | pending, set()
+    n = len(counted) + unknown
+    return n, n > budget, last
 
 
 @SETTINGS
@@ -265,6 +287,7 @@ def test_checkpoint_failures_count_like_flink_and_survive_compaction(ops, budget
             job.checkpoints.last_completed) == (count, over, last)
     assert all(d.event_type.startswith("Checkpoint") for d in image.ignored)
     assert not [d for d in image.rejected if d.reason == "checkpoint_state_mismatch"]
+    assert not [d for d in image.rejected if d.reason == "restart_checkpoint_mismatch"]
     compacted = compact(sim.log, sim.now + data.draw(st.sampled_from([0, 30 * DAY])),
                         data.draw(st.integers(0, len(sim.log))))
     assert fold(visible(compacted), NS).answer() == image.answer()

@@ -129,6 +129,35 @@ def test_incident_004_checkpoint_failures_through_the_client(connect) -> None:
     assert [(d.event_type, d.job_id) for d in ignored] == [("CheckpointFailed", "job")]
 
 
+def test_failure_reasons_trigger_failures_and_restarts_through_the_client(connect) -> None:
+    """Issue 12 through the client: Flink's reasons (an uncounted one, a bad name refused
+    before anything is written), a trigger-phase failure, and a restart when over budget."""
+    reg = connect("ns12")
+    t = reg.claim_leadership("jm-1")
+    t.submit("job", b"g", max_checkpoint_failures=1)
+    t.checkpoint_triggered("job", 1)
+    t.checkpoint_completed("job", 1, "s3://cp/1")
+    t.checkpoint_triggered("job", 2)
+    skipped = t.checkpoint_failed("job", 2, "region restart", failure_reason="JOB_FAILOVER_REGION")
+    assert skipped.ignored is not None and "JOB_FAILOVER_REGION" in skipped.ignored
+    never = t.checkpoint_failed("job", 9, "late decline", failure_reason="CHECKPOINT_DECLINED")
+    assert never.ignored is not None and "not pending" in never.ignored
+    with pytest.raises(ConfigError, match="unknown checkpoint failure reason 'DECLINED'"):
+        t.checkpoint_failed("job", 3, "x", failure_reason="DECLINED")
+    assert t.checkpoint_trigger_failed("job", "CHECKPOINT_EXPIRED").ignored is None
+    t.checkpoint_triggered("job", 3)
+    t.checkpoint_failed("job", 3, "io", failure_reason="IO_EXCEPTION")
+    assert reg.job("job").over_budget  # 2 > 1: one trigger-phase failure and checkpoint 3
+    t.checkpoint_triggered("job", 4)
+    restart = t.job_restarted("job", "over budget")
+    assert restart.ignored is None
+    view = reg.job("job")
+    assert not view.over_budget and view.checkpoints.pending == ()
+    assert 4 in view.checkpoints.discarded
+    assert [c.checkpoint_id for c in view.latest_checkpoints] == [1]
+    assert connect("ns12").sync().jobs["job"] == view  # a fresh client folds the same
+
+
 # -- GC never deletes a blob a live job references (property, no broker) ---------------
 
 gc_op = st.one_of(

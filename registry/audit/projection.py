@@ -28,6 +28,7 @@ from typing import Any
 from ..codec import Codec, default_codec
 from ..errors import CodecError
 from ..events import (
+    UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
     CheckpointDiscarded,
     CheckpointEvent,
@@ -35,6 +36,7 @@ from ..events import (
     CheckpointTriggered,
     GraphRef,
     InlineGraph,
+    JobRestarted,
 )
 from ..fold import Delta, bulk
 from ..image import Decision, Image, LogRecord, Outcome, TermInfo
@@ -248,7 +250,8 @@ class AuditProjection:
             return
         if d.outcome == Outcome.ACCEPTED:
             touched_jobs[(ns, d.job_id)] = (r.offset, r.timestamp)
-        if isinstance(event, CheckpointEvent) and view is not None:
+        if isinstance(event, CheckpointEvent) and not isinstance(event, JobRestarted) \
+                and view is not None:
             self._checkpoint(ns, d, event, view, checkpoints)
 
     @staticmethod
@@ -264,16 +267,26 @@ class AuditProjection:
                     "checkpoint_id": event.checkpoint_id, "status": "FAILED",
                     "location": None, "_partial": True}
             row.update(counted=False, ignored_reason=d.detail, last_offset=d.offset,
-                       failure_reason=getattr(event, "reason", None))
+                       failure_reason=_failure_reason(event))
             return
         status = _CHECKPOINT_STATUS[type(event)]
-        counted = event.checkpoint_id in view.checkpoints.counted if status == "FAILED" else None
+        counted = None
+        if status == "FAILED":  # a failure in the trigger phase (id -1) counted if accepted
+            counted = (event.checkpoint_id in view.checkpoints.counted
+                       or event.checkpoint_id == UNKNOWN_CHECKPOINT)
         checkpoints[key] = {
             "namespace": ns, "job_id": event.job_id, "checkpoint_id": event.checkpoint_id,
             "status": status, "counted": counted, "ignored_reason": None,
             "location": getattr(event, "location", None),
-            "failure_reason": event.reason if isinstance(event, CheckpointFailed) else None,
+            "failure_reason": _failure_reason(event),
             "last_offset": d.offset, "_partial": False}
+
+
+def _failure_reason(event: Any) -> str | None:
+    """Flink's name for why a checkpoint failed, else what the writer said (older records)."""
+    if not isinstance(event, CheckpointFailed):
+        return getattr(event, "reason", None)
+    return event.failure_reason if event.failure_reason != "UNSPECIFIED" else event.reason
 
 
 def _record_row(topic: str, r: LogRecord, ns: str | None, d: Decision, event: Any,

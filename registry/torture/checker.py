@@ -55,7 +55,8 @@ RULES: dict[str, str] = {
 
 WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
                     "checkpoint_triggered", "checkpoint_completed", "checkpoint_failed",
-                    "checkpoint_discarded", "revoke"})
+                    "checkpoint_discarded", "checkpoint_trigger_failed", "checkpoint_restarted",
+                    "revoke"})
 MULTI = frozenset({"submit_many", "adopt"})
 HOOK_FAILURE = "planted hook failure"  # the worker's recovery hook (not a lost graph)
 _CAP = 25  # fold_disagrees reported per namespace

@@ -45,6 +45,7 @@ from typing import Any
 
 from ..codec import decode
 from ..errors import CodecError
+from ..events import CHECKPOINT_FAILURE_REASONS as _KNOWN_REASONS
 from ..fold import DUPLICATE_WINDOW_MS
 
 __all__ = ["FENCING_REASONS", "Cp", "Graph", "MJob", "NamespaceModel", "Verdict", "graph_of"]
@@ -77,13 +78,15 @@ class Cp:
     pending: frozenset[int] = frozenset()
     discarded: frozenset[int] = frozenset()
     counted: frozenset[int] = frozenset()
+    unknown: int = 0  # counted failures without a checkpoint id (the trigger phase)
 
     @classmethod
     def of(cls, s: Any) -> Cp:
         """From a decoded ``CheckpointState``."""
         return cls(s.seq, s.last_completed,
                    tuple((c.checkpoint_id, c.location) for c in s.retained),
-                   frozenset(s.pending), frozenset(s.discarded), frozenset(s.counted))
+                   frozenset(s.pending), frozenset(s.discarded), frozenset(s.counted),
+                   s.unknown_failures)
 
 
 @dataclass
@@ -144,7 +147,7 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
         return (f"{ns}/job/{job}",)
     if t in ("JobAdopted", "JobLockReleased", "JobRecoveryFailed"):
         return (f"{ns}/job/{job}/lock",)
-    if t.startswith("Checkpoint"):
+    if t.startswith("Checkpoint") or t == "JobRestarted":
         return (f"{ns}/job/{job}/checkpoints",)
     if t == "JobReasserted":
         return (f"{ns}/job/{job}", f"{ns}/job/{job}/lock", f"{ns}/job/{job}/checkpoints")
@@ -157,9 +160,24 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
     return None
 
 
-def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int) -> tuple[Cp, str | None]:
+# Flink's CheckpointFailureManager.checkFailureCounter: the reasons that count.
+_COUNTED = {"UNSPECIFIED", "IO_EXCEPTION", "CHECKPOINT_ASYNC_EXCEPTION", "CHECKPOINT_DECLINED",
+            "CHECKPOINT_EXPIRED"}
+
+
+def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
+             reason: str = "UNSPECIFIED", version: int = 2) -> tuple[Cp, str | None]:
     """Rule 6 as documented: the state after one event and why it was ignored."""
     seq = cur.seq + 1
+    if kind == "JobRestarted":
+        if cp != cur.last:
+            raise _Refused("restart_checkpoint_mismatch")
+        return Cp(seq, cur.last, cur.retained, frozenset(), cur.discarded | cur.pending,
+                  frozenset(), 0), None
+    if kind == "CheckpointFailed" and cp == -1:  # the trigger phase: no id
+        if reason in _COUNTED or reason not in _KNOWN_REASONS:
+            return replace(cur, seq=seq, unknown=cur.unknown + 1), None
+        return replace(cur, seq=seq), "reason does not count"
     if kind == "CheckpointTriggered":
         newest = max([cur.last, *cur.pending, *cur.discarded, *cur.counted])
         if cp <= newest:
@@ -172,12 +190,16 @@ def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int) -> tuple
     if kind == "CheckpointCompleted":
         kept = (*cur.retained, (cp, location))[-max(retained, 1):]
         return Cp(seq, cp, kept, frozenset(p for p in cur.pending if p > cp),
-                  frozenset(d for d in cur.discarded if d > cp), frozenset()), None
+                  frozenset(d for d in cur.discarded if d > cp), frozenset(), 0), None
     if kind == "CheckpointFailed":
         if cp in cur.counted:
             return replace(cur, seq=seq), "already counted"
-        return replace(cur, seq=seq, counted=cur.counted | {cp},
-                       pending=cur.pending - {cp}), None
+        if cp not in cur.pending and version >= 2:  # version 1 counted it anyway
+            return replace(cur, seq=seq), "not pending"
+        if reason in _COUNTED or reason not in _KNOWN_REASONS:
+            return replace(cur, seq=seq, counted=cur.counted | {cp},
+                           pending=cur.pending - {cp}), None
+        return replace(cur, seq=seq, pending=cur.pending - {cp}), "reason does not count"
     if cp in cur.discarded:
         return replace(cur, seq=seq), "already discarded"
     return replace(cur, seq=seq, discarded=cur.discarded | {cp}, pending=cur.pending - {cp}), None
@@ -390,7 +412,7 @@ class NamespaceModel:
                 if job.status == "RECOVERY_FAILED":
                     raise _Refused("recovery_failed")
                 new = replace(job, owner=None)
-            elif t.startswith("Checkpoint"):
+            elif t.startswith("Checkpoint") or t == "JobRestarted":
                 carried = Cp.of(ev.state)
                 if carried.seq > job.cp.seq + 1:
                     new = replace(job, cp=carried)  # compaction removed the earlier records
@@ -398,7 +420,9 @@ class NamespaceModel:
                     raise _Refused("stale_checkpoint_seq")
                 else:
                     cp, why = _cp_step(job.cp, t, ev.checkpoint_id,
-                                       getattr(ev, "location", ""), job.retained)
+                                       getattr(ev, "location", ""), job.retained,
+                                       getattr(ev, "failure_reason", "UNSPECIFIED"),
+                                       ev.schema_version)
                     if cp != carried:
                         raise _Refused("checkpoint_state_mismatch")
                     new = replace(job, cp=cp)

@@ -213,7 +213,8 @@ class Nemesis:
 
     _WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
                          "checkpoint_triggered", "checkpoint_completed", "checkpoint_failed",
-                         "checkpoint_discarded", "recover", "revoke"})
+                         "checkpoint_discarded", "checkpoint_trigger_failed",
+                         "checkpoint_restarted", "recover", "revoke"})
 
     def _in_write(self, name: str, pid: int, wait: float = 1.5) -> bool:
         """Wait (up to ``wait`` s) until ``name``'s newest history line is a write's invoke."""

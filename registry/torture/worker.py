@@ -404,11 +404,19 @@ class Worker:
             choices = list(cps.pending) or [cps.last_completed]
             cid = self.rng.choice(choices) if self.rng.random() < 0.85 else \
                 self.rng.randint(0, max(1, newest))
-            kind = self.rng.choices(["completed", "failed", "discarded"], [4, 4, 2])[0]
+            kind = self.rng.choices(["completed", "failed", "discarded", "trigger_failed",
+                                     "restarted"], [4, 4, 2, 1, 1])[0]
+            why = self.rng.choice(["CHECKPOINT_DECLINED", "CHECKPOINT_EXPIRED",
+                                   "JOB_FAILOVER_REGION", "UNSPECIFIED"])
             if kind == "completed":
                 fn = lambda: term.checkpoint_completed(job, cid, f"mem://{job}/{cid}")  # noqa: E731
             elif kind == "failed":
-                fn = lambda: term.checkpoint_failed(job, cid, "DECLINED", task="t1")  # noqa: E731
+                fn = lambda: term.checkpoint_failed(job, cid, "declined", task="t1",  # noqa: E731
+                                                    failure_reason=why)
+            elif kind == "trigger_failed":
+                fn = lambda: term.checkpoint_trigger_failed(job, why)  # noqa: E731
+            elif kind == "restarted":
+                fn = lambda: term.job_restarted(job, "over budget")  # noqa: E731
             else:
                 fn = lambda: term.checkpoint_discarded(job, cid, "torture")  # noqa: E731
         self._call(st, f"checkpoint_{kind}", fn, args={"job": job, "id": cid}, term=term,
