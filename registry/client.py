@@ -216,7 +216,8 @@ class Registry:
             retention = info.delete_retention_ms
             reg._start_from_snapshot(snapshot, config.delete_retention_ms if retention is None
                                      else retention)
-        reg.sync()
+        with reg._lock:  # a catch-up: bounded by progress, not by the whole read
+            reg._fold(reg._reader.read_to_end(reg.timeout))
         return reg
 
     def _start_from_snapshot(self, path: str | os.PathLike[str], retention_ms: int) -> None:

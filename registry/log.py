@@ -200,9 +200,12 @@ class LogReader:
         self.partition = partition
         self.position = start_offset
         self._batch_size = batch_size
+        self._fetch_wait_ms = fetch_wait_ms
         self.fetch_wait_ms = fetch_wait_ms
-        """The longest a fetch waits at the broker for records; lengthened when fetches come
-        back empty below the high watermark (:meth:`_unstick`)."""
+        """The longest a fetch waits at the broker for records. A catch-up read
+        (:meth:`read_to_end`) lengthens it while fetches come back empty below the high
+        watermark (:meth:`_unstick`), and restores it when it ends: a long wait would delay
+        every later sync at the end of the partition by as much."""
         self._consumer = self._new_consumer()
         self._tp = TopicPartition(topic, partition, start_offset)
         self._consumer.assign([self._tp])
@@ -226,7 +229,7 @@ class LogReader:
             **_CLIENT_DEFAULTS,
         })
 
-    def _unstick(self) -> None:
+    def _unstick(self, timeout: float) -> None:
         """A read made no progress for a while: if the broker says records lie ahead, wait
         longer per fetch (a new consumer: librdkafka cannot change it on the fly).
 
@@ -234,10 +237,14 @@ class LogReader:
         has records to return, and when the listing outlasts the fetch's wait it answers
         with none although its high watermark says there are some (DESIGN.md; at 5 ms a
         partition of ~5,000 batches, sooner on a loaded machine). Kafka answers a fetch
-        with records at once whatever its wait, so there this never triggers, and a longer
-        wait would only lengthen the answer of a fetch at the end of the partition.
+        with records at once whatever its wait: there this triggers only while a connection
+        is re-established, and costs nothing. Only catch-up reads call it, and they restore
+        the wait when they end, so syncs at the end of the partition stay prompt.
         """
-        if self.fetch_wait_ms >= _MAX_FETCH_WAIT_MS:
+        # At the end of the partition a fetch is held for the whole wait: keep it well
+        # inside the read's patience.
+        cap = max(self._fetch_wait_ms, min(_MAX_FETCH_WAIT_MS, int(timeout * 1000 / 4)))
+        if self.fetch_wait_ms >= cap:
             return
         try:
             _low, high = self._consumer.get_watermark_offsets(
@@ -246,10 +253,15 @@ class LogReader:
             return  # unreachable: waiting longer would not help
         if high is None or high <= self.position:
             return
-        self.fetch_wait_ms = min(_MAX_FETCH_WAIT_MS, self.fetch_wait_ms * 4)
+        wait = min(cap, self.fetch_wait_ms * 4)
         _LOG.info("reading %s[%d]: no records at offset %d below the high watermark %d; "
                   "fetches now wait up to %d ms", self.topic, self.partition, self.position,
-                  high, self.fetch_wait_ms)
+                  high, wait)
+        self._renew_consumer(wait)
+
+    def _renew_consumer(self, fetch_wait_ms: int) -> None:
+        """A consumer with another fetch wait, reading from :attr:`position` (resumed)."""
+        self.fetch_wait_ms = fetch_wait_ms
         old, self._consumer = self._consumer, self._new_consumer()
         with contextlib.suppress(KafkaException):
             old.close()
@@ -257,6 +269,8 @@ class LogReader:
         self._consumer.assign([self._tp])
         self._paused = False
         self._moved = False
+        self._eof = False
+        self._known_end = None
 
     def take_own(self, records: list[LogRecord]) -> bool:
         """Take a writer's own just-committed records as read, if nothing can lie before
@@ -352,20 +366,14 @@ class LogReader:
         Raises :class:`BrokerError` after ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
-        stalled_since = time.monotonic()
         try:
             while self.position <= offset:
-                now = time.monotonic()
-                left = deadline - now
+                left = deadline - time.monotonic()
                 if left <= 0:
                     raise BrokerError(f"offset {offset} of {self.topic}[{self.partition}] was "
                                       f"not readable from {self.bootstrap} within {timeout:g} s")
-                if now - stalled_since > _STALL_S:
-                    self._unstick()
-                    stalled_since = now
                 batch = self.poll(min(left, 0.2))
                 if batch:
-                    stalled_since = time.monotonic()
                     yield batch
         finally:
             self._pause()
@@ -411,8 +419,8 @@ class LogReader:
                                           "reachable?)")
                     raise BrokerError(f"could not read to the end of {where} within "
                                       f"{timeout:g} s (is the broker reachable?)")
-                if time.monotonic() - stalled_since > _STALL_S:
-                    self._unstick()
+                if per_progress and time.monotonic() - stalled_since > _STALL_S:
+                    self._unstick(timeout)
                     stalled_since = time.monotonic()
                 batch = self.poll(min(left, 0.2))
                 if batch:
@@ -421,6 +429,8 @@ class LogReader:
                         deadline = time.monotonic() + timeout
                     yield batch
         finally:
+            if self.fetch_wait_ms != self._fetch_wait_ms:
+                self._renew_consumer(self._fetch_wait_ms)  # caught up: answer syncs promptly
             self._pause()
 
     def close(self) -> None:

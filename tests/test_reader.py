@@ -32,12 +32,17 @@ def test_a_long_partition_reads_to_its_end_even_where_fetches_come_back_empty(
     """The embedded broker lists every stored batch of the partition on each fetch with data
     and, when that outlasts the fetch's wait, answers with no records although the high
     watermark says there are some (a loaded machine gets there sooner; this reader waits
-    1 ms). The reader notices that it makes no progress below the high watermark and waits
-    longer per fetch. On Kafka a fetch with data returns at once, whatever its wait."""
+    1 ms). A catch-up read notices that it makes no progress below the high watermark and
+    waits longer per fetch until it ends. On Kafka a fetch with data returns at once,
+    whatever its wait."""
     reader = LogReader(broker.bootstrap, long_partition, 0, start_offset=start,
                        fetch_wait_ms=1)
     try:
         values = [r.value for batch in reader.read_to_end(20.0) for r in batch]
+        # Caught up, the reader waits 1 ms per fetch again, so syncs of a registry whose
+        # timeout is short are not held for the lengthened wait at the end of the
+        # partition (a torture campaign caught a leader that could not sync for good).
+        assert reader.fetch_wait_ms == 1
     finally:
         reader.close()
     first = start // 2
