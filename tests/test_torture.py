@@ -98,3 +98,15 @@ def test_the_checker_names_each_violation_planted_in_a_real_run(campaign_run,
     missed = [r for r in rows if r["caught"] is False]
     assert not missed, json.dumps(missed, indent=1)
     assert sum(r["caught"] is True for r in rows) >= len(RULES) - 2, rows
+
+
+def test_a_worker_refuses_to_run_other_code_than_its_run(tmp_path) -> None:
+    """A campaign left running while the code changes would judge a mix of versions (an
+    editable install reads the files anew in every worker): the run records a fingerprint
+    of its code, a worker with other code exits 3, and the checker reports the exit."""
+    from registry.torture.runner import code_fingerprint
+    from registry.torture.worker import main
+
+    (tmp_path / "run.json").write_text(json.dumps({"code": "0" * 16}))
+    assert main([str(tmp_path), "w1", "0"]) == 3
+    assert code_fingerprint() == code_fingerprint() != "0" * 16

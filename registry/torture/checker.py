@@ -498,7 +498,7 @@ def _model_job(m: NamespaceModel, job: str) -> dict[str, Any]:
     live = j.live
     return {"status": j.status, "owner_epoch": j.owner if live else None,
             "graph": graph if live else None, "error": j.error if live else None,
-            "consecutive_failures": len(j.cp.counted) if live else 0,
+            "consecutive_failures": len(j.cp.counted) + j.cp.unknown if live else 0,
             "checkpoints": [list(c) for c in j.cp.retained] if live else []}
 
 

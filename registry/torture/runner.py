@@ -235,6 +235,7 @@ def run_once(config: CampaignConfig, index: int, seed: int,
             "blob_dir": str((run_dir / "blobs").resolve()), "seconds": config.seconds,
             "started": time.time(), "deadline": time.time() + config.seconds,
             "op_pause": [0.01, 0.06],
+            "code": code_fingerprint(),
         }
         (run_dir / "run.json").write_text(json.dumps(cfg, indent=2))
         procs = [f"w{i + 1}" for i in range(config.processes)]
@@ -521,3 +522,24 @@ def first_examples(summaries: list[dict[str, Any]], limit: int = 1) -> list[str]
                 lines.append(f"{v['rule']}: {v['detail'][:300]} [{v.get('ns') or '-'}{where}; "
                              f"{path}]")
     return lines
+
+
+def code_fingerprint() -> str:
+    """A digest of the jobreg code and schemas this process imported.
+
+    The runner writes it in ``run.json`` and every worker refuses to run with other code
+    (an editable install reads the files anew in each process: a campaign left running
+    while the code changes would judge a mix of versions).
+    """
+    import hashlib
+
+    import registry
+    import registry.schemas
+
+    digest = hashlib.sha256()
+    for root in (Path(registry.__file__).parent, Path(registry.schemas.__file__).parent):
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".avsc", ".json") and "__pycache__" not in path.parts:
+                digest.update(path.relative_to(root).as_posix().encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]

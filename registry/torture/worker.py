@@ -449,6 +449,13 @@ def _receipts(result: Any) -> list[dict[str, Any]] | None:
 def main(argv: list[str] | None = None) -> int:
     """Run one worker until SIGTERM or the deadline."""
     run_dir, process, incarnation = (argv or sys.argv[1:])[:3]
+    from .runner import code_fingerprint
+
+    wanted = json.loads((Path(run_dir) / "run.json").read_text()).get("code")
+    if wanted is not None and wanted != code_fingerprint():
+        print(f"worker {process}: the jobreg code changed since the run began (fingerprint "
+              f"{code_fingerprint()}, the run's {wanted}); not starting", file=sys.stderr)
+        return 3
     worker = Worker(Path(run_dir), process, int(incarnation))
     signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
     try:
