@@ -406,6 +406,7 @@ class JobReasserted(JobEvent):
     max_checkpoint_failures: int = 0
     retained_checkpoints: int = 1
     checkpoints: CheckpointState = EMPTY_CHECKPOINTS
+    reason: str | None = None
 
 
 EVENT_TYPES: dict[str, type[Event]] = {

@@ -562,7 +562,7 @@ class Delta:
                            f"not {status!r}")
         if job is not None and not job.live:
             raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
-        self._jobs[e.job_id] = JobView(e.job_id, status, None, None)
+        self._jobs[e.job_id] = JobView(e.job_id, status, None, None, reason=e.reason or None)
 
     def _reasserted(self, e: JobReasserted, job: JobView | None) -> None:
         if e.status == JobStatus.ABSENT:  # rule 8: the job does not exist
@@ -578,7 +578,7 @@ class Delta:
             raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                            "reassertion cannot make it live again")
         if e.status in JobStatus.TERMINAL:
-            self._jobs[e.job_id] = JobView(e.job_id, e.status, None, None)
+            self._jobs[e.job_id] = JobView(e.job_id, e.status, None, None, reason=e.reason)
         else:
             self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
                                            e.error, e.max_checkpoint_failures,
@@ -852,5 +852,6 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
             max_checkpoint_failures=job.max_checkpoint_failures,
             retained_checkpoints=job.retained_checkpoints, checkpoints=job.checkpoints,
+            reason=job.reason,
         )))
     return out

@@ -344,7 +344,8 @@ class Forensics:
         else:
             lines = [f"job {job_id!r} is {view.status}"
                      + (f", held by epoch {view.owner_epoch}" if view.owner_epoch else "")
-                     + (f" (recovery failed: {view.error})" if view.error else "") + "."]
+                     + (f" (recovery failed: {view.error})" if view.error else "")
+                     + (f" (reason: {view.reason})" if view.reason else "") + "."]
         if accepted and view is not None:
             first, last = accepted[0], accepted[-1]
             lines.append(f"It was submitted at offset {first.offset} by {first.writer} "

@@ -82,6 +82,7 @@ class JobView(NamedTuple):
     max_checkpoint_failures: int = 0
     retained_checkpoints: int = 1
     checkpoints: CheckpointState = EMPTY_CHECKPOINTS
+    reason: str | None = None
 
     @property
     def live(self) -> bool:

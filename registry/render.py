@@ -86,6 +86,7 @@ def job_json(view: JobView) -> dict[str, Any]:
         "over_budget": view.over_budget,
         "checkpoints": [{"checkpoint_id": c.checkpoint_id, "location": c.location}
                         for c in view.latest_checkpoints],
+        "reason": view.reason,
     }
 
 

@@ -243,9 +243,11 @@ class Sim:
             if cmd in CHECKPOINT_KINDS or cmd in EXTRA_CHECKPOINT_KINDS:
                 ev = checkpoint_event(view.jobs[job], CHECKPOINT_KINDS.get(cmd, cmd), cp, common)
             else:
-                ev = {"cancel": lambda: JobCancelled(job_id=job, **common),
-                      "finish": lambda: JobTerminated(job_id=job, state="FINISHED", **common),
-                      "fail": lambda: JobTerminated(job_id=job, state="FAILED", **common),
+                ev = {"cancel": lambda: JobCancelled(job_id=job, reason=f"r{cp}", **common),
+                      "finish": lambda: JobTerminated(job_id=job, state="FINISHED",
+                                                      reason="" if cp % 2 else "done", **common),
+                      "fail": lambda: JobTerminated(job_id=job, state="FAILED",
+                                                    reason=f"boom {cp}", **common),
                       "adopt": lambda: JobAdopted(job_id=job, **common),
                       "release": lambda: JobLockReleased(job_id=job, **common),
                       "recfail": lambda: JobRecoveryFailed(job_id=job, error="boom", **common),

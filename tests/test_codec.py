@@ -125,6 +125,7 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "max_checkpoint_failures": ints,
         "retained_checkpoints": ints,
         "checkpoints": checkpoint_states,
+        "reason": st.none() | texts,
     },
     JobRecoveryFailed: {"job_id": texts, "error": texts, "call_id": st.none() | texts},
     LeaseRenewed: {},

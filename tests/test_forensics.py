@@ -61,7 +61,7 @@ def test_state_timeline_explain_and_terms_of_incident_000(connect) -> None:
     assert ("JobLockReleased", "REJECTED") in kinds and ("JobCancelled", "ACCEPTED") in kinds
     refused = [t for t in a["timeline"] if t[2] == "REJECTED"]
     assert refused == [(marks["late"], "JobLockReleased", "REJECTED", "stale_epoch")]
-    assert "CANCELLED" in a["explain"] and f"Refused at offset {marks['late']}" in a["explain"]
+    assert "CANCELLED (reason: user cancel)" in a["explain"] and f"Refused at offset {marks['late']}" in a["explain"]
     assert "stale_epoch" in a["explain"] and "jm-1" in a["explain"]
     terms = a["terms"]
     assert [(t.epoch, t.leader) for t in terms] == [(1, "jm-1"), (2, "jm-2"), (3, "jm-3")]

@@ -172,6 +172,8 @@ class AuditJob(Base):
     last_offset: Mapped[int] = mapped_column(BigInteger)
     #: Log time of that record.
     updated_at: Mapped[int | None] = mapped_column(BigInteger)
+    #: Why a terminal job ended (its cancel's or terminate's reason), if it said.
+    reason: Mapped[str | None] = mapped_column(Text)
 
 
 class AuditTerm(Base):

@@ -309,4 +309,5 @@ def _job_row(ns: str, view: Any, offset: int, stamp: int | None) -> dict[str, An
             "max_checkpoint_failures": view.max_checkpoint_failures,
             "retained_checkpoints": view.retained_checkpoints,
             "consecutive_failures": view.checkpoints.consecutive_failures,
-            "graph_kind": kind, "last_offset": offset, "updated_at": stamp}
+            "graph_kind": kind, "last_offset": offset, "updated_at": stamp,
+            "reason": view.reason}
