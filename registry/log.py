@@ -202,8 +202,8 @@ class LogReader:
         self._batch_size = batch_size
         self._fetch_wait_ms = fetch_wait_ms
         self.fetch_wait_ms = fetch_wait_ms
-        """The longest a fetch waits at the broker for records. A read (:meth:`sync`,
-        :meth:`read_to_end`) lengthens it while fetches come back empty below the high
+        """The longest a fetch waits at the broker for records. A catch-up read
+        (:meth:`read_to_end`) lengthens it while fetches come back empty below the high
         watermark (:meth:`_unstick`), and restores it when it ends: a long wait would delay
         every later sync at the end of the partition by as much."""
         self._consumer = self._new_consumer()
@@ -229,7 +229,7 @@ class LogReader:
             **_CLIENT_DEFAULTS,
         })
 
-    def _unstick(self, timeout: float, left: float) -> None:
+    def _unstick(self, timeout: float) -> None:
         """A read made no progress for a while: if the broker says records lie ahead, wait
         longer per fetch (a new consumer: librdkafka cannot change it on the fly).
 
@@ -238,10 +238,8 @@ class LogReader:
         with none although its high watermark says there are some (DESIGN.md; at 5 ms a
         partition of ~5,000 batches, sooner on a loaded machine). Kafka answers a fetch
         with records at once whatever its wait: there this triggers only while a connection
-        is re-established, and costs nothing. Every read that called it restores the wait
-        when it ends, so a lengthened wait never outlives the read that needed it (a sync
-        of a registry with a short timeout must not be held at the end of the partition
-        for a wait a long read once needed).
+        is re-established, and costs nothing. Only catch-up reads call it, and they restore
+        the wait when they end, so syncs at the end of the partition stay prompt.
         """
         # At the end of the partition a fetch is held for the whole wait: keep it well
         # inside the read's patience.
@@ -250,8 +248,7 @@ class LogReader:
             return
         try:
             _low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, self.partition),
-                timeout=max(0.05, min(1.0, left / 2)), cached=False)
+                TopicPartition(self.topic, self.partition), timeout=1.0, cached=False)
         except KafkaException:
             return  # unreachable: waiting longer would not help
         if high is None or high <= self.position:
@@ -422,8 +419,8 @@ class LogReader:
                                           "reachable?)")
                     raise BrokerError(f"could not read to the end of {where} within "
                                       f"{timeout:g} s (is the broker reachable?)")
-                if time.monotonic() - stalled_since > _STALL_S:
-                    self._unstick(timeout, deadline - time.monotonic())
+                if per_progress and time.monotonic() - stalled_since > _STALL_S:
+                    self._unstick(timeout)
                     stalled_since = time.monotonic()
                 batch = self.poll(min(left, 0.2))
                 if batch:
