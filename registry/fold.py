@@ -210,6 +210,13 @@ class CheckpointRuleViolation(Exception):
         self.detail = detail
 
 
+def _counts(failure_reason: str) -> bool:
+    """Whether a failure for ``failure_reason`` counts: Flink's counted reasons, and a name
+    this jobreg does not know (read as ``UNSPECIFIED``, the enum's default)."""
+    return failure_reason in COUNTED_FAILURE_REASONS \
+        or failure_reason not in CHECKPOINT_FAILURE_REASONS
+
+
 def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
                     *, location: str = "", retained: int = 1,
                     failure_reason: str = "UNSPECIFIED",
@@ -243,12 +250,11 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
         return CheckpointState(seq, last, state.retained, (),
                                tuple(sorted(discarded | pending)), (), 0), None
     if kind is CheckpointFailed and cp == UNKNOWN_CHECKPOINT:
-        if failure_reason not in COUNTED_FAILURE_REASONS and \
-                failure_reason in CHECKPOINT_FAILURE_REASONS:
-            why = f"a trigger failure for {failure_reason} does not count"
-        else:
+        if _counts(failure_reason):
             unknown += 1
             why = None
+        else:
+            why = f"a trigger failure for {failure_reason} does not count"
         return dataclasses.replace(state, seq=seq, unknown_failures=unknown), why
     if kind is CheckpointTriggered:
         newest = max([last, *pending, *discarded, *counted])
@@ -274,8 +280,7 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
             why = f"checkpoint {cp} is not pending (never triggered, or already failed)"
         else:
             pending.discard(cp)  # Flink aborts the pending checkpoint, whatever the reason
-            if failure_reason in COUNTED_FAILURE_REASONS or \
-                    failure_reason not in CHECKPOINT_FAILURE_REASONS:
+            if _counts(failure_reason):
                 counted.add(cp)
                 why = None
             else:
