@@ -34,7 +34,7 @@ from .events import CheckpointState, CompletedCheckpoint, GraphRef, InlineGraph,
 from .fold import fold, replay
 from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
 from .log import DEFAULT_TOPIC, TopicConfig
-from .recovery import RecoveredJob, RecoveryResult
+from .recovery import CleanupResult, RecoveredJob, RecoveryResult
 
 try:
     __version__ = version("jobreg")
@@ -42,6 +42,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 __all__ = [
+    "CleanupResult",
     "DEFAULT_INLINE_LIMIT",
     "DEFAULT_TOPIC",
     "BlobCorrupt",

@@ -8,9 +8,10 @@ carries a :class:`~registry.events.GraphRef` (uri, sha256, size). The rules:
   never references a blob that is not there.
 * **Verify on read.** :meth:`BlobStore.get` always checks size and sha256 and
   raises :class:`~registry.errors.BlobCorrupt` on a mismatch.
-* **Never collect a live blob.** :func:`plan_collection` is a pure plan: a blob
-  is deleted only if no live job references its uri *and* it is older than a
-  grace period. Which jobs are live is the fold's business, not this module's;
+* **Never collect a referenced blob.** :func:`plan_collection` is a pure plan: a
+  blob is deleted only if no job references its uri (a live job, or a terminal
+  one whose result is not yet clean) *and* it is older than a grace period.
+  Which jobs reference what is the fold's business, not this module's;
   :func:`collect` lists, plans and deletes.
 
 **Key spaces.** One store (one directory) may be shared by every namespace of
@@ -31,8 +32,8 @@ no ``/``, never ``.`` or ``..``). The unscoped store, ``FileBlobStore(root)``,
 is the flat layout ``<root>/<sha256[:2]>/<sha256>`` that jobreg used before key
 spaces: its blobs still load through any view, but no namespace's garbage
 collection ever lists or deletes them; they are left for an operator (who may
-run :func:`collect` on the unscoped store with the uris every namespace's live
-jobs reference).
+run :func:`collect` on the unscoped store with the uris every namespace's jobs
+reference).
 
 **A crash mid-write** leaves at most a temporary file (``.tmp-*``) in the
 blob's directory, never a partial blob under a final name: the bytes go to the
@@ -511,8 +512,8 @@ def plan_collection(
 ) -> list[BlobInfo]:
     """Pure: the blobs to delete = not referenced AND mtime <= now - grace_s. Never one in `referenced`.
 
-    ``referenced`` are the uris (strings) that live jobs reference; a blob is
-    matched by exact uri. The result keeps the order of ``blobs``. Raises
+    ``referenced`` are the uris (strings) that jobs reference
+    (:meth:`~registry.image.Image.referenced_blobs`); a blob is matched by exact uri. The result keeps the order of ``blobs``. Raises
     :class:`ConfigError` if ``grace_s`` is negative (or NaN) or if
     ``referenced`` is a single string or holds anything but strings (a
     mistake that would otherwise match nothing and plan every old blob).

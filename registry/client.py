@@ -70,6 +70,7 @@ from .events import (
     InlineGraph,
     JobAdopted,
     JobCancelled,
+    JobCleanedUp,
     JobLockReleased,
     JobRecoveryFailed,
     JobRestarted,
@@ -104,7 +105,15 @@ from .log import (
     TransactionFailed,
     ensure_topic,
 )
-from .recovery import RecoveryHook, RecoveryResult, candidates, recover_one
+from .recovery import (
+    CleanupHook,
+    CleanupResult,
+    RecoveryHook,
+    RecoveryResult,
+    candidates,
+    clean_one,
+    recover_one,
+)
 from .snapshot import read_snapshot, write_snapshot
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
@@ -286,6 +295,12 @@ class Registry:
             raise UnknownJob(self.namespace, job_id)
         return view
 
+    def results(self, *, dirty: bool | None = None) -> dict[str, JobView]:
+        """Job id -> :class:`JobView` of the terminal jobs: their results (Flink's job result
+        store). ``dirty=True``: only those not yet cleaned up (their ``graph`` and
+        ``checkpoints`` are what cleanup must delete); ``dirty=False``: only the clean ones."""
+        return self.sync().results(dirty=dirty)
+
     def leader(self) -> LeaderView | None:
         """The current leader (epoch, contender), or ``None`` if none holds an unrevoked term."""
         return self.sync().active_leader
@@ -364,10 +379,15 @@ class Registry:
         return self._scoped_store
 
     def collect_garbage(self, grace: float) -> CollectionReport:
-        """Delete blobs of this namespace's space that no live job references and that are
-        older than ``grace`` seconds.
+        """Delete blobs of this namespace's space that no job references and that are older
+        than ``grace`` seconds.
 
-        Never deletes a blob a live job references: it lists and deletes only
+        A live job references its graph, and so does a terminal job until its result is
+        clean (:meth:`Term.mark_clean`, :meth:`Term.cleanup`): a graph is freed only once
+        the cleanup of its job is done. A caller that never cleans up marks results clean
+        as jobs end (``term.cleanup(lambda view: None)``), or graphs are kept for ever.
+
+        Never deletes a blob a job references: it lists and deletes only
         in :attr:`blob_store`, this topic's and namespace's own space, where
         only this namespace's jobs put blobs, so another namespace's (or
         another topic's) blobs are never even listed. Blobs of the flat layout
@@ -394,8 +414,7 @@ class Registry:
         listed = {b.uri: b for b in store.list()}
         # Step 2.
         image = self.sync()
-        referenced = {v.graph.uri for v in image.jobs.values()
-                      if v.live and isinstance(v.graph, GraphRef)}
+        referenced = image.referenced_blobs()
         # Step 3.
         unchanged = [b for b in store.list() if listed.get(b.uri) == b]
         # Step 4.
@@ -580,15 +599,48 @@ class Term:
         return self._write([self._event(JobLockReleased, self._known(job_id))])[0]
 
     def cancel(self, job_id: str, reason: str = "") -> Receipt:
-        """Cancel a job: terminal for ever (it can never be recovered or resubmitted)."""
-        return self._write([self._event(JobCancelled, self._known(job_id), reason=reason)])[0]
+        """Cancel a job: terminal for ever (it can never be recovered or resubmitted). Its
+        result is dirty until :meth:`mark_clean`: it keeps the graph and the checkpoints
+        the job ended with, for cleanup."""
+        return self._write([self._event(JobCancelled, job_id, reason=reason,
+                                        **self._result_of(job_id))])[0]
 
     def terminate(self, job_id: str, state: str, reason: str = "") -> Receipt:
-        """Record that a job reached a terminal ``state`` (``FINISHED`` or ``FAILED``)."""
+        """Record that a job reached a terminal ``state`` (``FINISHED`` or ``FAILED``); its
+        result is dirty until :meth:`mark_clean`, as after :meth:`cancel`."""
         if state not in (JobStatus.FINISHED, JobStatus.FAILED):
             raise ConfigError(f"terminal state must be FINISHED or FAILED, not {state!r}")
-        return self._write([self._event(JobTerminated, self._known(job_id), state=state,
-                                        reason=reason)])[0]
+        return self._write([self._event(JobTerminated, job_id, state=state, reason=reason,
+                                        **self._result_of(job_id))])[0]
+
+    def mark_clean(self, job_id: str) -> Receipt:
+        """Record that a terminal job's cleanup is done (its graph, checkpoints and other
+        data deleted): the result becomes clean and blob collection may free its graph
+        (Flink's ``JobResultStore.markResultAsClean``). Marking a clean result again
+        changes nothing. :class:`~registry.errors.UnknownJob` for an unknown id,
+        :class:`~registry.errors.ConfigError` for a live job (it has no result)."""
+        view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
+        if view.live:
+            raise ConfigError(f"job {job_id!r} is {view.status}: only a terminal job has a "
+                              "result to clean up")
+        return self._write([self._event(JobCleanedUp, job_id, status=view.status,
+                                        reason=view.reason)])[0]
+
+    def cleanup(self, on_cleanup: CleanupHook) -> list[CleanupResult]:
+        """Clean up every dirty result: ``on_cleanup(view)`` deletes what the job left (its
+        ``graph``, its ``checkpoints.retained`` locations), then the result is marked
+        clean. A hook that raises leaves that result dirty (its error in the returned
+        :class:`~registry.recovery.CleanupResult`) for a later cleanup, as Flink retries;
+        other results go on. Raises :class:`~registry.errors.Fenced` if the term is over."""
+        results: list[CleanupResult] = []
+        for view in self.registry.sync().results(dirty=True).values():
+            error = clean_one(view, on_cleanup)
+            if error is not None:
+                results.append(CleanupResult(view.job_id, False, error))
+                continue
+            receipt = self.mark_clean(view.job_id)
+            results.append(CleanupResult(view.job_id, True, None, receipt.offset))
+        return results
 
     def revoke(self, reason: str = "") -> Receipt:
         """Give this term up; no later write of it is accepted."""
@@ -599,8 +651,14 @@ class Term:
     # -- recovery --------------------------------------------------------------------
 
     def recover(self, on_recover: RecoveryHook | None = None, *,
+                on_cleanup: CleanupHook | None = None,
                 batch_size: int = 1000) -> list[RecoveryResult]:
         """Adopt every live job of earlier terms and every released job; one result per job.
+
+        With ``on_cleanup``, then clean up every dirty result as :meth:`cleanup` does
+        (what a new leader owes the jobs that ended under an earlier one, as Flink's
+        dispatcher does on gaining leadership); each gets a result too, ``CLEANED`` or
+        ``CLEANUP_FAILED`` (with the hook's error).
 
         Each job's graph is loaded and verified and ``on_recover`` (if given) is
         called with a :class:`~registry.recovery.RecoveredJob`. A job whose
@@ -635,6 +693,9 @@ class Term:
                 results.append(RecoveryResult(
                     job_id, "ADOPTED" if error is None else JobStatus.RECOVERY_FAILED, error,
                     d.offset))
+        if on_cleanup is not None:
+            results += [RecoveryResult(c.job_id, "CLEANED" if c.cleaned else "CLEANUP_FAILED",
+                                       c.error, c.offset) for c in self.cleanup(on_cleanup)]
         return results
 
     def retry(self, job_id: str, on_recover: RecoveryHook | None = None) -> RecoveryResult:
@@ -755,6 +816,12 @@ class Term:
         ref = self.registry.blob_store.put(data)
         self._blobs_put[ref.uri] = (ref, data)
         return ref
+
+    def _result_of(self, job_id: str) -> dict[str, object]:
+        # What a cancel or terminate carries: the job's graph and checkpoint state as it
+        # ends (fold rule 5 takes its own copy, and restates a record whose copy differs).
+        view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
+        return {"graph": view.graph, "checkpoints": view.checkpoints}
 
     def _store_if_needed(self, image: Image) -> BlobStore | None:
         if any(isinstance(v.graph, GraphRef) for v in image.jobs.values()):

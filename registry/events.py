@@ -42,6 +42,7 @@ __all__ = [
     "InlineGraph",
     "JobAdopted",
     "JobCancelled",
+    "JobCleanedUp",
     "JobEvent",
     "JobLockReleased",
     "JobReasserted",
@@ -222,21 +223,45 @@ class JobLockReleased(JobEvent):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobCancelled(JobEvent):
-    """The job was cancelled: terminal for ever."""
+    """The job was cancelled: terminal for ever, its result dirty until cleaned up.
+
+    ``graph`` and ``checkpoints`` are the job's graph and checkpoint state as it
+    ended (what cleanup must delete); the fold takes its own copy when it knows
+    the job (fold rule 5). Records of schema version 1 carry neither: their
+    result is clean (there was no cleanup before results existed).
+    """
 
     TYPE: ClassVar[str] = "JobCancelled"
 
     reason: str = ""
+    graph: InlineGraph | GraphRef | None = None
+    checkpoints: CheckpointState = EMPTY_CHECKPOINTS
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobTerminated(JobEvent):
-    """The job finished or failed (``state`` is FINISHED or FAILED): terminal for ever."""
+    """The job finished or failed (``state`` is FINISHED or FAILED): terminal for ever, its
+    result dirty until cleaned up (``graph`` and ``checkpoints`` as in :class:`JobCancelled`)."""
 
     TYPE: ClassVar[str] = "JobTerminated"
 
     state: str
     reason: str = ""
+    graph: InlineGraph | GraphRef | None = None
+    checkpoints: CheckpointState = EMPTY_CHECKPOINTS
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobCleanedUp(JobEvent):
+    """The job's result is clean: its graph, checkpoints and other data were deleted
+    (Flink's ``JobResultStore.markResultAsClean``). ``status`` and ``reason`` restate the
+    result, so that this record alone keeps the job terminal once the cleaner removed the
+    cancel or terminate before it on the job's key."""
+
+    TYPE: ClassVar[str] = "JobCleanedUp"
+
+    status: str
+    reason: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -407,6 +432,9 @@ class JobReasserted(JobEvent):
     retained_checkpoints: int = 1
     checkpoints: CheckpointState = EMPTY_CHECKPOINTS
     reason: str | None = None
+    dirty: bool = False
+    """For a terminal job: its result is not yet cleaned up (``graph`` and ``checkpoints``
+    are then what cleanup must delete)."""
 
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -428,6 +456,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LeaseRenewed,
         CallCommitted,
         JobRestarted,
+        JobCleanedUp,
     )
 }
 """Event type name (the Avro record name without namespace) -> dataclass."""

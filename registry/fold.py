@@ -33,7 +33,20 @@ Rules, in the order the fold applies them to one record of this namespace:
 5. Jobs: a new id may be submitted; a known id may not (``job_exists``), a
    terminal one never again (``terminal_job``). Cancel and terminate make a
    job terminal for ever, whether or not its submit is still in the log
-   (compaction may have removed it). Adopt sets the owner to the current
+   (compaction may have removed it), and make its result (Flink's job
+   result store): dirty, holding the graph and checkpoint state the job
+   ended with, which cleanup must delete. Each such record carries a copy of
+   them; the fold takes its own when it knows the job and the record's when
+   it does not (the cleaner removed the submit, as it always does once a
+   cancel follows it on the job's key). A record whose copy differs from the
+   fold's (a raw write, or a copy taken before a concurrent write) is
+   accepted, and its key is unsettled until the leader restates the result.
+   Records written before results (schema version 1) leave a clean result
+   with no graph, as they always did. ``JobCleanedUp`` makes a terminal
+   job's result clean (no graph, no checkpoints; a second one changes
+   nothing); it restates the status and reason, so it alone keeps the job
+   terminal once the cleaner removed the cancel. It refuses a live job
+   (``job_live``). Adopt sets the owner to the current
    term, release clears it; neither applies to unknown (``unknown_job``) or
    terminal jobs.
    A reassertion sets the job's whole state, except that it can never make a
@@ -114,6 +127,7 @@ from .events import (
     Event,
     JobAdopted,
     JobCancelled,
+    JobCleanedUp,
     JobEvent,
     JobLockReleased,
     JobReasserted,
@@ -331,6 +345,7 @@ class Delta:
         self._ignored: list[Decision] = []
         self._quarantined: list[Decision] = []
         self._duplicates = image.duplicates
+        self._restate = False  # rule 5: the record just accepted must be restated
         self._last_offset = image.provenance.last_offset
         self._log_time = image.provenance.log_time
         self.last_event: Event | None = None
@@ -375,6 +390,7 @@ class Delta:
             return self._quarantine(record, key, "no_rule",
                                     f"the fold has no rule for {event.TYPE} events")
         self.last_event = event
+        self._restate = False
         decision = self._decide(record, key, event)
         if parsed is not None and parsed.job_id is not None:
             self._note_settlement(key, parsed.job_id, decision)
@@ -425,8 +441,10 @@ class Delta:
 
     def _note_settlement(self, key: str, job_id: str, decision: Decision, *,
                          member: bool = False) -> None:
-        # ``key`` is a job key of this namespace (``parse_key`` said so).
-        if decision.outcome == Outcome.ACCEPTED:
+        # ``key`` is a job key of this namespace (``parse_key`` said so). An accepted
+        # record whose copy of the job's state the fold did not take (rule 5) is
+        # restated like a refused one.
+        if decision.outcome == Outcome.ACCEPTED and not self._restate:
             if key in self._unsettled:
                 del self._unsettled[key]
         elif job_id in self._jobs or (member and decision.outcome == Outcome.REJECTED):
@@ -567,7 +585,31 @@ class Delta:
                            f"not {status!r}")
         if job is not None and not job.live:
             raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
-        self._jobs[e.job_id] = JobView(e.job_id, status, None, None, reason=e.reason or None)
+        if e.schema_version < 2:  # written before results: clean, no graph (as always)
+            self._jobs[e.job_id] = JobView(e.job_id, status, None, None,
+                                           reason=e.reason or None)
+            return
+        graph, checkpoints = e.graph, e.checkpoints
+        if job is not None:  # the fold's own copy; a differing record's is restated
+            if (graph, checkpoints) != (job.graph, job.checkpoints):
+                self._restate = True
+            graph, checkpoints = job.graph, job.checkpoints
+        self._jobs[e.job_id] = JobView(e.job_id, status, None, graph, checkpoints=checkpoints,
+                                       reason=e.reason or None, dirty=True)
+
+    def _cleaned_up(self, e: JobCleanedUp, job: JobView | None) -> None:
+        if e.status not in JobStatus.TERMINAL:
+            raise _Verdict("bad_state", f"only a terminal job has a result to clean up, "
+                           f"and {e.status!r} is not a terminal status")
+        if job is not None and job.live:
+            raise _Verdict("job_live", f"job {e.job_id!r} is {job.status}: a live job has no "
+                           "result to clean up")
+        status, reason = e.status, e.reason
+        if job is not None:  # the fold's own copy; a differing record's is restated
+            if (status, reason) != (job.status, job.reason):
+                self._restate = True
+            status, reason = job.status, job.reason
+        self._jobs[e.job_id] = JobView(e.job_id, status, None, None, reason=reason)
 
     def _reasserted(self, e: JobReasserted, job: JobView | None) -> None:
         if e.status == JobStatus.ABSENT:  # rule 8: the job does not exist
@@ -583,7 +625,10 @@ class Delta:
             raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                            "reassertion cannot make it live again")
         if e.status in JobStatus.TERMINAL:
-            self._jobs[e.job_id] = JobView(e.job_id, e.status, None, None, reason=e.reason)
+            self._jobs[e.job_id] = (
+                JobView(e.job_id, e.status, None, e.graph, checkpoints=e.checkpoints,
+                        reason=e.reason, dirty=True) if e.dirty
+                else JobView(e.job_id, e.status, None, None, reason=e.reason))
         else:
             self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
                                            e.error, e.max_checkpoint_failures,
@@ -736,6 +781,7 @@ _RULES: dict[type[Event], Callable[[Delta, Any, LogRecord], Any]] = {
     JobCancelled: Delta._job_write,
     JobTerminated: Delta._job_write,
     JobReasserted: Delta._job_write,
+    JobCleanedUp: Delta._job_write,
     CheckpointTriggered: Delta._job_write,
     CheckpointCompleted: Delta._job_write,
     CheckpointFailed: Delta._job_write,
@@ -752,6 +798,7 @@ _EFFECTS: dict[type[Event], Callable[[Delta, Any, JobView | None], str | None]] 
     JobCancelled: Delta._ended,
     JobTerminated: Delta._ended,
     JobReasserted: Delta._reasserted,
+    JobCleanedUp: Delta._cleaned_up,
     CheckpointTriggered: Delta._checkpoint,
     CheckpointCompleted: Delta._checkpoint,
     CheckpointFailed: Delta._checkpoint,
@@ -857,6 +904,6 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
             max_checkpoint_failures=job.max_checkpoint_failures,
             retained_checkpoints=job.retained_checkpoints, checkpoints=job.checkpoints,
-            reason=job.reason,
+            reason=job.reason, dirty=job.dirty,
         )))
     return out

@@ -67,11 +67,16 @@ class JobView(NamedTuple):
     """One job as the fold sees it.
 
     ``owner_epoch`` is the term holding the job's lock (``None`` once released,
-    after a failed recovery, or terminal); ``graph`` is ``None`` for terminal
-    jobs (their graph may be garbage-collected); ``error`` says why recovery
+    after a failed recovery, or terminal); ``error`` says why recovery
     failed (status ``RECOVERY_FAILED``). ``max_checkpoint_failures`` and
     ``retained_checkpoints`` come from the submit; ``checkpoints`` is the
     job's checkpoint state (fold rule 6).
+
+    A terminal job is the job's *result* (Flink's ``JobResult``): its status,
+    ``reason``, and while it is ``dirty`` (not yet cleaned up) the ``graph`` and
+    ``checkpoints`` it ended with, which cleanup must delete. Once clean
+    (:meth:`registry.client.Term.mark_clean`) the graph is ``None`` (it may be
+    garbage-collected) and the checkpoints empty.
     """
 
     job_id: str
@@ -83,6 +88,7 @@ class JobView(NamedTuple):
     retained_checkpoints: int = 1
     checkpoints: CheckpointState = EMPTY_CHECKPOINTS
     reason: str | None = None
+    dirty: bool = False
 
     @property
     def live(self) -> bool:
@@ -229,6 +235,17 @@ class Image:
     def live_jobs(self) -> dict[str, JobView]:
         """Job id -> view, for the jobs that are not terminal."""
         return {k: v for k, v in self.jobs.items() if v.live}
+
+    def results(self, *, dirty: bool | None = None) -> dict[str, JobView]:
+        """Job id -> view, for the terminal jobs (their results); only the dirty ones (not
+        yet cleaned up) with ``dirty=True``, only the clean ones with ``dirty=False``."""
+        return {k: v for k, v in self.jobs.items()
+                if not v.live and (dirty is None or v.dirty == dirty)}
+
+    def referenced_blobs(self) -> set[str]:
+        """The uris of the blob-store graphs jobs reference: every live job's, and every
+        dirty result's (its cleanup still needs it). Blob collection keeps these."""
+        return {v.graph.uri for v in self.jobs.values() if isinstance(v.graph, GraphRef)}
 
     def answer(self) -> tuple[Any, ...]:
         """What compaction must not change: (jobs, epoch, leader, revoked)."""

@@ -22,8 +22,8 @@ from .blobs import BlobStore
 from .events import CompletedCheckpoint, GraphRef, InlineGraph, JobStatus
 from .image import Image, JobView
 
-__all__ = ["RecoveredJob", "RecoveryHook", "RecoveryResult", "candidates", "load_graph",
-           "recover_one"]
+__all__ = ["CleanupHook", "CleanupResult", "RecoveredJob", "RecoveryHook", "RecoveryResult",
+           "candidates", "clean_one", "load_graph", "recover_one"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,38 @@ class RecoveryResult:
 
     @property
     def ok(self) -> bool:
-        """True if the job was adopted."""
-        return self.status == "ADOPTED"
+        """True if the job was adopted (or its result cleaned up)."""
+        return self.status in ("ADOPTED", "CLEANED")
+
+
+CleanupHook = Callable[[JobView], object]
+"""Deletes what a terminal job left: gets the dirty result (its ``graph``, ``checkpoints``,
+``status`` and ``reason``); returning means done, raising means try again later."""
+
+
+@dataclass(frozen=True)
+class CleanupResult:
+    """The outcome of cleaning up one dirty result: ``cleaned``, or the hook's ``error``.
+
+    ``offset`` is where the ``JobCleanedUp`` record sits in the log (if cleaned).
+    """
+
+    job_id: str
+    cleaned: bool
+    error: str | None = None
+    offset: int | None = None
+
+
+def clean_one(view: JobView, hook: CleanupHook) -> str | None:
+    """Run the cleanup hook for one dirty result; return its error, or ``None``.
+
+    As :func:`recover_one`, never raises for the job's own fault (any ``Exception``).
+    """
+    try:
+        hook(view)
+    except Exception as e:  # the blast radius is this job
+        return f"{type(e).__name__}: {e}"
+    return None
 
 
 def candidates(image: Image, epoch: int) -> list[JobView]:

@@ -33,6 +33,7 @@ from registry.events import (
     InlineGraph,
     JobAdopted,
     JobCancelled,
+    JobCleanedUp,
     JobEvent,
     JobLockReleased,
     JobRecoveryFailed,
@@ -235,19 +236,27 @@ class Sim:
                 events = [JobAdopted(job_id=n, **{**common, "event_id": new_event_id()})
                           for n in names]
             pairs += [(record_key(e), e) for e in as_call(events)]
-        elif cmd is not None and view.jobs:
+        elif cmd is not None and (view.jobs if cmd != "clean" else view.results()):
             # commands on known jobs (the client refuses unknown ids before writing);
             # the drawn name picks one of the jobs this client knows
-            known = sorted(view.jobs)
-            job = known[JOBS.index(job) % len(known)]
+            # (mark_clean: the client refuses a live job, so a terminal one)
+            known = sorted(j for j, v in view.jobs.items() if cmd != "clean" or not v.live)
+            job = known[JOBS.index(job) % len(known)] if known else job
             if cmd in CHECKPOINT_KINDS or cmd in EXTRA_CHECKPOINT_KINDS:
                 ev = checkpoint_event(view.jobs[job], CHECKPOINT_KINDS.get(cmd, cmd), cp, common)
             else:
-                ev = {"cancel": lambda: JobCancelled(job_id=job, reason=f"r{cp}", **common),
+                # A cancel or terminate carries the result as the client sees it (fold rule 5).
+                result = dict(graph=view.jobs[job].graph, checkpoints=view.jobs[job].checkpoints)
+                ended = view.jobs[job]
+                ev = {"cancel": lambda: JobCancelled(job_id=job, reason=f"r{cp}", **result,
+                                                     **common),
                       "finish": lambda: JobTerminated(job_id=job, state="FINISHED",
-                                                      reason="" if cp % 2 else "done", **common),
+                                                      reason="" if cp % 2 else "done", **result,
+                                                      **common),
                       "fail": lambda: JobTerminated(job_id=job, state="FAILED",
-                                                    reason=f"boom {cp}", **common),
+                                                    reason=f"boom {cp}", **result, **common),
+                      "clean": lambda: JobCleanedUp(job_id=job, status=ended.status,
+                                                    reason=ended.reason, **common),
                       "adopt": lambda: JobAdopted(job_id=job, **common),
                       "release": lambda: JobLockReleased(job_id=job, **common),
                       "recfail": lambda: JobRecoveryFailed(job_id=job, error="boom", **common),
@@ -290,6 +299,7 @@ class Sim:
             return
         ev = {"submit": lambda: JobSubmitted(job_id=job, graph=InlineGraph(b"zombie"), **common),
               "cancel": lambda: JobCancelled(job_id=job, **common),
+              "clean": lambda: JobCleanedUp(job_id=job, status="FINISHED", **common),
               "release": lambda: JobLockReleased(job_id=job, **common),
               "adopt": lambda: JobAdopted(job_id=job, **common),
               "revoke": lambda: LeadershipRevoked(**common)}[kind]()

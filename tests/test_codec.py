@@ -36,6 +36,7 @@ from registry.codec import (
 )
 from registry.errors import CodecError, ConfigError, UnknownEventTypeError, UnknownSchemaError
 from registry.events import (
+    EMPTY_CHECKPOINTS,
     CHECKPOINT_FAILURE_REASONS,
     EVENT_TYPES,
     NESTED_TYPES,
@@ -51,6 +52,7 @@ from registry.events import (
     InlineGraph,
     JobAdopted,
     JobCancelled,
+    JobCleanedUp,
     JobEvent,
     JobLockReleased,
     JobReasserted,
@@ -110,12 +112,17 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
     },
     JobAdopted: {"job_id": texts, "call_id": st.none() | texts},
     JobLockReleased: {"job_id": texts},
-    JobCancelled: {"job_id": texts, "reason": texts},
+    JobCancelled: {"job_id": texts, "reason": texts, "graph": st.none() | graphs,
+                   "checkpoints": checkpoint_states},
     JobTerminated: {
         "job_id": texts,
         "state": st.sampled_from(["FINISHED", "FAILED"]) | texts,
         "reason": texts,
+        "graph": st.none() | graphs,
+        "checkpoints": checkpoint_states,
     },
+    JobCleanedUp: {"job_id": texts, "status": st.sampled_from(JobStatus.ALL) | texts,
+                   "reason": st.none() | texts},
     JobReasserted: {
         "job_id": texts,
         "status": st.sampled_from(JobStatus.ALL) | texts,
@@ -126,6 +133,7 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "retained_checkpoints": ints,
         "checkpoints": checkpoint_states,
         "reason": st.none() | texts,
+        "dirty": st.booleans(),
     },
     JobRecoveryFailed: {"job_id": texts, "error": texts, "call_id": st.none() | texts},
     LeaseRenewed: {},
@@ -222,13 +230,15 @@ EXTRA_FIELD = {
 
 
 NEXT_ID = max(e.id for e in CATALOG.entries()) + 1  # the id a new catalog entry gets
+NEXT_VERSION = CATALOG.current_version("JobCancelled") + 1  # of the JobCancelled below
 
 
 def cancelled_v2(schema_id: int = NEXT_ID) -> dict[str, Any]:
-    """Catalog entry: JobCancelled v2 = v1 plus a string field with a default."""
+    """Catalog entry: the next JobCancelled version: the current one plus a string field with
+    a default (named v2 in these tests)."""
     schema = copy.deepcopy(CATALOG.current("JobCancelled").schema)
     schema["fields"].append(dict(EXTRA_FIELD))
-    return {"id": schema_id, "type": "JobCancelled", "version": 2, "schema": schema}
+    return {"id": schema_id, "type": "JobCancelled", "version": NEXT_VERSION, "schema": schema}
 
 
 def frame(schema_id: int, body: bytes) -> bytes:
@@ -485,7 +495,7 @@ def _avro_type_of(annotation: Any, name: str) -> Any:
     """The Avro type a dataclass annotation must have in the schema."""
     if name == "schema_version":
         return "int"
-    simple = {str: "string", int: "long", bytes: "bytes"}
+    simple = {str: "string", int: "long", bytes: "bytes", bool: "boolean"}
     if annotation in simple:
         return simple[annotation]
     if annotation in NESTED_TYPES.values():
@@ -606,24 +616,25 @@ def test_update_catalog_appends_a_new_version(schema_tree: tuple[Path, Path]) ->
     after = json.loads(catalog.read_text("utf-8"))
     assert after["schemas"][: len(before["schemas"])] == before["schemas"]  # never renumbered
     new = after["schemas"][-1]
-    assert (new["id"], new["type"], new["version"]) == (NEXT_ID, "JobCancelled", 2)
+    assert (new["id"], new["type"], new["version"]) == (NEXT_ID, "JobCancelled", NEXT_VERSION)
     assert main(["--check", *args]) == 0
     updated = Catalog.load(catalog)
     assert updated.writer_id("JobCancelled") == NEXT_ID
-    assert updated.current_version("JobCancelled") == 2
+    assert updated.current_version("JobCancelled") == NEXT_VERSION
     # A change of a shared named type is a new version of every event that uses it.
     _edit_avsc(
         schemas,
         "jobreg.GraphRef",
         lambda s: s["fields"].append({"name": "mime", "type": "string", "default": "", "doc": "d"}),
     )
-    users = ["JobSubmitted", "JobReasserted"]
-    assert [c.split(":")[0] for c in check_catalog(catalog, schemas)] == [
-        f"{t} v{CATALOG.current_version(t) + 1}" for t in users
-    ]
+    users = ["JobSubmitted", "JobCancelled", "JobTerminated", "JobReasserted"]
+    current = {t: CATALOG.current_version(t) for t in users} | {"JobCancelled": NEXT_VERSION}
+    assert sorted(c.split(":")[0] for c in check_catalog(catalog, schemas)) == sorted(
+        f"{t} v{current[t] + 1}" for t in users
+    )
     assert main(["--update-catalog", *args]) == 0
     assert [e["id"] for e in json.loads(catalog.read_text("utf-8"))["schemas"]] == list(
-        range(1, NEXT_ID + 3)
+        range(1, NEXT_ID + 1 + len(users))
     )
 
 
@@ -676,7 +687,7 @@ def test_fingerprint_ignores_docs_and_defaults() -> None:
     schema = copy.deepcopy(CATALOG.current("JobCancelled").schema)
     base = fingerprint(schema)
     schema["doc"] = "other"
-    schema["fields"][-1]["default"] = "x"
+    next(f for f in schema["fields"] if f["name"] == "reason")["default"] = "x"
     assert fingerprint(schema) == base
     schema["fields"].append(dict(EXTRA_FIELD))
     assert fingerprint(schema) != base
@@ -687,13 +698,14 @@ def test_fingerprint_ignores_docs_and_defaults() -> None:
 
 def test_v1_record_decodes_with_a_v2_reader_default_filled() -> None:
     event = JobCancelled(**envelope(), job_id="j", reason="r")
-    raw = CODEC.encode(event)  # written with v1 (id 6)
+    raw = CODEC.encode(event)  # written with the current version
     reader = codec_over(cancelled_v2())
     assert reader.catalog.writer_id("JobCancelled") == NEXT_ID
-    assert reader.decode(raw) == event  # schema_version stays the writer's: 1
+    assert reader.decode(raw) == event  # schema_version stays the writer's
     type_name, rec = reader.decode_record(raw)
     assert type_name == "JobCancelled"
-    assert rec["cancelled_by"] == "unknown" and rec["envelope"]["schema_version"] == 1
+    assert rec["cancelled_by"] == "unknown"
+    assert rec["envelope"]["schema_version"] == NEXT_VERSION - 1
 
 
 def test_v2_writer_fills_defaults_for_fields_the_dataclass_lacks() -> None:
@@ -701,7 +713,7 @@ def test_v2_writer_fills_defaults_for_fields_the_dataclass_lacks() -> None:
     raw = writer.encode(JobCancelled(**envelope(), job_id="j", reason="r"))
     assert int.from_bytes(raw[1:5], "big") == NEXT_ID
     decoded = writer.decode(raw)
-    assert decoded.schema_version == 2 and decoded.reason == "r"
+    assert decoded.schema_version == NEXT_VERSION and decoded.reason == "r"
     assert writer.decode_record(raw)[1]["cancelled_by"] == "unknown"
 
 
@@ -720,14 +732,16 @@ def test_v2_record_decodes_with_a_v1_reader_through_the_registry() -> None:
     )
     event = JobCancelled(**envelope(), job_id="j", reason="r")
     record = {
-        "envelope": {**envelope(), "schema_version": 2},
+        "envelope": {**envelope(), "schema_version": NEXT_VERSION},
         "job_id": "j",
         "reason": "r",
+        "graph": None,
+        "checkpoints": dataclasses.asdict(EMPTY_CHECKPOINTS),
         "cancelled_by": "alice",
     }
     raw = frame(writer_id, avro_body(v2["schema"], record))
     old_reader = Codec(CATALOG, schema_registry=registry)
-    assert old_reader.decode(raw) == dataclasses.replace(event, schema_version=2)
+    assert old_reader.decode(raw) == dataclasses.replace(event, schema_version=NEXT_VERSION)
     assert "cancelled_by" not in old_reader.decode_record(raw)[1]
     new_reader = codec_over(v2, schema_registry=registry)
     assert new_reader.decode_record(raw)[1]["cancelled_by"] == "alice"
@@ -739,7 +753,7 @@ def test_identical_writer_schema_decodes_without_resolution() -> None:
     assert CODEC._readers[CATALOG.writer_id("JobSubmitted")].reader is None
     reader = codec_over(cancelled_v2())
     reader.decode(CODEC.encode(JobCancelled(**envelope(), job_id="j")))
-    assert reader._readers[6].reader is not None
+    assert reader._readers[CATALOG.writer_id("JobCancelled")].reader is not None
 
 
 # --------------------------------------------------------------------------- garbage

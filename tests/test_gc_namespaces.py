@@ -23,6 +23,7 @@ from registry.blobs import FileBlobStore, collect
 from registry.codec import encode
 from registry.events import (
     JobCancelled,
+    JobCleanedUp,
     JobSubmitted,
     JobTerminated,
     LeadershipGranted,
@@ -72,6 +73,7 @@ def test_gc_of_one_namespace_never_deletes_another_namespaces_live_graph(shared)
     assert all(isinstance(r, GraphRef) for r in refs.values())
     ta.cancel("job-a")
     ta.cancel("same-a")
+    ta.cleanup(lambda view: None)  # their results are clean: the graphs may go
     time.sleep(0.01)  # every blob is older than the collection's "now"
 
     report = a.collect_garbage(0)
@@ -110,6 +112,7 @@ def test_a_foreign_graph_ref_is_copied_into_the_submitters_space(shared, tmp_pat
     assert mine.uri in {x.uri for x in a.blob_store.list()}  # in A's own space
     # B drops its job and collects: its copy goes, A's stays and recovers.
     tb.cancel("job-b")
+    tb.mark_clean("job-b")
     time.sleep(0.01)
     assert [x.uri for x in b.collect_garbage(0).deleted] == [foreign.uri]
     assert not os.path.exists(_path(foreign))
@@ -134,6 +137,7 @@ def test_a_foreign_graph_ref_is_copied_into_the_submitters_space(shared, tmp_pat
     tb.submit("outside", elsewhere)
     assert b.job("outside").graph == elsewhere
     tb.cancel("outside")
+    tb.mark_clean("outside")
     time.sleep(0.01)
     assert elsewhere.uri not in {x.uri for x in b.collect_garbage(0).deleted}
     assert os.path.exists(_path(elsewhere)) and os.path.exists(_path(old))
@@ -153,6 +157,7 @@ ns_op = st.one_of(
     st.tuples(st.just("legacy"), space, job, content),  # a record of before key spaces
     st.tuples(st.just("cancel"), pick),
     st.tuples(st.just("finish"), pick),
+    st.tuples(st.just("clean"), pick),  # a result's cleanup is done
     st.tuples(st.just("gc"), space, grace),
     st.tuples(st.just("gc"), st.just(None), grace),  # every namespace collects
     st.tuples(st.just("age"), st.integers(0, 7200)),
@@ -216,16 +221,23 @@ def test_gc_never_deletes_a_live_graph_of_any_namespace_or_topic(tmp_path_factor
             k, job_id, _ = live[op[1] % len(live)]
             cls = JobCancelled if kind == "cancel" else JobTerminated
             extra = {} if kind == "cancel" else {"state": "FINISHED"}
-            write(k, cls(event_id=new_event_id(), job_id=job_id, **extra, **env(k)))
+            view = image(k).jobs[job_id]  # the result it carries, as Term.cancel writes it
+            write(k, cls(event_id=new_event_id(), job_id=job_id, graph=view.graph,
+                         checkpoints=view.checkpoints, **extra, **env(k)))
+        elif kind == "clean" and (dirty := [(k, v) for k in range(len(SPACES))
+                                            for v in image(k).results(dirty=True).values()]):
+            k, view = dirty[op[1] % len(dirty)]
+            write(k, JobCleanedUp(event_id=new_event_id(), job_id=view.job_id,
+                                  status=view.status, reason=view.reason, **env(k)))
         elif kind == "gc":  # Registry.collect_garbage of namespace i: its own view, its fold
             for k in range(len(SPACES)) if i is None else [i]:
-                referenced = {v.graph.uri for v in image(k).jobs.values()
-                              if v.live and isinstance(v.graph, GraphRef)}
+                referenced = image(k).referenced_blobs()
                 assert collect(views[k], referenced, grace_s=op[2], now=clock).errors == ()
         elif kind == "age":
             clock += op[1]
         for j in range(len(SPACES)):
-            for view in image(j).jobs.values():
-                if view.live and isinstance(view.graph, GraphRef):
+            for view in image(j).jobs.values():  # live jobs, and dirty results (for cleanup)
+                if isinstance(view.graph, GraphRef):
+                    assert view.live or view.dirty
                     assert views[(j + 1) % len(SPACES)].get(view.graph)  # present and intact
         assert {b.uri for b in flat.list()} == legacy  # the flat layout is never collected

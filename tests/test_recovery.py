@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry import ConfigError, GraphRef, JobStatus
+from registry import ConfigError, GraphRef, JobStatus, JobView
 from registry.blobs import FileBlobStore
 from registry.codec import encode
 from registry.events import InlineGraph, JobCancelled, JobSubmitted, JobTerminated, new_event_id
@@ -74,7 +74,8 @@ def test_release_of_a_failed_job_is_refused_and_cancel_ends_it(connect) -> None:
 
 
 def test_incident_000_blob_of_a_cancelled_job_is_collected_and_never_loaded(connect, tmp_path) -> None:
-    """Large graphs live in the blob store; a cancelled job's blob goes, a live job's never."""
+    """Large graphs live in the blob store; a cancelled job's blob goes once its result is
+    clean (here: cleaned up by the next leader), a live job's never."""
     reg = connect("ns0", inline_limit=64)
     t1 = reg.claim_leadership("jm-1")
     t1.submit("job-a", b"A" * 1000)
@@ -85,15 +86,23 @@ def test_incident_000_blob_of_a_cancelled_job_is_collected_and_never_loaded(conn
     past = time.time() - 7200
     for ref in (ref_a, ref_b):  # both blobs are two hours old
         os.utime(ref.uri.removeprefix("file://"), (past, past))
+    # jm-1 dies before cleaning up: the dirty result still holds job-a's graph.
+    assert reg.job("job-a").dirty and reg.job("job-a").graph == ref_a
+    assert not reg.collect_garbage(grace=3600).deleted
+    # A restart: recovery only ever loads live jobs' graphs, and they are all there; the
+    # new leader is handed the dirty result to clean up.
+    loaded: list[bytes] = []
+    cleaned: list[JobView] = []
+    t2 = connect("ns0", inline_limit=64).claim_leadership("jm-2")
+    results = t2.recover(lambda job: loaded.append(job.graph), on_cleanup=cleaned.append)
+    assert [(r.job_id, r.status) for r in results] == [("job-b", "ADOPTED"),
+                                                        ("job-a", "CLEANED")]
+    assert all(r.ok for r in results) and loaded == [b"B" * 1000]
+    assert [(v.job_id, v.status, v.graph) for v in cleaned] == [("job-a", "CANCELLED", ref_a)]
+    assert not reg.job("job-a").dirty and reg.job("job-a").graph is None
     report = reg.collect_garbage(grace=3600)
     assert [b.uri for b in report.deleted] == [ref_a.uri]
     assert reg.blob_store.exists(ref_b) and not reg.blob_store.exists(ref_a)
-    # A restart: recovery only ever loads live jobs' graphs, and they are all there.
-    loaded: list[bytes] = []
-    t2 = connect("ns0", inline_limit=64).claim_leadership("jm-2")
-    results = t2.recover(lambda job: loaded.append(job.graph))
-    assert [r.job_id for r in results] == ["job-b"] and results[0].ok
-    assert loaded == [b"B" * 1000]
     # A blob that went missing behind our back fails that job alone, with the reason.
     os.remove(ref_b.uri.removeprefix("file://"))
     results = connect("ns0", inline_limit=64).claim_leadership("jm-3").recover()
