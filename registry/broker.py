@@ -13,8 +13,14 @@ Kafka.
 
 The wrapper only ever signals the one process it spawned, by its pid, and
 stops it at interpreter exit if the caller forgot to (``atexit``). A Python
-process killed by a signal it does not handle skips ``atexit``; the broker then
-keeps running as an orphan until it is killed by hand.
+process killed by a signal it does not handle (SIGKILL, or a SIGTERM from
+``timeout``) skips ``atexit``; on Linux the broker dies with it all the same: it
+is started through util-linux's ``setpriv --pdeathsig KILL`` (which then execs
+it, so the pid is the broker's), and the kernel sends it SIGKILL when the thread
+that started it ends. Every broker is therefore started from one daemon thread
+of this module that lives as long as the process (:func:`_popen`). Without
+``setpriv`` (not Linux, or util-linux older than 2.33) an orphaned broker keeps
+running until it is killed by hand.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import ipaddress
 import logging
 import os
 import pathlib
+import queue
 import re
 import shutil
 import socket
@@ -37,6 +44,9 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
 
 from registry.errors import BrokerError, BrokerStartError, ConfigError
 
@@ -468,8 +478,8 @@ class EmbeddedBroker:
         try:
             self._log_offset = log.seek(0, os.SEEK_END)
             try:
-                self._proc = subprocess.Popen(
-                    argv,
+                self._proc = _popen(
+                    _with_parent_death_signal(argv),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -662,3 +672,47 @@ def _with_tail(message: str, tail: str) -> str:
         return message
     indented = "\n".join(f"    {line}" for line in tail.splitlines())
     return f"{message}; last broker log lines:\n{indented}"
+
+
+# -- dying with the owner ------------------------------------------------------------------
+
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+
+
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    """``argv`` run so that the kernel kills it when its parent thread ends (Linux)."""
+    if _SETPRIV is None:
+        return argv
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+
+
+_spawner_lock = threading.Lock()
+_spawner_queue: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] | None = None
+
+
+def _popen(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **kwargs)``, run on this module's spawner thread.
+
+    The parent-death signal fires when the *thread* that forked the child ends, not the
+    process (prctl(2), PR_SET_PDEATHSIG). A caller's thread may end long before its broker
+    (a thread pool's worker, a request handler), so every broker is forked by one daemon
+    thread that ends only with the process.
+    """
+    global _spawner_queue
+    with _spawner_lock:
+        if _spawner_queue is None:
+            _spawner_queue = queue.SimpleQueue()
+            threading.Thread(target=_spawner, args=(_spawner_queue,), daemon=True,
+                             name="jobreg-broker-spawner").start()
+        work: Future[subprocess.Popen[bytes]] = Future()
+        _spawner_queue.put((lambda: subprocess.Popen(argv, **kwargs), work))
+    return work.result()
+
+
+def _spawner(jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -> None:
+    while True:
+        call, result = jobs.get()
+        try:
+            result.set_result(call())
+        except BaseException as e:  # handed to the caller, who raises it
+            result.set_exception(e)

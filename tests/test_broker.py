@@ -410,3 +410,57 @@ def test_cli_broker_runs_until_signalled(sig: signal.Signals) -> None:
         assert not accepts_connections(port)
     finally:
         end_process(proc)
+
+
+def _gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie nobody reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(broker_module._SETPRIV is None, reason="needs Linux with util-linux setpriv")
+@pytest.mark.parametrize("fixed", [True, False], ids=["setpriv", "without"])
+def test_the_broker_dies_with_its_owner_even_when_killed(fixed: bool) -> None:
+    """Issue 15 item 19: a process holding an EmbeddedBroker that is SIGKILLed (no atexit)
+    takes its broker with it. The broker is started from a thread that ends at once: the
+    parent-death signal belongs to the thread that forked, so the broker must not die with
+    that thread, only with the process."""
+    script = textwrap.dedent("""
+        import sys, threading, time
+        from registry import broker as module
+        from registry.broker import EmbeddedBroker
+        if len(sys.argv) > 1:
+            module._SETPRIV = None  # as before the fix (the test's own check that it bites)
+        box = []
+        t = threading.Thread(target=lambda: box.append(EmbeddedBroker().start()))
+        t.start(); t.join()
+        time.sleep(0.5)  # the starting thread is gone; the broker must still be up
+        broker = box[0]
+        assert broker.pid is not None and broker._proc.poll() is None, "died with its thread"
+        print(broker.pid, flush=True)
+        time.sleep(600)
+    """)
+    argv = [sys.executable, "-c", script] + ([] if fixed else ["unfixed"])
+    owner = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        line = owner.stdout.readline()
+        assert line.strip().isdigit(), f"the owner did not report its broker: {line!r}"
+        pid = int(line)
+        assert not _gone(pid)
+    finally:
+        owner.kill()  # our own child, by its pid: no atexit runs in it
+        owner.wait()
+    # The kernel signals at once; 30 s only bounds a hang (2 s to show the orphan lives on).
+    deadline = time.monotonic() + (30 if fixed else 2)
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not fixed:  # without the parent-death signal the broker is orphaned: the hazard
+        assert not _gone(pid)
+        os.kill(pid, signal.SIGKILL)  # the orphan our child started, by its pid
+        return
+    if not _gone(pid):
+        os.kill(pid, signal.SIGKILL)  # the orphan our child started, by its pid
+        pytest.fail(f"broker pid {pid} outlived its owner")
