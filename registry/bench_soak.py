@@ -2,7 +2,8 @@
 
 One leader writes ``writes`` fenced calls, one at a time, on one namespace of a fresh topic,
 keeping about ``jobs`` live jobs, in a Flink-like mix (:data:`MIX`): checkpoints triggered,
-completed and failed; jobs cancelled and new ones submitted (the churn keeps the live count);
+completed and failed; jobs cancelled, their results marked clean (their cleanup done), and
+new ones submitted (the churn keeps the live count);
 live jobs adopted again. Every ``window`` writes it records the window's rate (successful
 writes per second of the window's time, failed calls' time included), the p50/p99
 latency of its successful writes, its failures, this process's (the client's) resident set
@@ -65,8 +66,10 @@ STALL_SECONDS = 60.0
 STALL_WINDOWS = 3
 HEARTBEAT_SECONDS = 30.0
 
-#: The write mix, in percent. ``churn`` cancels a random live job when the namespace holds
-#: ``jobs`` live jobs or more and submits a new one otherwise (so about half each).
+#: The write mix, in percent. ``churn`` marks the result of the job it cancelled last clean
+#: (as a coordinator does once its cleanup is done), else cancels a random live job when the
+#: namespace holds ``jobs`` live jobs or more, and submits a new one otherwise (so about a
+#: third each).
 #: A trigger picks a job with no checkpoint in flight; completions and failures end one.
 MIX: tuple[tuple[str, int], ...] = (
     ("trigger", 42),
@@ -182,6 +185,7 @@ class _Workload:
         self.pending = _Bag()
         self.in_flight: dict[str, int] = {}  # job -> checkpoint id triggered
         self.next_cp: dict[str, int] = {}
+        self.dirty: list[str] = []  # cancelled jobs whose results are not yet clean
         self.submitted = 0
         self.graph = b"g" * GRAPH_BYTES
         kinds, weights = zip(*MIX, strict=True)
@@ -204,7 +208,7 @@ class _Workload:
         kind = self.rng.choices(self.kinds, cum_weights=self.cum)[0]
         live = len(self.idle) + len(self.pending)
         if kind == "churn":
-            return "cancel" if live >= self.target else "submit"
+            return "clean" if self.dirty else "cancel" if live >= self.target else "submit"
         if kind in ("complete", "fail") and not self.pending:
             kind = "trigger"
         if kind == "trigger" and not self.idle:
@@ -236,7 +240,14 @@ class _Workload:
             self.pending.discard(job)
             self.in_flight.pop(job, None)
             self.next_cp.pop(job, None)
-            return lambda: term.cancel(job, reason="soak")
+
+            def cancel() -> None:
+                term.cancel(job, reason="soak")
+                self.dirty.append(job)
+            return cancel
+        if kind == "clean":
+            job = self.dirty.pop()  # done or in doubt, not tried again
+            return lambda: term.mark_clean(job)
         if kind == "adopt":
             job = self._any_live()
             return lambda: term.adopt(job)
@@ -625,7 +636,16 @@ class _FoldingTerm:
     def cancel(self, job: str, reason: str = "") -> None:
         from .events import JobCancelled
 
-        self._write(JobCancelled(job_id=job, reason=reason, **self._e()))
+        view = self.delta.job(job)
+        self._write(JobCancelled(job_id=job, reason=reason, graph=view.graph,
+                                 checkpoints=view.checkpoints, **self._e()))
+
+    def mark_clean(self, job: str) -> None:
+        from .events import JobCleanedUp
+
+        view = self.delta.job(job)
+        self._write(JobCleanedUp(job_id=job, status=view.status, reason=view.reason,
+                                 **self._e()))
 
     def adopt(self, job: str) -> None:
         from .events import JobAdopted

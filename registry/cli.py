@@ -485,7 +485,8 @@ def _jobs_table(image: Any, include_terminal: bool) -> str:
     if not views:
         return "(no jobs)"
     return table(["job", "status", "owner epoch", "checkpoint failures", "error"],
-                 ([v.job_id, v.status, v.owner_epoch,
+                 ([v.job_id, v.status + (" (cleanup pending)" if v.dirty else ""),
+                   v.owner_epoch,
                    f"{v.checkpoints.consecutive_failures}/{v.max_checkpoint_failures}"
                    + (" OVER BUDGET" if v.over_budget else ""), v.error] for v in views))
 

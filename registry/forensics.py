@@ -32,8 +32,9 @@ import fastavro
 
 from .codec import Catalog, Codec, default_codec
 from .errors import ConfigError
+from .events import GraphRef, JobStatus
 from .fold import fold_batches
-from .image import Decision, Image, LogRecord, Outcome, TermInfo
+from .image import Decision, Image, JobView, LogRecord, Outcome, TermInfo
 from .keys import check_id
 from .log import LogReader
 
@@ -346,13 +347,8 @@ class Forensics:
                      + (f", held by epoch {view.owner_epoch}" if view.owner_epoch else "")
                      + (f" (recovery failed: {view.error})" if view.error else "")
                      + (f" (reason: {view.reason})" if view.reason else "") + "."]
-        if accepted and view is not None:
-            first, last = accepted[0], accepted[-1]
-            lines.append(f"It was submitted at offset {first.offset} by {first.writer} "
-                         f"(epoch {first.epoch}).")
-            if last is not first:
-                lines.append(f"Its state was last set at offset {last.offset}: "
-                             f"{last.event_type} by {last.writer} (epoch {last.epoch}).")
+        if view is not None:
+            lines += _story(view, accepted)
         refused = [d for d in timeline if d.outcome == Outcome.REJECTED]
         for d in refused:
             lines.append(f"Refused at offset {d.offset}: {d.event_type} by {d.writer} "
@@ -398,3 +394,59 @@ class Forensics:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         return count
+
+
+_ENDS = ("JobCancelled", "JobTerminated")
+_RESTATEMENTS = ("JobReasserted", "JobCleanedUp")
+
+
+def _by(d: Decision) -> str:
+    return f"at offset {d.offset} by {d.writer} (epoch {d.epoch})"
+
+
+def _story(view: JobView, accepted: list[Decision]) -> list[str]:
+    """How the job got to its state, by the records that decided it: its submit, what ended
+    it (not a reassertion that restated it), the reassertions as such, and its result."""
+    lines: list[str] = []
+    submits = [d for d in accepted if d.event_type == "JobSubmitted"]
+    if submits:
+        lines.append(f"It was submitted {_by(submits[0])}.")
+    elif accepted:
+        lines.append("Its submit is no longer in the log (the cleaner removed it).")
+    deciding = [d for d in accepted if d.event_type not in _RESTATEMENTS]
+    if not view.live:
+        ends = [d for d in deciding if d.event_type in _ENDS]
+        if ends:
+            verb = ("cancelled" if view.status == JobStatus.CANCELLED
+                    else f"ended as {view.status}")
+            lines.append(f"It was {verb} {_by(ends[-1])}"
+                         + (f": {view.reason}" if view.reason else "") + ".")
+        elif accepted:
+            lines.append("The record that ended it is no longer in the log (the cleaner "
+                         "removed it); the records below restate it.")
+    elif deciding and deciding[-1] is not (submits[0] if submits else None):
+        last = deciding[-1]
+        lines.append(f"Its state was last set {_by(last)}: {last.event_type}.")
+    restated = [d for d in accepted if d.event_type == "JobReasserted"]
+    if restated:
+        lines.append(f"The leader restated its state {len(restated)} time(s) (JobReasserted "
+                     f"at offset(s) {', '.join(str(d.offset) for d in restated)}), after "
+                     "records it did not accept landed on its keys.")
+    if not view.live:
+        lines.append(_result(view, [d for d in accepted if d.event_type == "JobCleanedUp"]))
+    return lines
+
+
+def _result(view: JobView, cleaned: list[Decision]) -> str:
+    if view.dirty:
+        graph = view.graph
+        what = (f"its graph {graph.uri}" if isinstance(graph, GraphRef)
+                else "its graph (inline)" if graph is not None else "no graph")
+        cps = view.checkpoints.retained
+        return (f"Its result is dirty: its cleanup is not done yet; it holds {what} and "
+                f"{len(cps)} retained checkpoint(s)"
+                + (f" ({', '.join(c.location for c in cps)})" if cps else "") + ".")
+    if cleaned:
+        return f"Its result was marked clean {_by(cleaned[0])}."
+    return ("Its result is clean; no JobCleanedUp is in the log (the results of jobs that "
+            "ended before jobreg kept results are clean).")

@@ -238,8 +238,9 @@ class Image:
 
     def results(self, *, dirty: bool | None = None) -> dict[str, JobView]:
         """Job id -> view, for the terminal jobs (their results); only the dirty ones (not
-        yet cleaned up) with ``dirty=True``, only the clean ones with ``dirty=False``."""
-        return {k: v for k, v in self.jobs.items()
+        yet cleaned up) with ``dirty=True``, only the clean ones with ``dirty=False``; in
+        job id order."""
+        return {k: v for k, v in sorted(self.jobs.items())
                 if not v.live and (dirty is None or v.dirty == dirty)}
 
     def referenced_blobs(self) -> set[str]:

@@ -87,6 +87,7 @@ def job_json(view: JobView) -> dict[str, Any]:
         "checkpoints": [{"checkpoint_id": c.checkpoint_id, "location": c.location}
                         for c in view.latest_checkpoints],
         "reason": view.reason,
+        "dirty": view.dirty,
     }
 
 

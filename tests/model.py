@@ -21,9 +21,13 @@ read the log as read_committed consumers do (aborted records invisible).
 from __future__ import annotations
 
 import dataclasses
+import io
+import struct
 from dataclasses import dataclass, field
 
-from registry.codec import encode
+import fastavro
+
+from registry.codec import _to_avro, default_codec, encode
 from registry.events import (
     UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
@@ -325,3 +329,20 @@ class Sim:
         who = CONTENDERS[0]
         self.sync(who)
         self.claim(who)
+
+
+def encode_with(event, schema_id: int) -> bytes:
+    """``event`` encoded with the catalog's schema ``schema_id`` (an older version): a record
+    as a jobreg of that time wrote it, for the schema evolution tests."""
+    entry = default_codec().catalog.entry(schema_id)
+    env = {k: getattr(event, k) for k in ("event_id", "namespace", "epoch", "writer",
+                                          "created_at")}
+    env["schema_version"] = entry.version
+    rec = {"envelope": env}
+    for f in entry.parsed["fields"][1:]:
+        value = getattr(event, f["name"])
+        rec[f["name"]] = _to_avro(value) if hasattr(value, "__dataclass_fields__") else value
+    buf = io.BytesIO()
+    buf.write(struct.pack(">bI", 0, schema_id))  # Confluent framing: magic byte, schema id
+    fastavro.schemaless_writer(buf, entry.parsed, rec)
+    return buf.getvalue()

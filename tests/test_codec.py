@@ -36,8 +36,8 @@ from registry.codec import (
 )
 from registry.errors import CodecError, ConfigError, UnknownEventTypeError, UnknownSchemaError
 from registry.events import (
-    EMPTY_CHECKPOINTS,
     CHECKPOINT_FAILURE_REASONS,
+    EMPTY_CHECKPOINTS,
     EVENT_TYPES,
     NESTED_TYPES,
     CallCommitted,

@@ -22,12 +22,9 @@ carries computed with the fold's own :func:`~registry.fold.checkpoint_step`).
 
 from __future__ import annotations
 
-import io
-import struct
+from model import encode_with
 
-import fastavro
-
-from registry.codec import _to_avro, default_codec, encode
+from registry.codec import default_codec, encode
 from registry.events import (
     CHECKPOINT_FAILURE_REASONS,
     COUNTED_FAILURE_REASONS,
@@ -215,22 +212,6 @@ def test_a_restart_keeps_the_retained_checkpoints_and_aborts_the_pending_ones() 
 
 # -- schema evolution: a log written before failure reasons folds as it did ---------------
 
-def _v1(event, schema_id: int) -> bytes:
-    """``event`` encoded with the catalog's schema ``schema_id`` (an older version)."""
-    entry = default_codec().catalog.entry(schema_id)
-    env = {k: getattr(event, k) for k in ("event_id", "namespace", "epoch", "writer",
-                                          "created_at")}
-    env["schema_version"] = entry.version
-    rec = {"envelope": env}
-    for f in entry.parsed["fields"][1:]:
-        value = getattr(event, f["name"])
-        rec[f["name"]] = _to_avro(value) if hasattr(value, "__dataclass_fields__") else value
-    buf = io.BytesIO()
-    buf.write(struct.pack(">bI", 0, schema_id))  # Confluent framing: magic byte, schema id
-    fastavro.schemaless_writer(buf, entry.parsed, rec)
-    return buf.getvalue()
-
-
 def test_a_log_written_with_the_schemas_before_failure_reasons_folds_to_the_same_answer() -> None:
     """Checkpoint records of schema version 1 (ids 12-15 of the catalog) carry states the
     rule of their time computed: a failure counted whether or not its checkpoint was pending,
@@ -249,7 +230,7 @@ def test_a_log_written_with_the_schemas_before_failure_reasons_folds_to_the_same
         extra = {CheckpointCompleted: {"location": "s3://x"},
                  CheckpointFailed: {"reason": "DECLINED"}}.get(kind, {})
         event = kind(job_id="job", checkpoint_id=cp, state=state, **extra, **_env())
-        d = c._append(event, _v1(event, ids[kind.TYPE]))
+        d = c._append(event, encode_with(event, ids[kind.TYPE]))
         assert d.outcome == Outcome.ACCEPTED, d
     assert c.job.checkpoints.counted == (4, 6)
     assert fold(c.records, NS).answer() == c.image.answer()
