@@ -637,7 +637,12 @@ def state(settings: Settings, offset: int | None, at_time: int | None,
 
     def human() -> str:
         p = image.provenance
+        # The last record at or before the offset asked for: offsets are not dense (each
+        # transaction's commit marker takes one), so it is often the one before.
         where = (f"after offset {p.last_offset}" if p.last_offset >= 0 else "before any record")
+        if offset is not None and 0 <= p.last_offset < offset:
+            where += (f" (the last record at or before {offset}; offsets are not dense: "
+                      "commit markers take offsets too)")
         lead = ("no leader" if image.leader is None else
                 f"epoch {image.epoch}, {image.leader}" + (" (revoked)" if image.revoked else ""))
         stamp = format_time(p.log_time)
@@ -659,8 +664,13 @@ def dump(settings: Settings, file: str) -> None:
     with _reading(settings) as f:
         count = f.dump(file, topic=settings.topic if settings.from_file is None else
                        getattr(f.source, "topic", ""))
-    settings.emit("dump", {"namespace": f.namespace, "file": file, "records": count},
-                  lambda: f"wrote {count:,} records of namespace {f.namespace!r} to {file}")
+    span = (f" (offsets {count.first_offset} to {count.last_offset}: commit markers and other "
+            "namespaces' records take offsets too)" if count.first_offset is not None else "")
+    settings.emit("dump", {"namespace": f.namespace, "file": file, "records": int(count),
+                           "first_offset": count.first_offset,
+                           "last_offset": count.last_offset},
+                  lambda: f"wrote {count:,} records of namespace {f.namespace!r} to {file}"
+                  + span)
 
 
 @main.command()
@@ -720,10 +730,18 @@ def _need_bootstrap(settings: Settings) -> str:
 
 
 def _print_rows(settings: Settings, what: str, columns: list[str], rows: list[tuple]) -> None:
-    from registry.render import table
+    from registry.render import format_time, table
+
+    # For people, times read as everywhere else (ISO 8601 UTC); JSON keeps the stored ms.
+    times = {i for i, c in enumerate(columns) if c == "log_time" or c.endswith("_time")}
+
+    def shown(row: tuple) -> list:
+        return [format_time(v) if i in times and isinstance(v, int) else v
+                for i, v in enumerate(row)]
 
     settings.emit(what, {"columns": columns, "rows": [list(r) for r in rows]},
-                  lambda: table(columns, rows) + f"\n({len(rows)} row{'s' * (len(rows) != 1)})"
+                  lambda: table(columns, [shown(r) for r in rows])
+                  + f"\n({len(rows)} row{'s' * (len(rows) != 1)})"
                   if columns else "(no rows)")
 
 

@@ -186,7 +186,10 @@ class TermSummary:
     ``ended`` how it ended (``revoked at N``, ``superseded by epoch E at N``,
     or ``current``); ``first_offset``/``last_offset`` bound the records of
     the term (its grant to its last record); ``accepted``/``rejected`` count
-    the writes that carried its epoch.
+    the writes that carried its epoch. The same, structured: ``lease_ms`` (``None``:
+    no lease), ``end`` (``revoked``, ``superseded`` or ``current``), ``end_offset``
+    (the revoke or the next grant; ``None`` while current) and ``next_epoch`` (the
+    term that superseded it).
     """
 
     epoch: int
@@ -197,6 +200,26 @@ class TermSummary:
     last_offset: int
     accepted: int
     rejected: int
+    lease_ms: int | None = None
+    end: str = "current"
+    end_offset: int | None = None
+    next_epoch: int | None = None
+
+
+class DumpCount(int):
+    """How many records a dump holds (an ``int``), and the offsets of its first and last
+    (``None`` for an empty dump). Offsets are not dense: each transaction's commit marker
+    takes an offset of its own, and other namespaces' records on the partition take theirs,
+    so a dump of 17 records may span offsets 1 to 28."""
+
+    first_offset: int | None
+    last_offset: int | None
+
+    def __new__(cls, count: int, first_offset: int | None = None,
+                last_offset: int | None = None) -> DumpCount:
+        self = super().__new__(cls, count)
+        self.first_offset, self.last_offset = first_offset, last_offset
+        return self
 
 
 class Forensics:
@@ -314,17 +337,21 @@ class Forensics:
             epoch = info.epoch
             nxt = terms[i + 1] if i + 1 < len(terms) else None
             if info.revoked_offset is not None:
+                end, end_offset = "revoked", info.revoked_offset
                 ended = f"revoked at {info.revoked_offset}"
             elif nxt is not None:
+                end, end_offset = "superseded", nxt.granted_offset
                 ended = f"superseded by epoch {nxt.epoch} at {nxt.granted_offset}"
             else:
+                end, end_offset = "current", None
                 ended = "current"
             started = "granted" + (f", lease {info.lease_ms} ms" if info.lease_ms else "")
             accepted, rejected = counts.get(epoch, [0, 0])
             out.append(TermSummary(epoch, info.leader, started, ended, info.granted_offset,
                                    max(last.get(epoch, info.granted_offset),
                                        info.revoked_offset or info.granted_offset),
-                                   accepted, rejected))
+                                   accepted, rejected, info.lease_ms, end, end_offset,
+                                   nxt.epoch if end == "superseded" and nxt else None))
         return out
 
     def explain(self, job_id: str) -> str:
@@ -359,8 +386,9 @@ class Forensics:
                          + "; ".join(d.detail for d in ignored) + ".")
         return "\n".join(lines)
 
-    def dump(self, path: str | os.PathLike[str], *, topic: str = "") -> int:
-        """Write the namespace's records to an Avro object container file; return how many.
+    def dump(self, path: str | os.PathLike[str], *, topic: str = "") -> DumpCount:
+        """Write the namespace's records to an Avro object container file; return how many
+        (a :class:`DumpCount`: an ``int`` that also says which offsets they span).
 
         The file embeds the writer schemas (the schema catalog) so that
         :class:`DumpSource` replays it anywhere. Written to a temporary file
@@ -371,10 +399,10 @@ class Forensics:
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
         catalog = self.source.codec().catalog
-        count = 0
+        count, first, last = 0, None, None
 
         def records() -> Iterator[dict]:
-            nonlocal count
+            nonlocal count, first, last
             for batch in self._batches():
                 for r in batch:
                     key = r.key.decode("utf-8", "replace") if r.key is not None else None
@@ -382,6 +410,8 @@ class Forensics:
                     if parsed is not None and parsed.namespace != self.namespace:
                         continue  # another namespace on the same partition
                     count += 1
+                    first = r.offset if first is None else first
+                    last = r.offset
                     yield {"partition": r.partition, "offset": r.offset,
                            "timestamp": r.timestamp, "key": r.key, "value": r.value}
 
@@ -393,7 +423,7 @@ class Forensics:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-        return count
+        return DumpCount(count, first, last)
 
 
 _ENDS = ("JobCancelled", "JobTerminated")

@@ -103,7 +103,8 @@ def term_json(t: TermSummary) -> dict[str, Any]:
     """One leadership term."""
     return {"epoch": t.epoch, "leader": t.leader, "started": t.started, "ended": t.ended,
             "first_offset": t.first_offset, "last_offset": t.last_offset,
-            "accepted": t.accepted, "rejected": t.rejected}
+            "accepted": t.accepted, "rejected": t.rejected, "lease_ms": t.lease_ms,
+            "end": t.end, "end_offset": t.end_offset, "next_epoch": t.next_epoch}
 
 
 def state_json(image: Image, *, include_terminal: bool = True) -> dict[str, Any]:

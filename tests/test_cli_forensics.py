@@ -86,7 +86,13 @@ def test_terms_timeline_explain(incident) -> None:
     assert [(t["epoch"], t["leader"], t["rejected"]) for t in doc["terms"]] == [
         (1, "jm-1", 1), (2, "jm-2", 0), (3, "jm-3", 0)]
     assert set(doc["terms"][0]) == {"epoch", "leader", "started", "ended", "first_offset",
-                                    "last_offset", "accepted", "rejected"}
+                                    "last_offset", "accepted", "rejected", "lease_ms", "end",
+                                    "end_offset", "next_epoch"}
+    # The end, structured (issue 15 item 8), next to the text for people.
+    first, last = doc["terms"][0], doc["terms"][-1]
+    assert (first["end"], first["next_epoch"]) == ("superseded", 2)
+    assert first["end_offset"] == doc["terms"][1]["first_offset"] == incident["grant2"]
+    assert (last["end"], last["end_offset"], last["next_epoch"]) == ("current", None, None)
     code, out, _ = cli(incident, "terms")
     assert code == 0 and "superseded by epoch 2" in out
 
@@ -133,12 +139,20 @@ def test_rejected_quarantine_state(incident) -> None:
     assert ahead["last_offset"] == as_json(incident, "jobs")["last_offset"]
     code, out, _ = cli(incident, "state", "--offset", str(incident["adopted"]))
     assert code == 0 and f"after offset {incident['adopted']}" in out and "epoch 2, jm-2" in out
+    # An offset between two records (a commit marker's): it says so (issue 15 item 9).
+    code, out, _ = cli(incident, "state", "--offset", str(incident["adopted"] + 1))
+    assert code == 0 and f"after offset {incident['adopted']} (the last record at or before " \
+        f"{incident['adopted'] + 1}; offsets are not dense" in out
 
 
 def test_dump_then_every_command_from_the_file_with_no_broker(incident, tmp_path) -> None:
     path = str(tmp_path / "incident.avro")
     code, out, _ = cli(incident, "dump", path)
     assert code == 0 and "records of namespace 'cli-000'" in out
+    assert "commit markers and other namespaces' records take offsets too" in out
+    doc = as_json(incident, "dump", str(tmp_path / "again.avro"))
+    assert doc["first_offset"] <= doc["last_offset"] and doc["records"] <= \
+        doc["last_offset"] - doc["first_offset"] + 1
     live = {cmd: as_json(incident, *cmd.split()) for cmd in
             ("jobs --all", "leader", "terms", "timeline job-a", "rejected", "quarantine")}
     runner = CliRunner()
