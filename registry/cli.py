@@ -34,7 +34,7 @@ __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "CliError", 
 EXIT_OK = 0
 EXIT_ERROR = 1  # the registry or the broker reported an error
 EXIT_USAGE = 2  # bad command line (click's own code), or no broker binary installed
-EXIT_NOT_FOUND = 3  # the job asked about has no record in the namespace
+EXIT_NOT_FOUND = 3  # the job (or namespace) asked about has no record
 
 
 class CliError(click.ClickException):
@@ -60,8 +60,10 @@ def registry_errors(exit_code: int = EXIT_ERROR) -> Iterator[None]:
 
 EPILOG = (
     "Exit codes: 0 ok; 1 error reported by the registry or the broker (unreachable broker, "
-    "missing topic, unreadable dump); 2 usage error (bad arguments; or the broker binary is "
-    "not installed); 3 the job asked about has no record in the namespace."
+    "missing topic, a file that is not a dump, a file that cannot be written); 2 usage error "
+    "(bad arguments, a malformed --bootstrap, a --from-file that does not exist; or the broker "
+    "binary is not installed); 3 the job asked about has no record in the namespace, or the "
+    "namespace has no record on the topic."
 )
 
 
@@ -98,7 +100,7 @@ class Settings:
         partitions = topic_partitions(self.bootstrap, self.topic, self.timeout)
         source = BrokerSource(self.bootstrap, self.topic,
                               partition_for(self.namespace, partitions), self.timeout)
-        return Forensics(source, self.namespace, progress=progress)
+        return Forensics(source, self.namespace, progress=progress, require_records=True)
 
     def emit(self, what: str, payload: dict[str, Any], human: Callable[[], str]) -> None:
         """Print ``payload`` as JSON (``{"format": "jobreg.<what>/1", ...}``) under
@@ -203,12 +205,18 @@ def main(ctx: click.Context, bootstrap: str | None, namespace: str, topic: str,
     (--bootstrap) or from a dump file (--from-file), and never write to it.
     """
     from registry.keys import check_id
+    from registry.log import check_bootstrap
 
     for what, value in (("namespace", namespace), ("topic", topic)):
         try:
             check_id(what, value)
         except RegistryError as e:
             raise click.BadParameter(str(e), param_hint=f"--{what}") from None
+    if bootstrap is not None:
+        try:
+            bootstrap = check_bootstrap(bootstrap)
+        except RegistryError as e:
+            raise click.BadParameter(str(e), param_hint="--bootstrap") from None
     source = ctx.get_parameter_source("namespace")
     ctx.obj = Settings(bootstrap, namespace, topic, from_file, as_json, timeout,
                        namespace_given=source not in (None, click.core.ParameterSource.DEFAULT))
@@ -458,10 +466,16 @@ def bench_image_cmd(events: int, jobs: int, rate: int, seed: int) -> None:
 @contextlib.contextmanager
 def _reading(settings: Settings) -> Iterator[Forensics]:
     """A Forensics for a read command; errors become one line, the progress bar is ended."""
+    from registry.forensics import NoRecords, namespaces_on
+
     with registry_errors():
         f = settings.forensics()
         try:
             yield f
+        except NoRecords as e:  # a mistyped --namespace: say which namespaces there are
+            others = namespaces_on(settings.bootstrap or "", settings.topic, settings.timeout)
+            raise CliError(f"{e} (namespaces with records there: "
+                           f"{', '.join(others) or 'none'})", EXIT_NOT_FOUND) from e
         finally:
             if isinstance(f.progress, ProgressBar):
                 f.progress.done()

@@ -103,6 +103,7 @@ from .log import (
     TopicConfig,
     TransactionalWriter,
     TransactionFailed,
+    check_bootstrap,
     ensure_topic,
 )
 from .recovery import (
@@ -167,7 +168,7 @@ class Registry:
                  partitions: int, codec: Codec | None = None, timeout: float = 10.0,
                  fetch_wait_ms: int = 5, inline_limit: int = DEFAULT_INLINE_LIMIT,
                  blob_store: BlobStore | str | os.PathLike[str] | None = None) -> None:
-        self.bootstrap = bootstrap
+        self.bootstrap = check_bootstrap(bootstrap)
         self.namespace = check_id("namespace", namespace)
         self.topic = topic
         self.partition = partition_for(namespace, partitions)

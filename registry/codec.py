@@ -69,6 +69,10 @@ __all__ = [
 AVRO_NAMESPACE = "jobreg"
 """Avro namespace of every jobreg schema (record full names are ``jobreg.<Type>``)."""
 
+_NEWER_IDS = 1000
+"""How far past the newest id it knows a reader takes an unknown schema id for a newer
+jobreg's (each version adds a few); beyond, or id 0, the record is not a jobreg record."""
+
 CATALOG_FILE = "catalog.json"
 """File name of the versioned catalog inside the ``registry.schemas`` package."""
 
@@ -301,10 +305,17 @@ class Catalog:
         entry = self._by_id.get(schema_id)
         if entry is None:
             known = f"{min(self._by_id)}..{max(self._by_id)}" if self._by_id else "none"
+            newest = max(self._by_id, default=0)
+            if not 0 < schema_id <= newest + _NEWER_IDS:
+                # No jobreg writes id 0, nor thousands of schemas past this one's.
+                raise UnknownSchemaError(
+                    f"not a jobreg record: schema id {schema_id} is far outside this "
+                    f"reader's schema catalog (known ids: {known})"
+                )
             raise UnknownSchemaError(
                 f"schema id {schema_id} is not in this reader's schema catalog (known ids: "
-                f"{known}); the record was probably written by a newer jobreg: upgrade this "
-                "reader (or configure the schema registry the writer uses)"
+                f"{known}): a newer jobreg wrote it (upgrade this reader, or configure the "
+                "schema registry the writer uses), or it is not a jobreg record"
             )
         return entry
 

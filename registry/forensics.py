@@ -33,6 +33,7 @@ import fastavro
 from .codec import Catalog, Codec, default_codec
 from .errors import ConfigError
 from .events import GraphRef, JobStatus
+from .files import atomic_write
 from .fold import fold_batches
 from .image import Decision, Image, JobView, LogRecord, Outcome, TermInfo
 from .keys import check_id
@@ -133,8 +134,11 @@ class DumpSource:
         try:
             with self.path.open("rb") as f:
                 meta = fastavro.reader(f).metadata
-        except Exception as e:  # fastavro raises several types for a bad file
-            raise ConfigError(f"{self.path}: not a readable jobreg dump ({e})") from e
+        except OSError as e:
+            raise ConfigError(f"{self.path}: cannot read it ({e.strerror or e})") from e
+        except Exception as e:  # fastavro raises several types for a file that is not Avro
+            raise ConfigError(f"{self.path}: not a jobreg dump (not an Avro object container "
+                              "file)") from e
         if meta.get("jobreg.format") != "jobreg-dump/1":
             raise ConfigError(f"{self.path}: not a jobreg dump (format "
                               f"{meta.get('jobreg.format')!r})")
@@ -222,13 +226,47 @@ class DumpCount(int):
         return self
 
 
+class NoRecords(ConfigError):
+    """The namespace has no record in the source at all (a mistyped ``--namespace``?)."""
+
+    def __init__(self, namespace: str, topic: str | None) -> None:
+        where = f" on topic {topic!r}" if topic else ""
+        super().__init__(f"namespace {namespace!r} has no records{where}")
+        self.namespace, self.topic = namespace, topic
+
+
+def namespaces_on(bootstrap: str, topic: str, timeout: float = 10.0) -> list[str]:
+    """The namespaces that have records on ``topic``: every partition read to its end, keys
+    only. For an error message that must say which namespaces there are."""
+    from .keys import parse_key
+    from .log import topic_partitions
+
+    found: set[str] = set()
+    for partition in range(topic_partitions(bootstrap, topic, timeout)):
+        reader = LogReader(bootstrap, topic, partition)
+        try:
+            for batch in reader.read_to_end(timeout):
+                for r in batch:
+                    parsed = parse_key(r.key.decode("utf-8", "replace")) if r.key else None
+                    if parsed is not None:
+                        found.add(parsed.namespace)
+        finally:
+            reader.close()
+    return sorted(found)
+
+
 class Forensics:
-    """Read-only questions about one namespace, answered by replaying the fold over a source."""
+    """Read-only questions about one namespace, answered by replaying the fold over a source.
+
+    With ``require_records``, a full replay of a namespace that has no record at all in the
+    source raises :class:`NoRecords` (the CLI's guard against a mistyped namespace).
+    """
 
     def __init__(self, source: LogSource, namespace: str, *,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, require_records: bool = False) -> None:
         self.source = source
         self.namespace = check_id("namespace", namespace)
+        self.require_records = require_records
         self.progress = progress
         """Called after each batch of every read (a progress bar, say)."""
 
@@ -262,8 +300,13 @@ class Forensics:
                 if len(keep) < len(batch):
                     return
 
-        return fold_batches(cut(), Image.empty(self.namespace), self.source.codec(),
-                            on_decision, on_term)
+        image = fold_batches(cut(), Image.empty(self.namespace), self.source.codec(),
+                             on_decision, on_term)
+        if self.require_records and until_offset is None and until_time is None \
+                and not image.recent_ids and not image.quarantined:
+            # Every record of the namespace leaves its id (rule 1) or a quarantine entry.
+            raise NoRecords(self.namespace, getattr(self.source, "topic", None))
+        return image
 
     def state_at(self, offset: int | None = None, time: int | None = None) -> Image:
         """The image after the last record at or before ``offset``, or stamped at or before
@@ -391,13 +434,11 @@ class Forensics:
         (a :class:`DumpCount`: an ``int`` that also says which offsets they span).
 
         The file embeds the writer schemas (the schema catalog) so that
-        :class:`DumpSource` replays it anywhere. Written to a temporary file
-        and renamed, so a reader never sees half a dump.
+        :class:`DumpSource` replays it anywhere. Written atomically
+        (:func:`registry.files.atomic_write`), so a reader never sees half a dump.
         """
         from .keys import parse_key
 
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.tmp")
         catalog = self.source.codec().catalog
         count, first, last = 0, None, None
 
@@ -417,12 +458,9 @@ class Forensics:
 
         meta = {"jobreg.format": "jobreg-dump/1", "jobreg.namespace": self.namespace,
                 "jobreg.topic": topic, "jobreg.catalog": json.dumps(catalog.to_dict())}
-        with tmp.open("wb") as f:
+        with atomic_write(path, "dump") as f:
             fastavro.writer(f, fastavro.parse_schema(DUMP_SCHEMA), records(), metadata=meta,
                             codec="deflate")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
         return DumpCount(count, first, last)
 
 

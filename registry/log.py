@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 import uuid
 import warnings
@@ -47,7 +48,9 @@ __all__ = [
     "TopicInfo",
     "TransactionFailed",
     "TransactionalWriter",
+    "check_bootstrap",
     "ensure_topic",
+    "refuse_fast",
     "topic_partitions",
     "transactional_id",
     "write_raw",
@@ -155,12 +158,55 @@ def ensure_topic(bootstrap: str, topic: str, config: TopicConfig | None = None,
     return TopicInfo(partitions, retention_ms)
 
 
+def check_bootstrap(value: object) -> str:
+    """``value`` if it is ``HOST:PORT[,HOST:PORT...]`` (an IPv6 host in brackets), else
+    :class:`ConfigError`. Kafka's own clients need the port; so does jobreg."""
+    servers = value.split(",") if isinstance(value, str) else [""]
+    for server in servers:
+        host, sep, port = server.strip().rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if not sep or not host or any(c.isspace() or c in "/[]" for c in host) \
+                or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"bootstrap {value!r}: {server.strip()!r} is not HOST:PORT "
+                              "(several: HOST:PORT,HOST:PORT)")
+    return ",".join(s.strip() for s in servers)  # type: ignore[union-attr]
+
+
+def refuse_fast(bootstrap: str, timeout: float) -> None:
+    """Raise :class:`BrokerError` at once if no address of ``bootstrap`` can be reached at
+    all: every one refuses the connection or does not resolve. An address that does not
+    answer (a firewall, a paused broker) is left to the caller's own timeout."""
+    reasons = []
+    for server in check_bootstrap(bootstrap).split(","):
+        host, _, port = server.rpartition(":")
+        host = host.strip("[]")
+        try:
+            infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+        except socket.gaierror as e:
+            reasons.append(f"{server}: {e.strerror}")
+            continue
+        for family, kind, proto, _, address in infos:
+            with socket.socket(family, kind, proto) as sock:
+                sock.settimeout(min(timeout, 2.0))
+                try:
+                    sock.connect(address)
+                    return
+                except ConnectionRefusedError:
+                    reasons.append(f"{server}: connection refused")
+                except OSError:  # no answer, unreachable: not conclusive
+                    return
+    raise BrokerError(f"no Kafka broker at {bootstrap} ({'; '.join(reasons)})")
+
+
 def topic_partitions(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
     """How many partitions an existing topic has (never creates it).
 
-    Raises :class:`BrokerError` if the broker does not answer within ``timeout``
-    seconds and :class:`ConfigError` if the topic does not exist.
+    Raises :class:`BrokerError` at once if no address of ``bootstrap`` can be reached
+    (:func:`refuse_fast`) or if the broker does not answer within ``timeout`` seconds,
+    and :class:`ConfigError` if the topic does not exist.
     """
+    refuse_fast(bootstrap, timeout)
     meta = _list_topics(_admin(bootstrap), bootstrap, timeout)
     found = meta.topics.get(topic)
     if found is None or found.error is not None or not found.partitions:

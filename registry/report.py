@@ -49,13 +49,13 @@ import html
 import math
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from .errors import ConfigError
+from .files import atomic_write
 from .forensics import Forensics, Scan, TermSummary
 from .image import Decision, Image, Outcome
 from .keys import check_id, parse_key
@@ -278,21 +278,14 @@ def write_report(forensics: Forensics, path: str | os.PathLike[str], *,
                  jobs: Sequence[str] | None = None, since: int | None = None,
                  until: int | None = None, title: str | None = None,
                  generated_at: int | None = None) -> Path:
-    """:func:`render_report` to ``path``, atomically (a temporary file, then ``os.replace``);
-    returns the path. A reader never sees half a page."""
+    """:func:`render_report` to ``path``, atomically (:func:`registry.files.atomic_write`:
+    a reader never sees half a page; a path that cannot be written is one ``ConfigError``);
+    returns the path."""
     text = render_report(forensics, jobs=jobs, since=since, until=until, title=title,
                          generated_at=generated_at)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with tmp.open("x", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "report") as f:
+        f.write(text.encode("utf-8"))
     return path
 
 

@@ -67,7 +67,6 @@ only ``/2`` is written.
 from __future__ import annotations
 
 import binascii
-import contextlib
 import dataclasses
 import gc
 import gzip
@@ -75,7 +74,6 @@ import hashlib
 import io
 import json
 import os
-import tempfile
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -96,6 +94,7 @@ from .events import (
     InlineGraph,
     now_ms,
 )
+from .files import atomic_write
 from .fold import bulk
 from .image import Decision, Image, JobView, LeaderView, LogRecord, Provenance, TermInfo
 
@@ -693,39 +692,10 @@ def write_snapshot(
         "written_at_ms": now_ms(),
     }
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("ascii") + b"\n"
-    directory = target.parent
-    tmp: str | None = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            f.write(head)
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        tmp = None
-        _fsync_dir(directory)
-    except OSError as e:
-        raise ConfigError(f"cannot write snapshot {str(target)!r}: {e}") from e
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    with atomic_write(target, "snapshot") as f:
+        f.write(head)
+        f.write(body)
     return target
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make the rename durable (POSIX); a no-op where directories cannot be opened."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_snapshot(

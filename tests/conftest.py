@@ -33,7 +33,8 @@ with warnings.catch_warnings():
 from pg import pg_db, postgres_cluster, postgres_url  # noqa: E402,F401  (PostgreSQL fixtures)
 from sparkfixture import spark  # noqa: E402,F401  (one local SparkSession per run)
 
-from registry import EmbeddedBroker, Registry
+from registry import ConfigError, EmbeddedBroker, Registry
+from registry.log import check_bootstrap
 
 TEST_BOOTSTRAP = "JOBREG_TEST_BOOTSTRAP"
 EMBEDDED_ONLY = "needs the embedded broker"
@@ -44,12 +45,10 @@ def _test_bootstrap() -> str | None:
     value = os.environ.get(TEST_BOOTSTRAP, "").strip()
     if not value:
         return None
-    for server in value.split(","):
-        host, sep, port = server.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise pytest.UsageError(f"{TEST_BOOTSTRAP}={value!r}: {server.strip()!r} is not "
-                                    "HOST:PORT (a list is HOST:PORT,HOST:PORT)")
-    return ",".join(s.strip() for s in value.split(","))
+    try:
+        return check_bootstrap(value)
+    except ConfigError as e:
+        raise pytest.UsageError(f"{TEST_BOOTSTRAP}: {e}") from None
 
 
 def pytest_configure(config: pytest.Config) -> None:

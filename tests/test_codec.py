@@ -809,8 +809,15 @@ def test_wrong_magic_byte() -> None:
 
 def test_unknown_schema_id_names_the_id_and_says_upgrade() -> None:
     raw = CODEC.encode(submitted())
-    with pytest.raises(UnknownSchemaError, match=r"schema id 4242\b.*upgrade"):
-        CODEC.decode(frame(4242, raw[5:]))
+    with pytest.raises(UnknownSchemaError, match=r"schema id 999\b.*upgrade"):
+        CODEC.decode(frame(999, raw[5:]))
+
+
+@pytest.mark.parametrize("schema_id", [0, NEXT_ID + 5000, 0x63636363])
+def test_an_id_no_jobreg_writes_is_not_a_jobreg_record(schema_id: int) -> None:
+    """Issue 15 item 5: garbage with a zero magic byte is not taken for a newer jobreg's."""
+    with pytest.raises(UnknownSchemaError, match=rf"not a jobreg record: schema id {schema_id}\b"):
+        CODEC.decode(frame(schema_id, b"garbage"))
 
 
 def test_every_truncation_is_a_codec_error() -> None:

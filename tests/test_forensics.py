@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from registry import ConfigError, EmbeddedBroker, JobStatus, Registry, WriteRejected
-from registry.codec import encode
+from registry.codec import default_codec, encode
 from registry.events import InlineGraph, JobLockReleased, JobSubmitted, new_event_id
+from registry.forensics import Forensics
+from registry.image import LogRecord
 from registry.keys import job_key, lock_key
 from registry.log import write_raw
 
@@ -103,9 +107,46 @@ def test_the_same_answers_from_a_dump_with_no_broker(topic, tmp_path) -> None:
 
 def test_a_file_that_is_not_a_dump_is_a_clear_error(tmp_path) -> None:
     bad = tmp_path / "x.avro"
-    bad.write_bytes(b"not avro")
-    with pytest.raises(ConfigError, match="not a readable jobreg dump"):
-        Registry.open_dump(bad)
+    for content in (b"not avro", b"", b"Obj\x01" + bytes(40)):  # not even a header; empty
+        bad.write_bytes(content)
+        with pytest.raises(ConfigError) as e:
+            Registry.open_dump(bad)
+        assert str(e.value) == f"{bad}: not a jobreg dump (not an Avro object container file)"
+    with pytest.raises(ConfigError, match="cannot read it"):
+        Registry.open_dump(tmp_path)  # a directory
+
+
+class _Records:
+    """A log source of records in memory (no broker)."""
+
+    def __init__(self, records: list[LogRecord]) -> None:
+        self.records = records
+
+    def batches(self):
+        yield self.records
+
+    def codec(self):
+        return default_codec()
+
+    def fraction_read(self) -> float:
+        return 1.0
+
+
+@pytest.mark.parametrize("where", ["missing/x.avro", "/proc/version"])
+def test_a_dump_or_report_that_cannot_be_written_is_one_clear_error(tmp_path, where) -> None:
+    """Issue 15 item 1: the error names the path asked for, not a temporary file."""
+    from registry.files import atomic_write
+    from registry.report import write_report
+
+    target = tmp_path / where if not where.startswith("/") else Path(where)
+    f = Forensics(_Records([]), "dumped")
+    for what, write in (("dump", lambda: f.dump(target)),
+                        ("report", lambda: write_report(f, target)),
+                        ("snapshot", lambda: atomic_write(target, "snapshot").__enter__())):
+        with pytest.raises(ConfigError) as e:
+            write()
+        assert str(e.value).startswith(f"cannot write {what} {str(target)!r}: "), e.value
+        assert ".tmp" not in str(e.value)
 
 
 def _incident_001(reg_factory) -> dict:

@@ -7,7 +7,8 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from registry.log import LogReader, TopicConfig, ensure_topic
+from registry import ConfigError, Registry
+from registry.log import LogReader, TopicConfig, check_bootstrap, ensure_topic
 
 TRANSACTIONS = 1500  # one record each: 3,000 stored batches (record + commit marker)
 
@@ -47,3 +48,18 @@ def test_a_long_partition_reads_to_its_end_even_where_fetches_come_back_empty(
         reader.close()
     first = start // 2
     assert values == [b"v%d" % i for i in range(first, TRANSACTIONS)]
+
+
+@pytest.mark.parametrize("good", ["h:1", "127.0.0.1:9092", "[::1]:9092", "a:1, b:2",
+                                  "kafka-0.kafka.svc:9093"])
+def test_well_formed_bootstraps_pass(good: str) -> None:
+    assert check_bootstrap(good) == good.replace(" ", "")
+
+
+@pytest.mark.parametrize("bad", ["", "foo", "foo:", ":1", "h:0", "h:65536", "h:x", "a b:1",
+                                 "h:1,", "PLAINTEXT://h:1", None, 9092])
+def test_a_malformed_bootstrap_is_refused_before_anything_waits(bad) -> None:
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        check_bootstrap(bad)
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        Registry(bad, "ns", partitions=1)  # type: ignore[arg-type]
