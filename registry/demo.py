@@ -97,9 +97,13 @@ def _play_000(bootstrap: str, out: Out) -> list[Verdict]:
     finally:
         for c in (jm1, jm2, jm3):
             c.close()
-    out(f"     jobreg: jm-2 took epoch {epoch2} while jm-1 was frozen; jm-1's late release and "
-        f"remove were refused ({', '.join(str(r.get('reason')) for r in late)}); after a "
-        f"restart jm-3 (epoch {epoch3}) sees live jobs {live or 'none'}.")
+    refused = sorted({str(r.get("reason")) for r in late if r.get("error")})
+    out(f"     jobreg: jm-2 took epoch {epoch2} while jm-1 was frozen and cancelled job-a; "
+        f"jm-1's late release and terminate were "
+        + (f"both refused ({', '.join(refused)})" if all(r.get("error") for r in late)
+           else f"answered {[r.get('reason') for r in late]}")
+        + f"; after a restart jm-3 (epoch {epoch3}) sees "
+        + (f"live jobs {', '.join(live)}." if live else "no live job."))
     _refusals(out, _rejected(bootstrap, ns))
     return [
         Verdict("000", "late release and remove of the old term are fenced",
@@ -139,7 +143,9 @@ def _play_001(bootstrap: str, out: Out, lease: float = 6.0, blip: float = 1.5) -
             c.close()
     no_failover = bool(standby) and standby[0].get("elected") is False and after_blip.get("ok")
     out(f"     jobreg: jm-1 (epoch {first.get('epoch')}, lease {lease:g} s) froze for {blip:g} s "
-        f"and kept its term: the standby did not take over ({no_failover}). After jm-1 "
+        + ("and kept its term: the standby did not take over. " if no_failover else
+           "and the standby took over (a needless failover). ")
+        + f"After jm-1 "
         f"crashed, jm-2 took epoch {second.get('epoch')} and recovered "
         f"{recovered.get('recovered')}; resubmitting job-old was refused "
         f"({resubmit.get('reason')}).")

@@ -29,6 +29,12 @@ def test_demo_plays_the_incidents_and_every_guarantee_holds(tmp_path) -> None:
                      "Did any job come back", "Which checkpoint failures were ignored"):
         assert question in result.stdout
     assert "stale_epoch" in result.stdout and "terminal_job" in result.stdout
+    # Read as a newcomer would (issue 15 item 17): sentences, not values.
+    assert "late release and terminate were both refused (stale_epoch)" in result.stdout
+    assert "cancelled job-a" in result.stdout and "sees no live job." in result.stdout
+    assert "the standby did not take over. " in result.stdout
+    for awkward in ("live jobs none", "(True)", "(False)", "stale_epoch, stale_epoch"):
+        assert awkward not in result.stdout
     reports = sorted(p.name for p in tmp_path.glob("report-incident-*.html"))
     assert reports == [f"report-incident-00{n}.html" for n in range(5)]
     assert (tmp_path / "audit.db").stat().st_size > 0

@@ -21,11 +21,18 @@ def _quick_start() -> str:
 @pytest.mark.embedded_only
 @pytest.mark.integration
 def test_quick_start_runs_verbatim(capsys) -> None:
-    exec(compile(_quick_start(), "README.md quick start", "exec"), {})
-    out = capsys.readouterr().out
-    assert "expected epoch 2, actual 1" in out
-    assert "'jm-1' writes for an old term; the leader is 'jm-2'" in out
-    assert "JobSubmitted ACCEPTED" in out
+    """It runs, and prints what its comments say, line by line: each ``print(...)  # text``
+    promises one line matching ``text`` (``...`` stands for anything, `` -- `` starts a
+    remark that is not output)."""
+    code = _quick_start()
+    exec(compile(code, "README.md quick start", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    promised = [line.split("#", 1)[1].strip().split(" -- ")[0]
+                for line in code.splitlines() if "print(" in line and "#" in line]
+    assert len(printed) == len(promised), printed
+    for out, comment in zip(printed, promised, strict=True):
+        pattern = ".*".join(re.escape(part) for part in comment.split("..."))
+        assert re.fullmatch(pattern, out), f"prints {out!r}, the comment says {comment!r}"
 
 
 def test_first_screen_has_exactly_two_commands() -> None:
