@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
@@ -27,6 +27,7 @@ from registry.errors import RegistryError
 
 if TYPE_CHECKING:
     from registry.forensics import Forensics
+    from registry.kafka_config import Kafka
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "CliError", "main",
            "registry_errors"]
@@ -78,6 +79,14 @@ class Settings:
     as_json: bool
     timeout: float
     namespace_given: bool = False
+    client_config: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kafka(self) -> Kafka:
+        """Where the log is, with the client properties of ``--command-config``."""
+        from registry.kafka_config import Kafka
+
+        return Kafka(self.bootstrap or "", self.client_config)
 
     def forensics(self) -> Forensics:
         """The namespace's log, from the broker or from ``--from-file``, with a progress
@@ -97,8 +106,8 @@ class Settings:
         if self.bootstrap is None:
             raise CliError("say where the log is: --bootstrap HOST:PORT (or $JOBREG_BOOTSTRAP), "
                            "or --from-file DUMP", EXIT_USAGE)
-        partitions = topic_partitions(self.bootstrap, self.topic, self.timeout)
-        source = BrokerSource(self.bootstrap, self.topic,
+        partitions = topic_partitions(self.kafka, self.topic, self.timeout)
+        source = BrokerSource(self.kafka, self.topic,
                               partition_for(self.namespace, partitions), self.timeout)
         return Forensics(source, self.namespace, progress=progress, require_records=True)
 
@@ -189,6 +198,11 @@ def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) 
               type=click.Path(exists=True, dir_okay=False),
               help="Read a dump written by `jobreg dump` instead of a broker (no broker "
                    "needed). [env: JOBREG_FROM_FILE]")
+@click.option("--command-config", "-F", "command_config", envvar="JOBREG_KAFKA_CONFIG",
+              metavar="FILE", type=click.Path(dir_okay=False),
+              help="A properties file of extra Kafka client settings (security.protocol, "
+                   "ssl.*, sasl.*), as Kafka's tools take it; values may be ${env:NAME} or "
+                   "${file:PATH}. [env: JOBREG_KAFKA_CONFIG]")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON (stable shapes, see the README) instead of tables.")
 @click.option("--timeout", envvar="JOBREG_TIMEOUT", type=click.FloatRange(0.1, 3600),
@@ -197,7 +211,8 @@ def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) 
                    "long reads). [env: JOBREG_TIMEOUT]")
 @click.pass_context
 def main(ctx: click.Context, bootstrap: str | None, namespace: str, topic: str,
-         from_file: str | None, as_json: bool, timeout: float) -> None:
+         from_file: str | None, command_config: str | None, as_json: bool,
+         timeout: float) -> None:
     """jobreg: an event-sourced job registry on a compacted Kafka log.
 
     The read commands (jobs, leader, terms, timeline, explain, rejected,
@@ -217,9 +232,18 @@ def main(ctx: click.Context, bootstrap: str | None, namespace: str, topic: str,
             bootstrap = check_bootstrap(bootstrap)
         except RegistryError as e:
             raise click.BadParameter(str(e), param_hint="--bootstrap") from None
+    client_config: dict[str, str] = {}
+    if command_config is not None:
+        from registry.kafka_config import load_properties
+
+        try:
+            client_config = load_properties(command_config)
+        except RegistryError as e:
+            raise click.BadParameter(str(e), param_hint="--command-config") from None
     source = ctx.get_parameter_source("namespace")
     ctx.obj = Settings(bootstrap, namespace, topic, from_file, as_json, timeout,
-                       namespace_given=source not in (None, click.core.ParameterSource.DEFAULT))
+                       namespace_given=source not in (None, click.core.ParameterSource.DEFAULT),
+                       client_config=client_config)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -473,7 +497,7 @@ def _reading(settings: Settings) -> Iterator[Forensics]:
         try:
             yield f
         except NoRecords as e:  # a mistyped --namespace: say which namespaces there are
-            others = namespaces_on(settings.bootstrap or "", settings.topic, settings.timeout)
+            others = namespaces_on(settings.kafka, settings.topic, settings.timeout)
             raise CliError(f"{e} (namespaces with records there: "
                            f"{', '.join(others) or 'none'})", EXIT_NOT_FOUND) from e
         finally:

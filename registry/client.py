@@ -95,6 +95,7 @@ from .fold import (
 )
 from .forensics import BrokerSource, DumpSource, Forensics, TermSummary
 from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
+from .kafka_config import Kafka, check_client_config
 from .keys import check_id, partition_for, record_key
 from .log import (
     DEFAULT_TOPIC,
@@ -167,8 +168,11 @@ class Registry:
     def __init__(self, bootstrap: str, namespace: str, *, topic: str = DEFAULT_TOPIC,
                  partitions: int, codec: Codec | None = None, timeout: float = 10.0,
                  fetch_wait_ms: int = 5, inline_limit: int = DEFAULT_INLINE_LIMIT,
-                 blob_store: BlobStore | str | os.PathLike[str] | None = None) -> None:
+                 blob_store: BlobStore | str | os.PathLike[str] | None = None,
+                 client_config: Mapping[str, object] | None = None) -> None:
         self.bootstrap = check_bootstrap(bootstrap)
+        self.kafka = Kafka(self.bootstrap, check_client_config(client_config))
+        """Where every Kafka client of this registry connects, with the extra properties."""
         self.namespace = check_id("namespace", namespace)
         self.topic = topic
         self.partition = partition_for(namespace, partitions)
@@ -179,7 +183,7 @@ class Registry:
         self._codec = codec or default_codec()
         self._lock = threading.RLock()
         self._image = Image.empty(namespace)
-        self._reader = LogReader(bootstrap, topic, self.partition, fetch_wait_ms=fetch_wait_ms)
+        self._reader = LogReader(self.kafka, topic, self.partition, fetch_wait_ms=fetch_wait_ms)
         self._waiting: dict[str, Decision | None] = {}
         self._plain: PlainWriter | None = None
         self._terms: list[Term] = []
@@ -192,8 +196,14 @@ class Registry:
                 timeout: float = 10.0, fetch_wait_ms: int = 5,
                 inline_limit: int = DEFAULT_INLINE_LIMIT,
                 blob_store: BlobStore | str | os.PathLike[str] | None = None,
-                snapshot: str | os.PathLike[str] | None = None) -> Registry:
+                snapshot: str | os.PathLike[str] | None = None,
+                client_config: Mapping[str, object] | None = None) -> Registry:
         """Connect to ``bootstrap``, create the topic if needed, and fold the namespace's log.
+
+        ``client_config``: extra librdkafka properties for every Kafka client the
+        registry makes (a secured cluster's ``security.protocol``, ``ssl.*``,
+        ``sasl.*``; :mod:`registry.kafka_config`); properties jobreg's guarantees rest
+        on are refused (:data:`~registry.kafka_config.GUARDED`).
 
         ``blob_store`` holds graphs larger than ``inline_limit`` (a
         :class:`~registry.blobs.BlobStore`, or a directory / ``file://`` uri;
@@ -217,10 +227,11 @@ class Registry:
         check_id("namespace", namespace)
         check_id("topic", topic)
         config = topic_config or TopicConfig()
-        info = ensure_topic(bootstrap, topic, config, timeout)
+        kafka = Kafka(check_bootstrap(bootstrap), check_client_config(client_config))
+        info = ensure_topic(kafka, topic, config, timeout)
         reg = cls(bootstrap, namespace, topic=topic, partitions=info.partitions, codec=codec,
                   timeout=timeout, fetch_wait_ms=fetch_wait_ms, inline_limit=inline_limit,
-                  blob_store=blob_store)
+                  blob_store=blob_store, client_config=client_config)
         if snapshot is not None:
             # The topic's own setting decides; ours only if the broker did not say.
             retention = info.delete_retention_ms
@@ -330,7 +341,7 @@ class Registry:
 
     def forensics(self) -> Forensics:
         """Read-only questions answered by replaying this namespace's log from the start."""
-        return Forensics(BrokerSource(self.bootstrap, self.topic, self.partition, self.timeout,
+        return Forensics(BrokerSource(self.kafka, self.topic, self.partition, self.timeout,
                                       self._codec), self.namespace)
 
     def state_at(self, offset: int | None = None, time: int | None = None) -> Image:
@@ -438,7 +449,7 @@ class Registry:
                 writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
                 lease_ms=lease_ms)
             if self._plain is None:
-                self._plain = PlainWriter(self.bootstrap, self.timeout, self.topic)
+                self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
             self._waiting[grant.event_id] = None
             try:
                 try:
@@ -861,7 +872,7 @@ class Term:
         # log holds.
         self.registry.sync()
         if self._fenced_by_image() is None:
-            self._writer = TransactionalWriter(self.registry.bootstrap, self.registry.topic,
+            self._writer = TransactionalWriter(self.registry.kafka, self.registry.topic,
                                                self.namespace, self.registry.partition,
                                                self.registry.timeout)
             self.reassert()
@@ -993,7 +1004,7 @@ class Term:
                         if fenced is not None:
                             fenced.event_ids = ids()
                             raise fenced
-                        self._writer = TransactionalWriter(reg.bootstrap, reg.topic,
+                        self._writer = TransactionalWriter(reg.kafka, reg.topic,
                                                            self.namespace, reg.partition,
                                                            reg.timeout)
                     if not sent:

@@ -36,6 +36,7 @@ from .events import GraphRef, JobStatus
 from .files import atomic_write
 from .fold import fold_batches
 from .image import Decision, Image, JobView, LogRecord, Outcome, TermInfo
+from .kafka_config import Kafka
 from .keys import check_id
 from .log import LogReader
 
@@ -97,8 +98,8 @@ class BrokerSource:
     that stops answering raises :class:`~registry.errors.BrokerError` after it.
     """
 
-    def __init__(self, bootstrap: str, topic: str, partition: int, timeout: float = 10.0,
-                 codec: Codec | None = None) -> None:
+    def __init__(self, bootstrap: str | Kafka, topic: str, partition: int,
+                 timeout: float = 10.0, codec: Codec | None = None) -> None:
         self.bootstrap, self.topic, self.partition = bootstrap, topic, partition
         self.timeout = timeout
         self._codec = codec
@@ -235,7 +236,7 @@ class NoRecords(ConfigError):
         self.namespace, self.topic = namespace, topic
 
 
-def namespaces_on(bootstrap: str, topic: str, timeout: float = 10.0) -> list[str]:
+def namespaces_on(bootstrap: str | Kafka, topic: str, timeout: float = 10.0) -> list[str]:
     """The namespaces that have records on ``topic``: every partition read to its end, keys
     only. For an error message that must say which namespaces there are."""
     from .keys import parse_key

@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from .errors import BrokerError, ConfigError
 from .image import LogRecord
+from .kafka_config import Kafka
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -102,8 +103,25 @@ class TopicConfig:
         }
 
 
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, **_CLIENT_DEFAULTS})
+class _Admin:
+    """An admin client that remembers librdkafka's last error: a failed TLS handshake or
+    SASL login says why only there (a request just times out), and the one-line error
+    jobreg raises should say it too."""
+
+    def __init__(self, bootstrap: str | Kafka) -> None:
+        self.last_error: str | None = None
+        self.client = AdminClient(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+            "error_cb": self._note}))
+
+    def _note(self, err: KafkaError) -> None:
+        self.last_error = err.str()
+
+    def __getattr__(self, name: str):  # the AdminClient's own methods
+        return getattr(self.client, name)
+
+
+def _admin(bootstrap: str | Kafka) -> _Admin:
+    return _Admin(bootstrap)
 
 
 @dataclass(frozen=True)
@@ -115,7 +133,7 @@ class TopicInfo:
     delete_retention_ms: int | None
 
 
-def ensure_topic(bootstrap: str, topic: str, config: TopicConfig | None = None,
+def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None = None,
                  timeout: float = 10.0) -> TopicInfo:
     """Create the registry topic if it is missing; return what it is.
 
@@ -173,12 +191,12 @@ def check_bootstrap(value: object) -> str:
     return ",".join(s.strip() for s in servers)  # type: ignore[union-attr]
 
 
-def refuse_fast(bootstrap: str, timeout: float) -> None:
+def refuse_fast(bootstrap: str | Kafka, timeout: float) -> None:
     """Raise :class:`BrokerError` at once if no address of ``bootstrap`` can be reached at
     all: every one refuses the connection or does not resolve. An address that does not
     answer (a firewall, a paused broker) is left to the caller's own timeout."""
     reasons = []
-    for server in check_bootstrap(bootstrap).split(","):
+    for server in check_bootstrap(str(bootstrap)).split(","):
         host, _, port = server.rpartition(":")
         host = host.strip("[]")
         try:
@@ -199,7 +217,7 @@ def refuse_fast(bootstrap: str, timeout: float) -> None:
     raise BrokerError(f"no Kafka broker at {bootstrap} ({'; '.join(reasons)})")
 
 
-def topic_partitions(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
+def topic_partitions(bootstrap: str | Kafka, topic: str, timeout: float = 10.0) -> int:
     """How many partitions an existing topic has (never creates it).
 
     Raises :class:`BrokerError` at once if no address of ``bootstrap`` can be reached
@@ -218,12 +236,15 @@ def topic_partitions(bootstrap: str, topic: str, timeout: float = 10.0) -> int:
     return len(found.partitions)
 
 
-def _list_topics(admin: AdminClient, bootstrap: str, timeout: float):
+def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
     try:
         return admin.list_topics(timeout=timeout)
     except KafkaException as e:
+        with contextlib.suppress(Exception):
+            admin.client.poll(0)  # callbacks are served on poll only
+        why = admin.last_error or e.args[0].str()
         raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
-                          f"({e.args[0].str()})") from e
+                          f"({' '.join(why.split())})") from e
 
 
 def transactional_id(topic: str, namespace: str) -> str:
@@ -239,9 +260,10 @@ _MAX_FETCH_WAIT_MS = 1000
 class LogReader:
     """Reads one partition from an offset, in order, read_committed; never commits offsets."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int, *, start_offset: int = 0,
-                 fetch_wait_ms: int = 5, batch_size: int = 1000) -> None:
-        self.bootstrap = bootstrap
+    def __init__(self, bootstrap: str | Kafka, topic: str, partition: int, *,
+                 start_offset: int = 0, fetch_wait_ms: int = 5, batch_size: int = 1000) -> None:
+        self.kafka = Kafka.of(bootstrap)
+        self.bootstrap = str(bootstrap)
         self.topic = topic
         self.partition = partition
         self.position = start_offset
@@ -262,8 +284,7 @@ class LogReader:
         self._moved = False  # the position moved without the consumer (take_own)
 
     def _new_consumer(self) -> Consumer:
-        return Consumer({
-            "bootstrap.servers": self.bootstrap,
+        return Consumer(self.kafka.settings(_CLIENT_DEFAULTS, {
             "group.id": f"jobreg-reader-{uuid.uuid4()}",  # required by librdkafka; never used
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
@@ -272,8 +293,7 @@ class LogReader:
             "fetch.wait.max.ms": self.fetch_wait_ms,
             "fetch.error.backoff.ms": 10,
             "auto.offset.reset": "earliest",
-            **_CLIENT_DEFAULTS,
-        })
+        }))
 
     def _unstick(self, timeout: float) -> None:
         """A read made no progress for a while: if the broker says records lie ahead, wait
@@ -527,17 +547,15 @@ class _Delivery:
 class TransactionalWriter:
     """The leader's producer: every write is one transaction on the namespace's partition."""
 
-    def __init__(self, bootstrap: str, topic: str, namespace: str, partition: int,
+    def __init__(self, bootstrap: str | Kafka, topic: str, namespace: str, partition: int,
                  timeout: float = 10.0) -> None:
         self.topic, self.partition = topic, partition
         self._timeout = timeout
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+        self._producer = Producer(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "transactional.id": transactional_id(topic, namespace),
             "linger.ms": 0,
             "transaction.timeout.ms": 60_000,
-            **_CLIENT_DEFAULTS,
-        })
+        }))
         try:
             _warm_up(self._producer, timeout, topic)
             self._producer.init_transactions(timeout)
@@ -592,16 +610,15 @@ class TransactionalWriter:
 class PlainWriter:
     """An idempotent, non-transactional producer: for grants and for raw writes in tests."""
 
-    def __init__(self, bootstrap: str, timeout: float = 10.0, topic: str | None = None) -> None:
+    def __init__(self, bootstrap: str | Kafka, timeout: float = 10.0,
+                 topic: str | None = None) -> None:
         self._timeout = timeout
-        self._bootstrap = bootstrap
-        self._producer = Producer({
-            "bootstrap.servers": bootstrap,
+        self._bootstrap = str(bootstrap)
+        self._producer = Producer(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "enable.idempotence": True,
             "linger.ms": 0,
             "message.timeout.ms": int(timeout * 1000),
-            **_CLIENT_DEFAULTS,
-        })
+        }))
         try:
             _warm_up(self._producer, timeout, topic)
         except KafkaException as e:
@@ -630,7 +647,7 @@ class PlainWriter:
         self._producer.close(1.0)
 
 
-def write_raw(bootstrap: str, topic: str, partition: int, key: bytes | str | None,
+def write_raw(bootstrap: str | Kafka, topic: str, partition: int, key: bytes | str | None,
               value: bytes | None, timeout: float = 10.0) -> int:
     """Write one record straight to the topic, bypassing every check: a zombie's write.
 

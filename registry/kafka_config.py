@@ -1,0 +1,149 @@
+"""Where a Kafka client connects, and with what settings: one value for every client jobreg makes.
+
+A :class:`Kafka` is the bootstrap address plus the extra librdkafka properties a
+secured cluster needs (``security.protocol``, ``ssl.*``, ``sasl.*``). Every
+producer, consumer and admin client jobreg creates (the leader's transactional
+producer, the grant producer, readers, forensics, the audit catch-up, ``write_raw``)
+takes its settings from :meth:`Kafka.settings`, so the properties are given once:
+``Registry.connect(..., client_config={...})``, or for the CLI a properties file as
+Kafka's own tools take it (``--command-config FILE``, ``$JOBREG_KAFKA_CONFIG``).
+
+**Secrets** may stay out of the file: a value ``${env:NAME}`` is the environment
+variable ``NAME``, ``${file:PATH}`` the contents of ``PATH`` (stripped), as Kafka's
+``EnvVarConfigProvider`` and ``FileConfigProvider`` do. Errors name keys, files and
+variables, never a value; :func:`redacted` hides secret values for anyone who prints
+a configuration.
+
+**Guarded properties**: jobreg's guarantees rest on some settings (idempotent
+producers, read_committed readers, its own transactional id per namespace), so a
+configuration that sets one of :data:`GUARDED` is refused with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+__all__ = ["GUARDED", "Kafka", "check_client_config", "load_properties", "redacted"]
+
+GUARDED: dict[str, str] = {
+    "bootstrap.servers": "give the brokers as the bootstrap address (--bootstrap)",
+    "enable.idempotence": "jobreg's producers are idempotent: a retried record must never "
+                          "land twice out of order",
+    "transactional.id": "jobreg names one transactional id per namespace: it is what fences "
+                        "the previous leader's producer",
+    "acks": "jobreg's writes wait for every in-sync replica (acks=all)",
+    "isolation.level": "jobreg's readers read committed records only",
+    "auto.offset.reset": "jobreg's readers position themselves",
+    "enable.auto.commit": "jobreg's readers keep no consumer-group offsets",
+    "enable.auto.offset.store": "jobreg's readers keep no consumer-group offsets",
+    "group.id": "jobreg's readers use no consumer group",
+    "enable.partition.eof": "jobreg's readers need it to know they have caught up",
+}
+"""Properties jobreg sets itself and refuses from a user's configuration, with why."""
+
+_SECRET = re.compile(r"password|secret|jaas|token|credential|key\.pem|private", re.I)
+_REF = re.compile(r"\$\{(env|file):([^}]+)\}")
+
+
+def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with the values of secret-looking keys replaced by ``***``."""
+    return {k: "***" if _SECRET.search(k) else v for k, v in config.items()}
+
+
+def check_client_config(config: Mapping[str, Any] | None) -> dict[str, str]:
+    """The extra client properties as strings; :class:`ConfigError` for a guarded one or a
+    key that is not a property name."""
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise ConfigError(f"client_config must be a mapping of property names to values, not "
+                          f"{type(config).__name__}")
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[a-z][a-z0-9_.-]*", key):
+            raise ConfigError(f"client_config: {key!r} is not a Kafka client property name")
+        if key in GUARDED:
+            raise ConfigError(f"client_config: jobreg does not let {key} be set: "
+                              f"{GUARDED[key]}")
+        if value is None or isinstance(value, (dict, list, tuple, set)):
+            raise ConfigError(f"client_config: {key} needs a plain value")
+        out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def load_properties(path: str | os.PathLike[str],
+                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Read a Java-style properties file (``key=value``, ``key: value`` or ``key value``;
+    ``#`` and ``!`` comments; a trailing ``\\`` continues a line), resolving ``${env:NAME}``
+    and ``${file:PATH}`` in values, and check it (:func:`check_client_config`)."""
+    environ = os.environ if environ is None else environ
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the client properties file {str(path)!r}: "
+                          f"{getattr(e, 'strerror', None) or e}") from None
+    props: dict[str, str] = {}
+    logical = ""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = (logical + raw.lstrip()) if logical else raw.strip()
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            logical = line[:-1]
+            continue
+        logical = ""
+        if not line or line[0] in "#!":
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", line)
+        if match is None:
+            raise ConfigError(f"{path}:{number}: not a property line (key=value)")
+        key, value = match.group(1), match.group(2).strip()
+        props[key] = _resolve(value, key, f"{path}:{number}", environ)
+    return check_client_config(props)
+
+
+def _resolve(value: str, key: str, where: str, environ: Mapping[str, str]) -> str:
+    def one(m: re.Match[str]) -> str:
+        kind, ref = m.group(1), m.group(2)
+        if kind == "env":
+            if ref not in environ:
+                raise ConfigError(f"{where}: {key} refers to the environment variable {ref}, "
+                                  "which is not set")
+            return environ[ref]
+        try:
+            return Path(ref).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{where}: {key} refers to the file {ref!r}, which cannot be "
+                              f"read ({getattr(e, 'strerror', None) or e})") from None
+    return _REF.sub(one, value)
+
+
+@dataclass(frozen=True)
+class Kafka:
+    """A bootstrap address and the extra client properties for it. ``str()`` is the
+    address, so messages that name where jobreg connects never show a property."""
+
+    bootstrap: str
+    config: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, where: str | Kafka) -> Kafka:
+        """``where`` as a :class:`Kafka` (a plain bootstrap address has no extra properties)."""
+        return where if isinstance(where, Kafka) else cls(where)
+
+    def settings(self, defaults: Mapping[str, Any], ours: Mapping[str, Any]) -> dict[str, Any]:
+        """A client's settings: ``defaults`` (the user's properties may change them), the
+        user's properties, the bootstrap, then ``ours`` (what jobreg's guarantees need)."""
+        return {**defaults, **self.config, "bootstrap.servers": self.bootstrap, **ours}
+
+    def __str__(self) -> str:
+        return self.bootstrap
+
+    def __repr__(self) -> str:
+        return f"Kafka({self.bootstrap!r}, config={redacted(self.config)!r})"
