@@ -643,14 +643,20 @@ class Term:
         ``graph``, its ``checkpoints.retained`` locations), then the result is marked
         clean. A hook that raises leaves that result dirty (its error in the returned
         :class:`~registry.recovery.CleanupResult`) for a later cleanup, as Flink retries;
-        other results go on. Raises :class:`~registry.errors.Fenced` if the term is over."""
+        other results go on. Raises :class:`~registry.errors.Fenced` if the term is over
+        (or whatever else a write raises); the error's ``cleaned`` then holds the results
+        of the jobs before it (their ``JobCleanedUp`` records were accepted)."""
         results: list[CleanupResult] = []
         for view in self.registry.sync().results(dirty=True).values():
             error = clean_one(view, on_cleanup)
             if error is not None:
                 results.append(CleanupResult(view.job_id, False, error))
                 continue
-            receipt = self.mark_clean(view.job_id)
+            try:
+                receipt = self.mark_clean(view.job_id)
+            except RegistryError as e:
+                e.cleaned = tuple(results)  # type: ignore[attr-defined]
+                raise
             results.append(CleanupResult(view.job_id, True, None, receipt.offset))
         return results
 

@@ -182,6 +182,9 @@ def test_a_new_leader_is_handed_every_dirty_result_and_retries_what_failed(conne
     # The old leader is fenced: it cannot mark b clean behind jm-2's back.
     with pytest.raises(Fenced):
         t1.mark_clean("b")
+    with pytest.raises(Fenced) as fenced:
+        t1.cleanup(lambda view: None)
+    assert fenced.value.cleaned == ()  # nothing was marked clean before the refusal
     # A later cleanup (the retry) succeeds.
     assert [(c.job_id, c.cleaned) for c in t2.cleanup(lambda view: None)] == [("b", True)]
     assert t2.registry.results(dirty=True) == {}
