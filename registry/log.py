@@ -351,13 +351,17 @@ class LogReader:
         return True
 
     def _resume(self) -> None:
-        if self._moved:  # the consumer's own position is behind what was taken
-            self._moved = False
-            with contextlib.suppress(KafkaException):
-                self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
+        moved, self._moved = self._moved, False
         if self._paused:
             self._consumer.resume([self._tp])
             self._paused = False
+            # A resumed partition is fetched only when librdkafka's broker thread next wakes
+            # up, up to a second later (measured: 0.94 s to read a grant back right after a
+            # catch-up); a seek wakes it at once. At our own position it loses nothing.
+            moved = True
+        if moved:  # and when the consumer's own position is behind what was taken
+            with contextlib.suppress(KafkaException):
+                self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
 
     def _pause(self) -> None:
         if not self._paused:
@@ -508,7 +512,11 @@ def _warm_up(producer: Producer, timeout: float, topic: str | None) -> None:
     # Fetching metadata first brings a broker connection up, so the producer
     # id request does not wait for librdkafka's 500 ms retry timer (measured:
     # producer start 0.5 s -> 0.06 s on the embedded broker). One topic only:
-    # a cluster's full metadata can be large.
+    # a cluster's full metadata can be large. Twice: the first answer may come over
+    # the bootstrap connection before the broker it names is up (then the id request
+    # still waited 0.5 s: a grant's first write, a new term's producer); the second
+    # goes to a broker the metadata named. On any broker it costs one metadata request.
+    producer.list_topics(topic=topic, timeout=timeout)
     producer.list_topics(topic=topic, timeout=timeout)
 
 
