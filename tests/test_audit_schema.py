@@ -42,7 +42,7 @@ from registry.errors import RegistryError
 from registry.events import JobStatus
 from registry.image import Outcome
 
-HEAD = "0002"
+HEAD = "0003"
 
 
 # --------------------------------------------------------------------------- fixtures, helpers

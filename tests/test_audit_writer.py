@@ -57,10 +57,13 @@ def test_incidents_land_in_the_views_and_check_passes(connect, db_url) -> None:
         assert query(db_url, "SELECT * FROM resurrections")[1] == []
         _, q = query(db_url, "SELECT namespace, reason FROM audit_quarantine")
         assert q == [("ns-000", "undecodable")]
-        _, jobs = query(db_url, "SELECT namespace, job_id, status, owner_epoch FROM audit_jobs "
-                                "ORDER BY namespace, job_id")
-        assert jobs == [("ns-000", "job-a", "CANCELLED", None), ("ns-000", "job-b", "ACTIVE", 1),
-                        ("ns-002", "job-x", "ACTIVE", 2)]
+        _, jobs = query(db_url, "SELECT namespace, job_id, status, owner_epoch, dirty, "
+                                "graph_kind FROM audit_jobs ORDER BY namespace, job_id")
+        # job-a's result is dirty: its cleanup is not done, its graph still held
+        assert [tuple(j) for j in jobs] == [
+            ("ns-000", "job-a", "CANCELLED", None, True, "inline"),
+            ("ns-000", "job-b", "ACTIVE", 1, False, "inline"),
+            ("ns-002", "job-x", "ACTIVE", 2, False, "inline")]
         _, terms = query(db_url, "SELECT namespace, epoch, leader, rejected_writes FROM "
                                  "audit_terms ORDER BY namespace, epoch")
         assert terms == [("ns-000", 1, "jm-1", 1), ("ns-000", 2, "jm-2", 0),
@@ -74,11 +77,18 @@ def test_incidents_land_in_the_views_and_check_passes(connect, db_url) -> None:
         # more records later: only they are added, and the check still passes
         t = connect("ns-000").claim_leadership("jm-4")
         t.submit("job-c", b"c")
+        t.mark_clean("job-a")  # the new leader cleaned up what job-a left
         more = AuditWriter(db_url, reg.topic)
         more.catch_up(reg.bootstrap)
-        assert run_plain(more, reg.bootstrap) >= 2
+        assert run_plain(more, reg.bootstrap) >= 3
         more.close()
         assert check(db_url, reg.bootstrap, reg.topic) == []
+        _, job_a = query(db_url, "SELECT status, reason, dirty, graph_kind FROM audit_jobs "
+                                 "WHERE job_id = 'job-a'")
+        assert [tuple(r) for r in job_a] == [("CANCELLED", "user cancel", False, None)]
+        _, cleaned = query(db_url, "SELECT event_type, outcome, job_status FROM job_history "
+                                   "WHERE job_id = 'job-a' ORDER BY \"offset\" DESC LIMIT 1")
+        assert [tuple(r) for r in cleaned] == [("JobCleanedUp", "ACCEPTED", "CANCELLED")]
     finally:
         writer.close()
 

@@ -107,4 +107,4 @@ def test_bad_databases_and_arguments(tmp_path) -> None:
     code, _, err = cli("audit", "run", "--max-offsets-per-trigger", "0")
     assert code == 2 and "Usage" in err
     code, out, _ = cli("audit", "migrate", "--db", f"sqlite:///{tmp_path / 'ok.db'}")
-    assert code == 0 and "revision 0002" in out
+    assert code == 0 and "revision 0003" in out

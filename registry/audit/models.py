@@ -33,6 +33,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -166,7 +167,8 @@ class AuditJob(Base):
     max_checkpoint_failures: Mapped[int] = mapped_column(Integer)
     retained_checkpoints: Mapped[int] = mapped_column(Integer)
     consecutive_failures: Mapped[int] = mapped_column(Integer)
-    #: ``'inline'``, ``'blob'``, or ``None`` (terminal jobs keep no graph).
+    #: ``'inline'``, ``'blob'``, or ``None`` (a terminal job keeps its graph only while its
+    #: result is dirty).
     graph_kind: Mapped[str | None] = mapped_column(String(8))
     #: Offset of the record that last changed the job.
     last_offset: Mapped[int] = mapped_column(BigInteger)
@@ -174,6 +176,9 @@ class AuditJob(Base):
     updated_at: Mapped[int | None] = mapped_column(BigInteger)
     #: Why a terminal job ended (its cancel's or terminate's reason), if it said.
     reason: Mapped[str | None] = mapped_column(Text)
+    #: A terminal job whose result is not yet cleaned up (no ``JobCleanedUp`` yet): its
+    #: graph and retained checkpoints still wait for the coordinator's cleanup.
+    dirty: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
 
 
 class AuditTerm(Base):

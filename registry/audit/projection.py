@@ -310,4 +310,4 @@ def _job_row(ns: str, view: Any, offset: int, stamp: int | None) -> dict[str, An
             "retained_checkpoints": view.retained_checkpoints,
             "consecutive_failures": view.checkpoints.consecutive_failures,
             "graph_kind": kind, "last_offset": offset, "updated_at": stamp,
-            "reason": view.reason}
+            "reason": view.reason, "dirty": view.dirty}
