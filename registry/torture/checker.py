@@ -41,10 +41,10 @@ RULES: dict[str, str] = {
     "fresh_client_disagrees": "a fresh client after the run agrees with the model (jobs, "
                               "epoch, leader, revoked)",
     "snapshot_start_disagrees": "a client started from a snapshot agrees with the model",
-    "graph_lost": "every live job's graph is present and verifies; no recovery fails for a "
-                  "missing or corrupt blob",
-    "gc_deleted_live_blob": "garbage collection never deletes a blob that a live job of any "
-                            "namespace references",
+    "graph_lost": "every live job's and dirty result's graph is present and verifies; no "
+                  "recovery fails for a missing or corrupt blob",
+    "gc_deleted_live_blob": "garbage collection never deletes a blob that a live job or a "
+                            "result not yet cleaned up, of any namespace, references",
     "stale_read": "a read never shows an epoch older than one already acknowledged",
     "loss_not_learned": "a leader whose term is over learns it (on_revoked) within a bound "
                         "of running time",
@@ -54,7 +54,7 @@ RULES: dict[str, str] = {
 """Every rule the checker reports, with what it means."""
 
 WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
-                    "checkpoint_triggered", "checkpoint_completed", "checkpoint_failed",
+                    "clean", "checkpoint_triggered", "checkpoint_completed", "checkpoint_failed",
                     "checkpoint_discarded", "checkpoint_trigger_failed", "checkpoint_restarted",
                     "revoke"})
 MULTI = frozenset({"submit_many", "adopt"})
@@ -322,7 +322,9 @@ def _library_track(run: _Run, out: list[Violation], notes: list[str]) -> None:
             job = getattr(ev, "job_id", None)
             if job is None:
                 continue
-            ends = t in ("JobCancelled", "JobTerminated") or (
+            # Records that leave (or keep) the job terminal: its end, a terminal
+            # restatement, and the cleanup of its result.
+            ends = t in ("JobCancelled", "JobTerminated", "JobCleanedUp") or (
                 t == "JobReasserted" and ev.status in TERMINAL)
             if job in terminal and not ends:
                 out.append(Violation("resurrection", f"job {job!r} became terminal at offset "
@@ -573,18 +575,19 @@ def _graphs(run: _Run, out: list[Violation], notes: list[str]) -> None:
                 out.append(Violation("graph_lost", f"recovery of job {v.job!r} failed: "
                                      f"{v.event.error}", ns, [v.offset]))
         for job, j in sorted(m.jobs.items()):
-            if not j.live or j.graph is None or j.graph[0] != "blob":
+            if not j.referenced or j.graph is None or j.graph[0] != "blob":
                 continue
             _kind, uri, sha, size = j.graph
+            what = "live job" if j.live else "dirty result of job"
             path = _blob_path(run, uri)
             try:
                 data = path.read_bytes()
             except OSError:
-                out.append(Violation("graph_lost", f"live job {job!r} references blob {sha[:12]}"
+                out.append(Violation("graph_lost", f"{what} {job!r} references blob {sha[:12]}"
                                      f", which is gone from the store at the end", ns))
                 continue
             if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-                out.append(Violation("graph_lost", f"live job {job!r}'s blob {sha[:12]} does not "
+                out.append(Violation("graph_lost", f"{what} {job!r}'s blob {sha[:12]} does not "
                                      "verify at the end", ns))
 
 
@@ -603,7 +606,8 @@ def _gc(run: _Run, out: list[Violation], notes: list[str]) -> None:
                     if live and held == uri and not m.changed_between(job, t0, t1):
                         out.append(Violation("gc_deleted_live_blob", f"collect_garbage in "
                                              f"{op.ns} deleted the blob of job {job!r} of {ns}, "
-                                             "live throughout the collection", ns,
+                                             "live (or its result dirty) throughout the "
+                                             "collection", ns,
                                              [c[0] for c in changes], op.lines()))
 
 

@@ -22,6 +22,13 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
   (even for an id not seen); adopt, release, recovery-failed and checkpoints need a
   known, live job; release of a job that failed recovery is refused; a reassertion sets
   the whole state but cannot make a terminal job live.
+* job results (README "Job results"): a cancel or terminate (schema version 2 and later)
+  leaves a dirty result that holds the graph and checkpoint state the job had (the
+  record's own copy when the job is unknown); one of version 1 leaves a clean result
+  without a graph. ``JobCleanedUp`` (on the job key) needs a terminal status and refuses
+  a live job (``job_live``); it leaves the result clean, without a graph. A terminal
+  reassertion carries ``dirty`` and, when dirty, the graph and checkpoints. A dirty
+  result's graph is referenced like a live job's: blob collection must keep it.
 * checkpoints: trigger ids increase; late, discarded, superseded or already counted
   failures are ignored; completion resets the count and keeps the newest N; each record
   carries the state after it and its sequence number, which must be the next one (a
@@ -100,10 +107,16 @@ class MJob:
     budget: int = 0
     retained: int = 1
     cp: Cp = field(default_factory=Cp)
+    dirty: bool = False
 
     @property
     def live(self) -> bool:
         return self.status not in TERMINAL
+
+    @property
+    def referenced(self) -> bool:
+        """Its graph must stay: a live job, or a result not yet cleaned up."""
+        return self.live or self.dirty
 
 
 @dataclass
@@ -143,7 +156,7 @@ class _Ignored(Exception):
 def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
     t = ev.TYPE
     job = getattr(ev, "job_id", None)
-    if t in ("JobSubmitted", "JobCancelled", "JobTerminated"):
+    if t in ("JobSubmitted", "JobCancelled", "JobTerminated", "JobCleanedUp"):
         return (f"{ns}/job/{job}",)
     if t in ("JobAdopted", "JobLockReleased", "JobRecoveryFailed"):
         return (f"{ns}/job/{job}/lock",)
@@ -309,8 +322,8 @@ class NamespaceModel:
     # -- reads ------------------------------------------------------------------------------
 
     def live_at(self, job: str, t_ms: float) -> tuple[bool, str | None]:
-        """Whether ``job`` was live after the last change stamped at or before ``t_ms``,
-        and the blob uri it referenced then."""
+        """Whether ``job``'s graph was referenced (the job live, or its result dirty) after
+        the last change stamped at or before ``t_ms``, and the blob uri it referenced then."""
         state = (False, None)
         for _o, ts, live, uri in self.changes.get(job, []):
             if ts is not None and ts > t_ms:
@@ -381,7 +394,19 @@ class NamespaceModel:
                 raise _Refused("bad_state")
             if job is not None and not job.live:
                 raise _Refused("terminal_job")
-            new = MJob(status, None, None)
+            if ev.schema_version < 2:  # before results: clean, no graph
+                new = MJob(status, None, None)
+            elif job is not None:
+                new = MJob(status, None, job.graph, cp=job.cp, dirty=True)
+            else:
+                new = MJob(status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),
+                           dirty=True)
+        elif t == "JobCleanedUp":
+            if ev.status not in TERMINAL:
+                raise _Refused("bad_state")
+            if job is not None and job.live:
+                raise _Refused("job_live")
+            new = MJob(ev.status if job is None else job.status, None, None)
         elif t == "JobReasserted":
             if ev.status not in STATUSES:
                 raise _Refused("bad_state")
@@ -393,7 +418,8 @@ class NamespaceModel:
                     self.changes.setdefault(job_id, []).append((offset, ts, False, None))
                 return None
             if ev.status in TERMINAL:
-                new = MJob(ev.status, None, None)
+                new = (MJob(ev.status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),
+                            dirty=True) if ev.dirty else MJob(ev.status, None, None))
             else:
                 new = MJob(ev.status, ev.owner_epoch, graph_of(ev.graph), ev.error,
                            ev.max_checkpoint_failures, ev.retained_checkpoints,
@@ -437,9 +463,10 @@ class NamespaceModel:
         return None
 
     def _changed(self, job_id: str, offset: int, ts: int | None) -> None:
+        # What blob collection must keep: the graph of a live job or of a dirty result.
         job = self.jobs[job_id]
         uri = job.graph[1] if job.graph is not None and job.graph[0] == "blob" else None
-        self.changes.setdefault(job_id, []).append((offset, ts, job.live, uri))
+        self.changes.setdefault(job_id, []).append((offset, ts, job.referenced, uri))
 
     def _commit(self, ev: Any, v: Verdict) -> None:
         """A CallCommitted (fenced already): decide the call's waiting records."""

@@ -212,7 +212,7 @@ class Nemesis:
         return True
 
     _WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
-                         "checkpoint_triggered", "checkpoint_completed", "checkpoint_failed",
+                         "clean", "checkpoint_triggered", "checkpoint_completed", "checkpoint_failed",
                          "checkpoint_discarded", "checkpoint_trigger_failed",
                          "checkpoint_restarted", "recover", "revoke"})
 

@@ -95,6 +95,7 @@ def synthetic_run(run_dir: str | Path) -> Path:
         InlineGraph,
         JobAdopted,
         JobCancelled,
+        JobCleanedUp,
         JobSubmitted,
         JobTerminated,
         LeadershipGranted,
@@ -156,6 +157,17 @@ def synthetic_run(run_dir: str | Path) -> Path:
     r = s.write([JobTerminated(**env("ns-h", 1, "w3.0"), job_id="y", state="FINISHED")])
     s.op("w3", "terminate", "ns-h", args={"job": "y", "state": "FINISHED"}, epoch=1,
          value={"receipts": r}, event_ids=[r[0]["event_id"]])
+    # z fails and its result stays dirty (its blob held for a cleanup); a's is cleaned up
+    zref = blob("ns-h", b"Z" * 2500)
+    submit("w3", "ns-h", 1, "w3.0", "z", zref)
+    r = s.write([JobTerminated(**env("ns-h", 1, "w3.0"), job_id="z", state="FAILED",
+                               reason="boom", graph=zref)])
+    s.op("w3", "terminate", "ns-h", args={"job": "z", "state": "FAILED"}, epoch=1,
+         value={"receipts": r}, event_ids=[r[0]["event_id"]])
+    r = s.write([JobCleanedUp(**env("ns-c", 1, "w1.0"), job_id="a", status="CANCELLED",
+                              reason="done")])
+    s.op("w1", "clean", "ns-c", args={"job": "a"}, epoch=1, value={"receipts": r},
+         event_ids=[r[0]["event_id"]])
     s.write([LeaseRenewed(**env("ns-c", 1, "w1.0"))])
     # a zombie of no term, refused
     z = JobCancelled(**env("ns-c", 0, "zombie"), job_id="b", reason="zombie")
@@ -184,7 +196,7 @@ def synthetic_run(run_dir: str | Path) -> Path:
     s.op("w2", "leader", "ns-c", value={"epoch": 2, "leader": "w2.0", "revoked": False})
     s.op("w2", "gc", "ns-c", args={"grace": 20.0}, value={"deleted": [], "kept_referenced": 1,
                                                           "kept_young": 0, "errors": []})
-    s.op("w3", "read", "ns-h", value={"jobs": {"x": "ACTIVE", "y": "FINISHED"}})
+    s.op("w3", "read", "ns-h", value={"jobs": {"x": "ACTIVE", "y": "FINISHED", "z": "FAILED"}})
     _finish(s, topic, names)
     return run_dir
 
@@ -422,28 +434,33 @@ def _edit_final(p: _Plot, snapshot: bool) -> str:
     return f"a {'snapshot start' if snapshot else 'fresh client'} missing a job"
 
 
+def _held_blobs(p: _Plot) -> list[tuple[str, str, Any]]:
+    """(namespace, job, model job) of every blob a job holds at the end: dirty results first
+    (the newer rule: a result's graph stays until its cleanup is done), then live jobs."""
+    held = [(ns, job, j) for ns, m in p.run.models.items() for job, j in sorted(m.jobs.items())
+            if j.referenced and j.graph is not None and j.graph[0] == "blob"]
+    return sorted(held, key=lambda h: h[2].live)
+
+
 def _graph_lost(p: _Plot) -> str:
     from .checker import _blob_path
 
-    for _ns, m in p.run.models.items():
-        for job, j in sorted(m.jobs.items()):
-            if j.live and j.graph is not None and j.graph[0] == "blob":
-                path = _blob_path(p.run, j.graph[1])
-                if path.exists():
-                    path.unlink()
-                    return f"the blob of live job {job!r} deleted"
-    raise LookupError("no live job with a blob")
+    for _ns, job, j in _held_blobs(p):
+        path = _blob_path(p.run, j.graph[1])
+        if path.exists():
+            path.unlink()
+            return f"the blob of {'live job' if j.live else 'dirty result'} {job!r} deleted"
+    raise LookupError("no live job or dirty result with a blob")
 
 
 def _gc_deleted_live_blob(p: _Plot) -> str:
-    for ns, m in p.run.models.items():
-        for job, j in sorted(m.jobs.items()):
-            if j.live and j.graph is not None and j.graph[0] == "blob":
-                p.op("planted", "gc", ns, args={"grace": 1.0}, dt=2.5,
-                     value={"deleted": [j.graph[1]], "kept_referenced": 0, "kept_young": 0,
-                            "errors": []})
-                return f"a collection reporting the blob of live job {job!r} deleted"
-    raise LookupError("no live job with a blob")
+    for ns, job, j in _held_blobs(p):
+        p.op("planted", "gc", ns, args={"grace": 1.0}, dt=2.5,
+             value={"deleted": [j.graph[1]], "kept_referenced": 0, "kept_young": 0,
+                    "errors": []})
+        return (f"a collection reporting the blob of {'live job' if j.live else 'dirty result'}"
+                f" {job!r} deleted")
+    raise LookupError("no live job or dirty result with a blob")
 
 
 def _stale_read(p: _Plot) -> str:

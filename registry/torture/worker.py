@@ -53,13 +53,14 @@ HOOK_FAILURE = "planted hook failure"
 
 _WEIGHTS = {
     "submit": 20, "submit_many": 6, "cancel": 8, "terminate": 5, "adopt": 6, "release": 4,
+    "clean": 4,
     "checkpoint": 16, "recover": 4, "gc": 4, "read": 8, "leader": 4, "snapshot": 1,
     "revoke": 1, "stale": 4,
 }
 
 
 _WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
-                     "checkpoint", "recover", "revoke"})
+                     "clean", "checkpoint", "recover", "revoke"})
 
 
 class _Capture(threading.local):
@@ -298,7 +299,7 @@ class Worker:
             else:
                 term, stale = self.rng.choice(st.old_terms[-3:]), True
                 if f in ("stale", "recover", "revoke"):
-                    f = self.rng.choice(["submit", "cancel", "adopt", "checkpoint"])
+                    f = self.rng.choice(["submit", "cancel", "adopt", "checkpoint", "clean"])
         reg = st.reg
         if f == "submit":
             job, graph = self._new_id(self.rng.random() < 0.05), self._graph()
@@ -336,6 +337,13 @@ class Worker:
                 fn = lambda: term.release(job)  # noqa: E731
                 args = {"job": job}
             self._call(st, f, fn, args=args, term=term, stale=stale)
+        elif f == "clean":  # the cleanup of a job that ended is done (Flink's markResultAsClean)
+            dirty = sorted(st.reg.image.results(dirty=True))
+            if not dirty:
+                return
+            job = self.rng.choice(dirty)
+            self._call(st, "clean", lambda: term.mark_clean(job), args={"job": job},
+                       term=term, stale=stale)
         elif f == "adopt":
             pool = self._known(st)
             if not pool:
