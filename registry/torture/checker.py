@@ -372,7 +372,22 @@ def _library_track(run: _Run, out: list[Violation], notes: list[str]) -> None:
             notes.append(f"{ns}: {len(diffs) - _CAP} more fold_disagrees not listed")
 
 
+def _uncommitted_note(run: _Run, missing: list[int]) -> str:
+    """Where the records an acknowledgement names but the readable log lacks are, as a
+    read_uncommitted reader saw the partition at the end (the runner's diagnosis files)."""
+    path = run.dir / "log_uncommitted.jsonl"
+    if not missing or not path.exists():
+        return ""
+    seen = {r["o"] for r in _jsonl(path, [])}
+    marks = run.dir / "watermarks.json"
+    wm = json.loads(marks.read_text()) if marks.exists() else {}
+    there = sorted(o for o in missing if o in seen)
+    return (f" [diagnosis: read_uncommitted sees {len(there)} of the {len(missing)} missing "
+            f"offsets ({there[:5]}{'...' if len(there) > 5 else ''}); watermarks {wm}]")
+
+
 def _acknowledged(run: _Run, out: list[Violation], notes: list[str]) -> None:
+    missing: dict[str, list[int]] = defaultdict(list)
     for op in run.ops:
         if op.type != "ok" or op.ns is None:
             continue
@@ -389,6 +404,8 @@ def _acknowledged(run: _Run, out: list[Violation], notes: list[str]) -> None:
                                          + (f"; the event is at {elsewhere}" if elsewhere
                                             else "; the event is not in the log"),
                                          op.ns, [r["offset"], *elsewhere], op.lines()))
+                    if v is None and not elsewhere:
+                        missing[op.ns].append(r["offset"])
                     continue
                 if not v.accepted and m.accepted(r["event_id"]) is None:
                     out.append(Violation("ok_write_not_accepted", f"{op.f} acknowledged offset "
@@ -407,6 +424,10 @@ def _acknowledged(run: _Run, out: list[Violation], notes: list[str]) -> None:
                                          f", where the log has {v.etype if v else 'nothing'} "
                                          f"{v.outcome if v else ''}", op.ns,
                                          [r.get("offset")], op.lines()))
+    for ns, offsets in missing.items():
+        note = _uncommitted_note(run, offsets)
+        if note:
+            notes.append(f"{ns}: acknowledged records missing from the readable log{note}")
 
 
 def _members(m: NamespaceModel, op: Op) -> dict[str, list[Any]]:

@@ -338,6 +338,7 @@ def _collect(bootstrap: str, topic: str, names: list[str], partitions: dict[str,
                                               "k": b64(r.key), "v": b64(r.value)}) + "\n")
             finally:
                 reader.close()
+    _uncommitted_view(bootstrap, topic, sorted(set(partitions.values())), run_dir)
     for ns in names:
         result: dict[str, Any] = {"namespace": ns}
         with Registry.connect(bootstrap, ns, topic=topic, timeout=10.0) as reg:
@@ -364,6 +365,55 @@ def _collect(bootstrap: str, topic: str, names: list[str], partitions: dict[str,
                                             "diagnosis": _diagnose_start(bootstrap, topic,
                                                                          partitions[ns], path)})
         (run_dir / "final" / f"{ns}.json").write_text(json.dumps(result, indent=1))
+
+
+def _uncommitted_view(bootstrap: str, topic: str, parts: list[int], run_dir: Path) -> None:
+    """What a read_committed reader cannot tell apart, kept for diagnosis (issue 10's open
+    finding: acknowledged records beyond the end of the readable log): every record as a
+    read_uncommitted reader sees it (``log_uncommitted.jsonl``), and each partition's high
+    watermark and last stable offset as the broker reports them (``watermarks.json``). A gap
+    between the two views is records of transactions not (yet) committed, or an open
+    transaction holding the last stable offset back."""
+    from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    marks: dict[str, Any] = {}
+    with (run_dir / "log_uncommitted.jsonl").open("w") as out:
+        for part in parts:
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"torture-{part}",
+                                 "isolation.level": "read_uncommitted",
+                                 "enable.partition.eof": True, "enable.auto.commit": False,
+                                 "auto.offset.reset": "earliest"})
+            try:
+                consumer.assign([TopicPartition(topic, part, 0)])
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    m = consumer.poll(1.0)
+                    if m is None:
+                        continue
+                    if m.error():
+                        if m.error().code() == KafkaError._PARTITION_EOF:
+                            break
+                        continue
+                    out.write(json.dumps({"p": part, "o": m.offset(), "t": m.timestamp()[1],
+                                          "k": b64(m.key()), "v": b64(m.value())}) + "\n")
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, part),
+                                                           timeout=10, cached=False)
+                marks[str(part)] = {"low": low, "high": high}
+            except Exception as e:  # diagnosis only: never fails the run
+                marks[str(part)] = {"error": f"{type(e).__name__}: {e}"}
+            finally:
+                consumer.close()
+    with contextlib.suppress(Exception):
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for level, name in ((IsolationLevel.READ_COMMITTED, "last_stable"),
+                            (IsolationLevel.READ_UNCOMMITTED, "latest")):
+            asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in parts}
+            for tp, fut in admin.list_offsets(asked, isolation_level=level,
+                                              request_timeout=10).items():
+                with contextlib.suppress(Exception):
+                    marks.setdefault(str(tp.partition), {})[name] = fut.result(10).offset
+    (run_dir / "watermarks.json").write_text(json.dumps(marks, indent=1))
 
 
 def _diagnose_start(bootstrap: str, topic: str, partition: int, path: Path) -> dict[str, Any]:
