@@ -533,16 +533,24 @@ class TransactionFailed(BrokerError):
 
 
 class _Delivery:
-    __slots__ = ("error", "offsets", "stamps")
+    """Delivery reports of one write. A record can be confirmed without an offset: the
+    idempotent producer's retry of a record the broker already had comes back as a success
+    (DUPLICATE_SEQUENCE_NUMBER) with no offset; then the writer cannot say where its
+    records are, and the caller must read the log (``missing_offsets``)."""
+
+    __slots__ = ("error", "missing_offsets", "offsets", "stamps")
 
     def __init__(self) -> None:
         self.offsets: list[int] = []
         self.stamps: list[int | None] = []
         self.error: KafkaError | None = None
+        self.missing_offsets = 0
 
     def __call__(self, err, msg) -> None:
         if err is not None:
             self.error = err
+        elif msg.offset() is None or msg.offset() < 0:
+            self.missing_offsets += 1
         else:
             self.offsets.append(msg.offset())
             # The broker's stamp when the topic uses LogAppendTime (Kafka returns it in
@@ -591,6 +599,9 @@ class TransactionalWriter:
                     fatal = True
             raise TransactionFailed(f"transaction failed: {err.name()} ({err.str()})",
                                     fatal=fatal) from e
+        if delivery.missing_offsets:  # committed, but where? The caller reads the log.
+            raise TransactionFailed(f"{delivery.missing_offsets} record(s) confirmed without "
+                                    "their offset (a retry the broker already had)", fatal=False)
         if delivery.error is not None or len(delivery.offsets) != len(records):
             raise TransactionFailed(f"delivery failed: {delivery.error}", fatal=False)
         return [LogRecord(offset, key.encode("utf-8"), value, stamp, self.partition)
@@ -644,6 +655,10 @@ class PlainWriter:
         except (KafkaException, BufferError) as e:
             raise BrokerError(f"could not send to {topic}[{partition}]: {e}") from e
         left = self._producer.flush(self._timeout)
+        if delivery.missing_offsets:
+            raise BrokerError(f"write to {topic}[{partition}] at {self._bootstrap}: "
+                              f"{delivery.missing_offsets} record(s) confirmed without their "
+                              "offset (a retry the broker already had): read the log")
         if left or delivery.error is not None or len(delivery.offsets) != len(records):
             raise BrokerError(f"write to {topic}[{partition}] at {self._bootstrap} not "
                               f"confirmed within {self._timeout:g} s: "

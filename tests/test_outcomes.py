@@ -225,3 +225,41 @@ def test_a_claim_with_a_lost_broker_is_not_accepted_before_and_unknown_during(
             assert isinstance(caught.value, OutcomeUnknown)
             assert len(caught.value.event_ids) == 1
         reg.close()
+
+
+@pytest.mark.integration
+def test_a_record_confirmed_without_its_offset_is_found_by_reading_the_log(connect,
+                                                                           monkeypatch) -> None:
+    """The idempotent producer confirms a retried record the broker already had
+    (DUPLICATE_SEQUENCE_NUMBER) without an offset. Seen in the fault campaign (seed 100028):
+    a claim then raised TypeError comparing an offset with None. Both writers now say the
+    offset is missing, and the client reads the log: the claim and the write are decided."""
+    from registry import log
+
+    real = log._Delivery.__call__
+    dropped: list[int] = []
+
+    class _NoOffset:
+        def __init__(self, msg) -> None:
+            self._msg = msg
+
+        def offset(self):
+            return None
+
+        def timestamp(self):
+            return self._msg.timestamp()
+
+    def first_report_without_offset(self, err, msg) -> None:
+        if err is None and len(dropped) < 2 and msg.offset() not in dropped:
+            dropped.append(msg.offset())
+            return real(self, err, _NoOffset(msg))
+        return real(self, err, msg)
+
+    reg = connect("no-offset")
+    monkeypatch.setattr(log._Delivery, "__call__", first_report_without_offset)
+    term = reg.claim_leadership("jm-1")  # the grant's report has no offset
+    assert term.epoch == 1 and reg.leader().contender == "jm-1"
+    receipt = term.submit("job", b"g")  # so has the submit's
+    monkeypatch.setattr(log._Delivery, "__call__", real)
+    assert len(dropped) == 2 and receipt.offset == dropped[1]
+    assert reg.job("job").status == "ACTIVE"
