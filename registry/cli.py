@@ -752,6 +752,12 @@ NAMED_QUERIES = {
     "terms": ("Every leadership term with its duration and write counts.",
               "SELECT namespace, epoch, leader, granted_offset, ended_by, duration_ms, "
               "accepted_writes, rejected_writes FROM leadership_terms ORDER BY namespace, epoch"),
+    "results": ("Every job result (terminal job), dirty ones first, with what their cleanup "
+                "must still delete (graph, retained checkpoints).",
+                "SELECT namespace, job_id, status, dirty, graph_kind, graph_uri, "
+                "held_checkpoints, reason, last_offset FROM audit_jobs "
+                "WHERE status IN ('CANCELLED', 'FAILED', 'FINISHED') "
+                "ORDER BY dirty DESC, namespace, job_id"),
     "resurrections": ("Jobs with accepted activity after they became terminal (must be "
                       "empty; exit 1 if not).",
                       'SELECT namespace, job_id, "offset", event_type, writer, job_status, '

@@ -42,7 +42,7 @@ from registry.errors import RegistryError
 from registry.events import JobStatus
 from registry.image import Outcome
 
-HEAD = "0003"
+HEAD = "0004"
 
 
 # --------------------------------------------------------------------------- fixtures, helpers
@@ -180,6 +180,60 @@ def test_upgrade_matches_the_models_and_downgrade_removes_everything(db_url: str
         assert diff_against_models(engine) == []
         migrate(db_url)  # at head already: nothing to do
         assert current_revision(db_url) == HEAD
+    finally:
+        engine.dispose()
+
+
+def _columns(engine: sa.Engine, table: str) -> set[str]:
+    with engine.connect() as conn:
+        return {c["name"] for c in sa.inspect(conn).get_columns(table)}
+
+
+def test_each_revision_upgrades_and_downgrades_with_the_rows_it_finds(db_url: str) -> None:
+    """Step by step: a job row written at 0002 reads as a clean result with no holdings
+    recorded after 0003 and 0004; each downgrade removes only its own columns and keeps
+    the row."""
+    result = {"dirty", "graph_uri", "held_checkpoints"}
+    migrate(db_url, "0002")
+    engine = engine_for(db_url)
+    try:
+        assert current_revision(db_url) == "0002"
+        assert not result & _columns(engine, "audit_jobs")
+        with engine.begin() as conn:  # the row a 0002 writer wrote: no such columns yet
+            conn.exec_driver_sql(
+                "INSERT INTO audit_jobs (namespace, job_id, status, max_checkpoint_failures, "
+                "retained_checkpoints, consecutive_failures, graph_kind, last_offset, reason) "
+                "VALUES ('prod', 'old', 'CANCELLED', 0, 1, 0, NULL, 7, 'user cancel')")
+        migrate(db_url, "0003")
+        assert current_revision(db_url) == "0003"
+        assert select(db_url, "SELECT job_id, dirty FROM audit_jobs") == [
+            {"job_id": "old", "dirty": False}]
+        migrate(db_url)
+        assert current_revision(db_url) == HEAD
+        assert diff_against_models(engine) == []
+        rows = select(db_url, "SELECT job_id, status, reason, dirty, graph_uri, "
+                              "held_checkpoints FROM audit_jobs")
+        assert rows == [{"job_id": "old", "status": C, "reason": "user cancel", "dirty": False,
+                         "graph_uri": None, "held_checkpoints": None}]
+        # a row written at head, then every revision undone in turn
+        insert(engine, AuditJob, [{
+            "namespace": "prod", "job_id": "new", "status": C, "max_checkpoint_failures": 0,
+            "retained_checkpoints": 2, "consecutive_failures": 0, "graph_kind": "blob",
+            "last_offset": 9, "reason": None, "dirty": True,
+            "graph_uri": "file:///blobs/prod/ab12", "held_checkpoints": 2}])
+        assert select(db_url, "SELECT job_id FROM audit_jobs WHERE dirty ORDER BY job_id") == [
+            {"job_id": "new"}]
+        downgrade(db_url, "0003")
+        assert current_revision(db_url) == "0003"
+        assert result & _columns(engine, "audit_jobs") == {"dirty"}
+        downgrade(db_url, "0002")
+        assert not result & _columns(engine, "audit_jobs")
+        assert "reason" in _columns(engine, "audit_jobs")
+        assert select(db_url, "SELECT job_id FROM audit_jobs ORDER BY job_id") == [
+            {"job_id": "new"}, {"job_id": "old"}]
+        downgrade(db_url)
+        assert current_revision(db_url) is None
+        assert schema(engine) == ({"alembic_version"}, set())
     finally:
         engine.dispose()
 

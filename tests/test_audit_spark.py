@@ -42,10 +42,25 @@ def test_incidents_000_and_002_in_the_views(spark, connect, db_url) -> None:
                                "WHERE namespace = 'ns-000' AND job_id = 'job-a'")
     assert ("JobLockReleased", "REJECTED", "ACTIVE") in history
     assert history[-1][2] == "CANCELLED"
+    result = "SELECT status, reason, dirty, graph_kind, graph_uri, held_checkpoints " \
+             "FROM audit_jobs WHERE namespace = 'ns-000' AND job_id = 'job-a'"
+    # job-a's result is dirty: its cleanup is not done, its (inline) graph still held
+    assert [tuple(r) for r in query(db_url, result)[1]] == [
+        ("CANCELLED", "user cancel", True, "inline", None, 0)]
     # run again: nothing new, nothing twice
     again = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark)
     assert again.records == 0 and again.caught_up == run.records
     assert check(db_url, reg.bootstrap, reg.topic) == []
+    # the restarted leader cleans up: the stream takes the JobCleanedUp, job-a is clean
+    connect("ns-000").claim_leadership("jm-4").mark_clean("job-a")
+    cleaned = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark)
+    assert cleaned.records >= 2  # the grant and the JobCleanedUp
+    assert check(db_url, reg.bootstrap, reg.topic) == []
+    assert [tuple(r) for r in query(db_url, result)[1]] == [
+        ("CANCELLED", "user cancel", False, None, None, 0)]
+    _, history = query(db_url, "SELECT event_type, outcome, job_status FROM job_history "
+                               "WHERE namespace = 'ns-000' AND job_id = 'job-a'")
+    assert tuple(history[-1]) == ("JobCleanedUp", "ACCEPTED", "CANCELLED")
 
 
 def test_corrupt_records_are_quarantined_and_the_stream_keeps_running(spark, connect,

@@ -58,12 +58,13 @@ def test_incidents_land_in_the_views_and_check_passes(connect, db_url) -> None:
         _, q = query(db_url, "SELECT namespace, reason FROM audit_quarantine")
         assert q == [("ns-000", "undecodable")]
         _, jobs = query(db_url, "SELECT namespace, job_id, status, owner_epoch, dirty, "
-                                "graph_kind FROM audit_jobs ORDER BY namespace, job_id")
+                                "graph_kind, graph_uri, held_checkpoints FROM audit_jobs "
+                                "ORDER BY namespace, job_id")
         # job-a's result is dirty: its cleanup is not done, its graph still held
         assert [tuple(j) for j in jobs] == [
-            ("ns-000", "job-a", "CANCELLED", None, True, "inline"),
-            ("ns-000", "job-b", "ACTIVE", 1, False, "inline"),
-            ("ns-002", "job-x", "ACTIVE", 2, False, "inline")]
+            ("ns-000", "job-a", "CANCELLED", None, True, "inline", None, 0),
+            ("ns-000", "job-b", "ACTIVE", 1, False, "inline", None, 0),
+            ("ns-002", "job-x", "ACTIVE", 2, False, "inline", None, 0)]
         _, terms = query(db_url, "SELECT namespace, epoch, leader, rejected_writes FROM "
                                  "audit_terms ORDER BY namespace, epoch")
         assert terms == [("ns-000", 1, "jm-1", 1), ("ns-000", 2, "jm-2", 0),
@@ -83,9 +84,9 @@ def test_incidents_land_in_the_views_and_check_passes(connect, db_url) -> None:
         assert run_plain(more, reg.bootstrap) >= 3
         more.close()
         assert check(db_url, reg.bootstrap, reg.topic) == []
-        _, job_a = query(db_url, "SELECT status, reason, dirty, graph_kind FROM audit_jobs "
-                                 "WHERE job_id = 'job-a'")
-        assert [tuple(r) for r in job_a] == [("CANCELLED", "user cancel", False, None)]
+        _, job_a = query(db_url, "SELECT status, reason, dirty, graph_kind, graph_uri, "
+                                 "held_checkpoints FROM audit_jobs WHERE job_id = 'job-a'")
+        assert [tuple(r) for r in job_a] == [("CANCELLED", "user cancel", False, None, None, 0)]
         _, cleaned = query(db_url, "SELECT event_type, outcome, job_status FROM job_history "
                                    "WHERE job_id = 'job-a' ORDER BY \"offset\" DESC LIMIT 1")
         assert [tuple(r) for r in cleaned] == [("JobCleanedUp", "ACCEPTED", "CANCELLED")]
@@ -103,12 +104,70 @@ def test_check_finds_a_missing_and_a_changed_row(connect, tmp_path) -> None:
                              "reason = NULL WHERE outcome = 'REJECTED'")
         conn.exec_driver_sql("DELETE FROM audit_records WHERE offset = 0")
         conn.exec_driver_sql("UPDATE audit_jobs SET status = 'ACTIVE' WHERE job_id = 'job-a'")
+        conn.exec_driver_sql("UPDATE audit_jobs SET dirty = 1, held_checkpoints = 3 "
+                             "WHERE job_id = 'job-b'")
     writer.close()
     diffs = check(url, marks["reg"].bootstrap, marks["reg"].topic)
     text = "\n".join(diffs)
     assert "records have no row (first offsets [0])" in text
     assert f"offset {marks['late']}: outcome 'ACCEPTED' != 'REJECTED'" in text
     assert "job 'job-a': status 'ACTIVE' != 'CANCELLED'" in text
+    assert "job 'job-b': dirty True != False, held_checkpoints 3 != 0" in text
+    # a row written before migration 0004 has no holdings: not a difference
+    with AuditWriter(url, marks["reg"].topic).engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE audit_jobs SET dirty = 0, held_checkpoints = NULL, "
+                             "graph_uri = NULL WHERE job_id = 'job-b'")
+    diffs = check(url, marks["reg"].bootstrap, marks["reg"].topic)
+    assert not any("job-b" in d for d in diffs), diffs
+
+
+def test_a_result_shows_what_it_holds_until_its_cleanup(connect, db_url) -> None:
+    """A job with a blob graph and two retained checkpoints: live, its holdings show; cancelled,
+    its result is dirty and holds them; after the cleanup (JobCleanedUp) it is clean and holds
+    nothing; a second JobCleanedUp changes nothing. The job's every record is in job_history."""
+    reg = connect("ns-res", inline_limit=16)
+    term = reg.claim_leadership("jm-1")
+    term.submit("job-r", b"a graph too large to be inline" * 4, retained_checkpoints=2)
+    for cp in (1, 2, 3):
+        term.checkpoint_triggered("job-r", cp)
+        term.checkpoint_completed("job-r", cp, f"file:///cp/job-r/{cp}")
+    term.submit("job-s", b"s")
+    uri = reg.job("job-r").graph.uri
+    writer = _write_all(db_url, reg)
+    rows = "SELECT job_id, status, dirty, graph_kind, graph_uri, held_checkpoints " \
+           "FROM audit_jobs WHERE namespace = 'ns-res' ORDER BY job_id"
+    try:
+        assert [tuple(r) for r in query(db_url, rows)[1]] == [
+            ("job-r", "ACTIVE", False, "blob", uri, 2), ("job-s", "ACTIVE", False, "inline",
+                                                         None, 0)]
+        term.cancel("job-r", "done with it")
+        term.terminate("job-s", "FINISHED")
+        run_plain(writer, reg.bootstrap)
+        assert check(db_url, reg.bootstrap, reg.topic) == []
+        assert [tuple(r) for r in query(db_url, rows)[1]] == [
+            ("job-r", "CANCELLED", True, "blob", uri, 2),
+            ("job-s", "FINISHED", True, "inline", None, 0)]
+        _, owed = query(db_url, "SELECT job_id FROM audit_jobs WHERE dirty ORDER BY job_id")
+        assert owed == [("job-r",), ("job-s",)]
+        term.mark_clean("job-r")
+        run_plain(writer, reg.bootstrap)
+        assert [tuple(r) for r in query(db_url, rows)[1]] == [
+            ("job-r", "CANCELLED", False, None, None, 0),
+            ("job-s", "FINISHED", True, "inline", None, 0)]
+        term.mark_clean("job-r")  # again: accepted, changes nothing
+        run_plain(writer, reg.bootstrap)
+        assert [tuple(r) for r in query(db_url, rows)[1]][0] == (
+            "job-r", "CANCELLED", False, None, None, 0)
+        assert check(db_url, reg.bootstrap, reg.topic) == []
+        _, history = query(db_url, "SELECT event_type, outcome, job_status FROM job_history "
+                                   "WHERE namespace = 'ns-res' AND job_id = 'job-r' "
+                                   "AND event_type NOT LIKE 'Checkpoint%'")
+        assert [tuple(h) for h in history] == [
+            ("JobSubmitted", "ACCEPTED", "ACTIVE"), ("JobCancelled", "ACCEPTED", "CANCELLED"),
+            ("JobCleanedUp", "ACCEPTED", "CANCELLED"), ("JobCleanedUp", "ACCEPTED", "CANCELLED")]
+        assert query(db_url, "SELECT * FROM resurrections")[1] == []  # cleanup is no resurrection
+    finally:
+        writer.close()
 
 
 CRASHER = """

@@ -51,6 +51,11 @@ def test_run_check_and_the_named_queries(audited) -> None:
     assert code == 0 and "jm-new" in out and "(5 rows)" in out
     code, out, _ = cli("audit", "resurrections", "--db", db)
     assert code == 0 and "(0 rows)" in out
+    code, out, _ = cli("--json", "audit", "results", "--db", db)
+    doc = json.loads(out)
+    results = [dict(zip(doc["columns"], row, strict=True)) for row in doc["rows"]]
+    assert [(r["job_id"], r["status"], bool(r["dirty"]), r["reason"]) for r in results] == [
+        ("job-a", "CANCELLED", True, "user cancel")]  # cancelled, its cleanup not done
     code, out, _ = cli("--json", "audit", "query", "SELECT count(*) AS n FROM audit_jobs",
                        "--db", db)
     assert json.loads(out)["rows"] == [[3]]
@@ -107,4 +112,4 @@ def test_bad_databases_and_arguments(tmp_path) -> None:
     code, _, err = cli("audit", "run", "--max-offsets-per-trigger", "0")
     assert code == 2 and "Usage" in err
     code, out, _ = cli("audit", "migrate", "--db", f"sqlite:///{tmp_path / 'ok.db'}")
-    assert code == 0 and "revision 0003" in out
+    assert code == 0 and "revision 0004" in out

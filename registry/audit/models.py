@@ -16,9 +16,11 @@ Conventions:
   slipping past the views (adding one to :class:`registry.events.JobStatus`
   needs a migration, and a look at the ``resurrections`` view).
 
-Migration ``0001_audit_schema`` creates exactly these tables (a test compares the
-migrated database with this metadata) plus the views listed in :data:`VIEWS`.
-The migration is frozen: it does not import this module.
+Migration ``0001_audit_schema`` creates these tables plus the views listed in
+:data:`VIEWS`; later revisions add columns (``0002``: ``audit_jobs.reason``, ``0003``:
+``audit_jobs.dirty``, ``0004``: ``audit_jobs.graph_uri`` and
+``audit_jobs.held_checkpoints``). A test compares the database migrated to head with this
+metadata. Migrations are frozen: they do not import this module.
 """
 
 from __future__ import annotations
@@ -179,6 +181,14 @@ class AuditJob(Base):
     #: A terminal job whose result is not yet cleaned up (no ``JobCleanedUp`` yet): its
     #: graph and retained checkpoints still wait for the coordinator's cleanup.
     dirty: Mapped[bool] = mapped_column(Boolean, server_default=false(), default=False)
+    #: The blob's URI when ``graph_kind`` is ``'blob'`` (a live job's graph, or the one a
+    #: dirty result holds and its cleanup must delete); ``None`` otherwise.
+    graph_uri: Mapped[str | None] = mapped_column(Text)
+    #: How many completed checkpoints the job holds (``JobView.latest_checkpoints``): those
+    #: recovery may restore, and for a dirty result those its cleanup must delete; 0 once
+    #: clean. ``None`` only on rows written before migration 0004 whose job has not
+    #: changed since (the audit database keeps nothing to fill them from).
+    held_checkpoints: Mapped[int | None] = mapped_column(Integer)
 
 
 class AuditTerm(Base):

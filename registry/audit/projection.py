@@ -269,7 +269,11 @@ class AuditProjection:
             row.update(counted=False, ignored_reason=d.detail, last_offset=d.offset,
                        failure_reason=_failure_reason(event))
             return
-        status = _CHECKPOINT_STATUS[type(event)]
+        status = _CHECKPOINT_STATUS.get(type(event))
+        if status is None:
+            # a kind of checkpoint record with no row of its own: its row in audit_records
+            # (and so in job_history) says what it was
+            return
         counted = None
         if status == "FAILED":  # a failure in the trigger phase (id -1) counted if accepted
             counted = (event.checkpoint_id in view.checkpoints.counted
@@ -310,4 +314,6 @@ def _job_row(ns: str, view: Any, offset: int, stamp: int | None) -> dict[str, An
             "retained_checkpoints": view.retained_checkpoints,
             "consecutive_failures": view.checkpoints.consecutive_failures,
             "graph_kind": kind, "last_offset": offset, "updated_at": stamp,
-            "reason": view.reason, "dirty": view.dirty}
+            "reason": view.reason, "dirty": view.dirty,
+            "graph_uri": graph.uri if isinstance(graph, GraphRef) else None,
+            "held_checkpoints": len(view.latest_checkpoints)}

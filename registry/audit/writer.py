@@ -352,7 +352,8 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
     row and no other row exists; every namespace's verdicts (outcome, reason, type,
     epoch, writer, job) equal those of :class:`~registry.forensics.Forensics` replaying
     the namespace from the broker; the ``audit_jobs`` and ``audit_terms`` rows equal the
-    fold's jobs and terms.
+    fold's jobs and terms (a job's ``graph_uri`` and ``held_checkpoints`` only where the
+    row has them: rows written before migration 0004 may not).
     """
     from ..forensics import BrokerSource, Forensics, Scan
     from ..keys import partition_for
@@ -450,14 +451,18 @@ def _compare_namespace(engine: Engine, topic: str, ns: str, partition: int, imag
     diffs.extend(f"{ns}: row for offset {o} the fold did not decide" for o, row in
                  sorted(rows.items()) if row.namespace is not None)
     compare = ("status", "owner_epoch", "error", "max_checkpoint_failures",
-               "retained_checkpoints", "consecutive_failures", "graph_kind")
+               "retained_checkpoints", "consecutive_failures", "graph_kind", "reason", "dirty")
+    # Rows written before migration 0004 whose job has not changed since have no holdings
+    # (held_checkpoints NULL, graph_uri NULL): nothing to compare, nothing wrong.
+    holdings = ("graph_uri", "held_checkpoints")
     for job_id, view in image.jobs.items():
         row = jobs.pop(job_id, None)
         want = _job_row(ns, view, 0, None)
         if row is None:
             diffs.append(f"{ns}: job {job_id!r} ({view.status}) has no row")
             continue
-        mismatch = [f"{k} {getattr(row, k)!r} != {want[k]!r}" for k in compare
+        checked = compare + holdings if row.held_checkpoints is not None else compare
+        mismatch = [f"{k} {getattr(row, k)!r} != {want[k]!r}" for k in checked
                     if getattr(row, k) != want[k]]
         if mismatch:
             diffs.append(f"{ns}: job {job_id!r}: " + ", ".join(mismatch))
