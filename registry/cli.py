@@ -773,7 +773,8 @@ def _need_bootstrap(settings: Settings) -> str:
     return settings.bootstrap
 
 
-def _print_rows(settings: Settings, what: str, columns: list[str], rows: list[tuple]) -> None:
+def _print_rows(settings: Settings, what: str, columns: list[str], rows: list[tuple], *,
+                truncated: bool = False) -> None:
     from registry.render import format_time, table
 
     # For people, times read as everywhere else (ISO 8601 UTC); JSON keeps the stored ms.
@@ -783,9 +784,11 @@ def _print_rows(settings: Settings, what: str, columns: list[str], rows: list[tu
         return [format_time(v) if i in times and isinstance(v, int) else v
                 for i, v in enumerate(row)]
 
-    settings.emit(what, {"columns": columns, "rows": [list(r) for r in rows]},
-                  lambda: table(columns, [shown(r) for r in rows])
-                  + f"\n({len(rows)} row{'s' * (len(rows) != 1)})"
+    count = (f"{len(rows)} row{'s' * (len(rows) != 1)} shown; there are more: raise --limit"
+             if truncated else f"{len(rows)} row{'s' * (len(rows) != 1)}")
+    settings.emit(what, {"columns": columns, "rows": [list(r) for r in rows],
+                         "truncated": truncated},
+                  lambda: table(columns, [shown(r) for r in rows]) + f"\n({count})"
                   if columns else "(no rows)")
 
 
@@ -888,8 +891,8 @@ def audit_query(settings: Settings, sql: str, db_url: str, limit: int) -> None:
     from registry.audit.db import query
 
     with registry_errors():
-        columns, rows = query(db_url, sql, limit=limit)
-    _print_rows(settings, "audit-query", columns, rows)
+        columns, rows = query(db_url, sql, limit=limit + 1)  # one more: are there more?
+    _print_rows(settings, "audit-query", columns, rows[:limit], truncated=len(rows) > limit)
 
 
 @audit.command("check")

@@ -56,6 +56,16 @@ def test_run_check_and_the_named_queries(audited) -> None:
     results = [dict(zip(doc["columns"], row, strict=True)) for row in doc["rows"]]
     assert [(r["job_id"], r["status"], bool(r["dirty"]), r["reason"]) for r in results] == [
         ("job-a", "CANCELLED", True, "user cancel")]  # cancelled, its cleanup not done
+    # --limit says when it left rows out (issue 15 item 14)
+    code, out, _ = cli("--json", "audit", "query", "SELECT * FROM audit_records", "--limit",
+                       "5", "--db", db)
+    doc = json.loads(out)
+    assert len(doc["rows"]) == 5 and doc["truncated"] is True
+    code, out, _ = cli("audit", "query", "SELECT * FROM audit_records", "--limit", "5",
+                       "--db", db)
+    assert "(5 rows shown; there are more: raise --limit)" in out
+    code, out, _ = cli("--json", "audit", "query", "SELECT count(*) FROM audit_jobs", "--db", db)
+    assert json.loads(out)["truncated"] is False
     code, out, _ = cli("--json", "audit", "query", "SELECT count(*) AS n FROM audit_jobs",
                        "--db", db)
     assert json.loads(out)["rows"] == [[3]]
