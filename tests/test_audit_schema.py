@@ -482,7 +482,14 @@ def test_query_read_only_cannot_be_switched_off_from_sql(audit: tuple[str, sa.En
         with pytest.raises(AuditError, match="refused"):
             query(url, sql)
     if engine.dialect.name == "sqlite":
-        query(url, "PRAGMA query_only = OFF")
+        # the authorizer refuses switching query_only off, and ATTACH (it creates a file)
+        attached = Path(url.removeprefix("sqlite:///") + ".attached")
+        for sql in ("PRAGMA query_only = OFF", "PRAGMA writable_schema = ON",
+                    f"ATTACH DATABASE '{attached}' AS e", "DETACH DATABASE main"):
+            with pytest.raises(AuditError, match="refused the write"):
+                query(url, sql)
+        assert not attached.exists()
+        assert query(url, "PRAGMA query_only")[1] == [(1,)]  # reading it is fine
     else:
         query(url, "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
         query(url, "SET default_transaction_read_only = off")

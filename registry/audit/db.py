@@ -204,6 +204,25 @@ def engine_for(url: str | URL, *, readonly: bool = False) -> Engine:
     return engine
 
 
+_SQLITE_REFUSED = {sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH}
+
+
+_SQLITE_GUARD_PRAGMAS = {"query_only", "writable_schema"}
+
+
+def _read_only_authorizer(action: int, arg1: str | None, arg2: str | None,
+                          _db: str | None, _source: str | None) -> int:
+    """SQLite's authorizer for read-only connections: no ATTACH/DETACH (it creates files),
+    and ``query_only``/``writable_schema`` may be read but not set (``query_only`` keeps
+    every other write out, pragmas that write the file included)."""
+    if action in _SQLITE_REFUSED:
+        return sqlite3.SQLITE_DENY
+    if action == sqlite3.SQLITE_PRAGMA and arg2 is not None \
+            and (arg1 or "").lower() in _SQLITE_GUARD_PRAGMAS:
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
 def _sqlite_hooks(engine: Engine, readonly: bool) -> None:
     """Make SQLite transactions real (DDL included) and, for ``readonly``, refuse every write.
 
@@ -217,6 +236,9 @@ def _sqlite_hooks(engine: Engine, readonly: bool) -> None:
         dbapi_connection.isolation_level = None
         if readonly:
             dbapi_connection.execute("PRAGMA query_only = ON")
+            # query_only alone can be switched off from SQL, and ATTACH creates a file:
+            # the authorizer refuses both before they run (issue 15 item 13).
+            dbapi_connection.set_authorizer(_read_only_authorizer)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
@@ -236,7 +258,8 @@ def _is_write_refusal(e: DBAPIError) -> bool:
     orig = e.orig
     if isinstance(orig, sqlite3.Error):
         code = getattr(orig, "sqlite_errorcode", None)
-        return code is not None and code & 0xFF == _SQLITE_READONLY
+        # SQLITE_AUTH: the read-only authorizer refused it (ATTACH, query_only = OFF)
+        return code is not None and code & 0xFF in (_SQLITE_READONLY, sqlite3.SQLITE_AUTH)
     return getattr(orig, "sqlstate", None) == _PG_READ_ONLY_SQL_TRANSACTION
 
 
