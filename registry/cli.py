@@ -829,10 +829,20 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
 @pass_settings
 def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
               max_offsets_per_trigger: int, source: str, plain: bool) -> None:
-    """Materialize the audit tables from the topic, exactly once (migrates first)."""
+    """Materialize the audit tables from the topic, exactly once (migrates first, once the
+    broker has answered)."""
+    from sqlalchemy.engine import make_url
+
     from registry.audit.db import migrate
+    from registry.log import topic_partitions
 
     bootstrap = _need_bootstrap(settings)
+    with registry_errors():  # the broker and the topic first: the database is not touched
+        topic_partitions(settings.kafka, settings.topic, settings.timeout)  # until they answer
+    try:
+        shown_db = make_url(db_url).render_as_string(hide_password=True)
+    except Exception:  # malformed: migrate() says so
+        shown_db = db_url
     stop = threading.Event()
 
     def note(batch_id: int, records: int) -> None:
@@ -875,9 +885,10 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-    settings.emit("audit-run", {"db": db_url, **result},
+    settings.emit("audit-run", {"db": shown_db, **result},
                   lambda: f"wrote {result['records']:,} records in {result['batches']} "
-                          f"batches ({result['source']}, {result['seconds']:.1f} s)")
+                          f"batches to {shown_db} ({result['source']}, "
+                          f"{result['seconds']:.1f} s)")
 
 
 @audit.command("query")

@@ -123,3 +123,24 @@ def test_bad_databases_and_arguments(tmp_path) -> None:
     assert code == 2 and "Usage" in err
     code, out, _ = cli("audit", "migrate", "--db", f"sqlite:///{tmp_path / 'ok.db'}")
     assert code == 0 and "revision 0004" in out
+
+
+def test_audit_run_touches_no_database_before_the_broker_answers(tmp_path) -> None:
+    """Issue 15 item 15: an unreachable broker creates no database file, and a run says
+    where it wrote."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    db = tmp_path / "never.db"
+    code, _, err = cli("--bootstrap", f"127.0.0.1:{port}", "audit", "run", "--plain",
+                       "--db", f"sqlite:///{db}")
+    assert code == 1 and "no Kafka broker at" in err and "Traceback" not in err
+    assert not db.exists()
+
+
+def test_audit_run_says_which_database_it_wrote(audited) -> None:
+    base, db = audited
+    code, out, _ = cli(*base, "audit", "run", "--plain", "--db", db)
+    assert code == 0 and f"batches to {db} (plain" in out
