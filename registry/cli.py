@@ -723,9 +723,10 @@ def dump(settings: Settings, file: str) -> None:
 @pass_settings
 def report(settings: Settings, out: str, jobs_: tuple[str, ...], since: int | None,
            until: int | None) -> None:
-    """Write an incident report: one HTML file with the timeline as a picture (terms as
-    bands, jobs as lanes, refused and quarantined records highlighted) and the
-    explanation of each selected job."""
+    """Write an incident report: one HTML file that opens with a summary of what happened,
+    then the timeline as a picture (terms as bands, jobs as lanes, refused and quarantined
+    records highlighted) and the explanation of every job with something to explain (or of
+    each --job)."""
     if since is not None and until is not None and since > until:
         raise click.BadParameter("--since is after --until", param_hint="--since")
     from registry.report import write_report
