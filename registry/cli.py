@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import click
@@ -909,18 +910,51 @@ def audit_query(settings: Settings, sql: str, db_url: str, limit: int) -> None:
 
 @audit.command("check")
 @_DB_OPTION
+@click.option("--from-file", "dumps", multiple=True, metavar="DUMP",
+              type=click.Path(exists=True, path_type=Path),
+              help="Check against dumps (jobreg dump) instead of the broker: a dump file or a "
+                   "directory of them (*.avro); repeatable. Each dump's namespace is checked; "
+                   "namespaces with rows but no dump are listed as not checked.")
 @pass_settings
-def audit_check(settings: Settings, db_url: str) -> None:
+def audit_check(settings: Settings, db_url: str, dumps: tuple[Path, ...]) -> None:
     """Compare the audit database with the library's fold at the same offsets; exit 1 on any
-    difference."""
-    from registry.audit.writer import check
+    difference.
 
-    bootstrap = _need_bootstrap(settings)
+    The log comes from the broker (--bootstrap) or from dumps (--from-file, here or before
+    the command): after `jobreg demo`, whose broker is gone,
+    `jobreg audit check --db sqlite:///jobreg-demo/audit.db --from-file jobreg-demo/dumps`.
+    """
+    from registry.audit.writer import check, check_dumps
+    from registry.forensics import DumpSource
+
+    files = [f for p in dumps for f in (sorted(p.glob("*.avro")) if p.is_dir() else [p])]
+    if settings.from_file is not None:
+        files.append(Path(settings.from_file))
+    if dumps and not files:
+        raise CliError(f"no dump (*.avro) in {', '.join(str(p) for p in dumps)}", EXIT_USAGE)
+    unchecked: list[str] = []
     with registry_errors():
-        diffs = check(db_url, bootstrap, settings.topic, timeout=settings.timeout)
-    settings.emit("audit-check", {"db": db_url, "ok": not diffs, "differences": diffs},
-                  lambda: "\n".join(diffs) if diffs else
-                  "the audit database agrees with the fold")
+        if files:
+            sources = [DumpSource(f) for f in files]
+            twice = sorted({s.namespace for s in sources
+                            if sum(t.namespace == s.namespace for t in sources) > 1})
+            if twice:
+                raise CliError(f"several dumps of namespace(s) {', '.join(twice)}: give one "
+                               "each", EXIT_USAGE)
+            diffs, unchecked = check_dumps(db_url, sources, topic=settings.topic)
+        else:
+            diffs = check(db_url, _need_bootstrap(settings), settings.topic,
+                          timeout=settings.timeout)
+
+    def human() -> str:
+        lines = diffs or ["the audit database agrees with the fold"
+                          + (f" of {len(files)} dump(s)" if files else "")]
+        if unchecked:
+            lines.append(f"not checked (no dump given): {', '.join(unchecked)}")
+        return "\n".join(lines)
+
+    settings.emit("audit-check", {"db": db_url, "ok": not diffs, "differences": diffs,
+                                  "unchecked": unchecked}, human)
     if diffs:
         raise SystemExit(EXIT_ERROR)
 

@@ -294,6 +294,8 @@ def _audit(bootstrap: str, out_dir: Path, out: Out, engine: str) -> list[Verdict
 
 
 def _reports(bootstrap: str, out_dir: Path, out: Out) -> list[Path]:
+    """The incident reports, and a dump of every incident's namespace beside them (so that
+    forensics and ``jobreg audit check --from-file`` still work once the broker is gone)."""
     from .forensics import BrokerSource, Forensics
     from .keys import partition_for
     from .log import DEFAULT_TOPIC, topic_partitions
@@ -301,12 +303,17 @@ def _reports(bootstrap: str, out_dir: Path, out: Out) -> list[Path]:
 
     partitions = topic_partitions(bootstrap, DEFAULT_TOPIC)
     paths = []
+    dumps = out_dir / "dumps"
+    dumps.mkdir(exist_ok=True)
     for n in range(5):
         ns = f"incident-00{n}"
         f = Forensics(BrokerSource(bootstrap, DEFAULT_TOPIC, partition_for(ns, partitions)), ns)
         paths.append(write_report(f, out_dir / f"report-{ns}.html",
                                   title=f"jobreg demo: incident 00{n}"))
+        f.dump(dumps / f"{ns}.avro", topic=DEFAULT_TOPIC)
     out(f"     wrote {', '.join(str(p) for p in paths)}")
+    out(f"     and a dump of each incident's log in {dumps}/ (read one with "
+        f"`jobreg --from-file {dumps}/incident-000.avro explain job-a`)")
     return paths
 
 

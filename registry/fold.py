@@ -508,8 +508,8 @@ class Delta:
             self._ignored.append(d)
             return d
         return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, key, event.TYPE,
-                        event.event_id, job_id, event.epoch, event.writer, None, "", None, None,
-                        self.leader)
+                        event.event_id, job_id, event.epoch, event.writer, None, _said(event),
+                        None, None, self.leader)
 
     # -- the rules: one per event type (see _RULES) ----------------------------
 
@@ -751,7 +751,7 @@ class Delta:
         key = _key(r)
         if v is None:
             d = Decision(r.offset, Outcome.ACCEPTED, r.timestamp, key, m.TYPE, m.event_id,
-                         m.job_id, m.epoch, m.writer, None, "", None, None, self.leader)
+                         m.job_id, m.epoch, m.writer, None, _said(m), None, None, self.leader)
         else:
             d = Decision(r.offset, Outcome.REJECTED, r.timestamp, key, m.TYPE, m.event_id,
                          m.job_id, m.epoch, m.writer, v.reason, v.detail, v.expected, v.actual,
@@ -763,6 +763,23 @@ class Delta:
 
 
 _PENDING = object()  # a rule's answer for a record that waits for its call's commit
+
+_SAYS: dict[type[Event], str] = {
+    LeadershipRevoked: "reason", JobCancelled: "reason", JobTerminated: "reason",
+    JobRestarted: "reason", CheckpointDiscarded: "reason", JobRecoveryFailed: "error",
+}
+
+
+def _said(event: Event) -> str:
+    """The ``detail`` of an accepted record: what its writer said about it, for people (the
+    reason given to a cancel, a terminate, a revoke, a restart, a discard; a recovery's
+    error; a checkpoint failure's reason), or ``""``."""
+    if isinstance(event, CheckpointFailed):
+        return f"{event.failure_reason}: {event.reason}" if event.reason \
+            else event.failure_reason
+    field = _SAYS.get(type(event))
+    said = getattr(event, field) if field is not None else None
+    return f"{field}: {said}" if said else ""
 
 
 def _key(record: LogRecord) -> str | None:

@@ -38,6 +38,16 @@ def test_demo_plays_the_incidents_and_every_guarantee_holds(tmp_path) -> None:
     reports = sorted(p.name for p in tmp_path.glob("report-incident-*.html"))
     assert reports == [f"report-incident-00{n}.html" for n in range(5)]
     assert (tmp_path / "audit.db").stat().st_size > 0
+    # the broker is gone; the dumps it left answer forensics and the audit check (item 16)
+    dumps = tmp_path / "dumps"
+    assert sorted(p.name for p in dumps.glob("*.avro")) == [
+        f"incident-00{n}.avro" for n in range(5)]
+    check = run("audit", "check", "--db", f"sqlite:///{tmp_path / 'audit.db'}",
+                "--from-file", str(dumps))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "agrees with the fold of 5 dump(s)" in check.stdout
+    explain = run("--from-file", str(dumps / "incident-000.avro"), "explain", "job-a")
+    assert explain.returncode == 0 and "cancelled" in explain.stdout, explain.stderr
     # it leaves nothing running: no coordinator, broker or Spark process of ours survives
     leftovers = subprocess.run(["pgrep", "-f", f"registry.coordinator|{tmp_path}"],
                                capture_output=True, text=True)

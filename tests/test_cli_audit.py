@@ -92,6 +92,48 @@ def test_a_resurrection_or_a_difference_exits_1(audited) -> None:
     assert any("job 'job-a': status 'ACTIVE' != 'CANCELLED'" in d for d in doc["differences"])
 
 
+def test_check_against_dumps_when_the_broker_is_gone(audited, tmp_path) -> None:
+    """Issue 15 item 16: `audit check --from-file` checks each dump's namespace against the
+    dump, says which namespaces it did not check, and finds a planted difference."""
+    import sqlite3
+
+    base, db = audited
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    for ns in ("ns-000", "ns-002"):
+        assert cli(*base, "--namespace", ns, "dump", str(dumps / f"{ns}.avro"))[0] == 0
+    # no --bootstrap: the dumps are the log
+    code, out, err = cli("audit", "check", "--db", db, "--from-file", str(dumps))
+    assert code == 0, err
+    assert "agrees with the fold of 2 dump(s)" in out and "not checked" not in out
+    code, out, _ = cli("--json", "audit", "check", "--db", db, "--from-file",
+                       str(dumps / "ns-000.avro"))
+    doc = json.loads(out)
+    assert code == 0 and doc["ok"] and doc["unchecked"] == ["ns-002"]
+    # the global --from-file works too
+    code, out, _ = cli("--from-file", str(dumps / "ns-002.avro"), "audit", "check", "--db", db)
+    assert code == 0 and "not checked (no dump given): ns-000" in out
+    path = db.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE audit_jobs SET status = 'ACTIVE' WHERE job_id = 'job-a'")
+        conn.execute("DELETE FROM audit_records WHERE namespace = 'ns-002' AND \"offset\" = "
+                     "(SELECT max(\"offset\") FROM audit_records WHERE namespace = 'ns-002')")
+    code, out, _ = cli("audit", "check", "--db", db, "--from-file", str(dumps))
+    assert code == 1
+    assert "job 'job-a': status 'ACTIVE' != 'CANCELLED'" in out
+    assert "(ns-002): 1 records have no row" in out
+    # bad input: a directory without dumps, a file that is not a dump, one namespace twice
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = cli("audit", "check", "--db", db, "--from-file", str(empty))
+    assert code == 2 and "no dump (*.avro) in" in err
+    code, _, err = cli("audit", "check", "--db", db, "--from-file", "/proc/version")
+    assert code == 1 and "not a jobreg dump" in err and "Traceback" not in err
+    code, _, err = cli("audit", "check", "--db", db, "--from-file", str(dumps / "ns-000.avro"),
+                       "--from-file", str(dumps / "ns-000.avro"))
+    assert code == 2 and "several dumps of namespace(s) ns-000" in err
+
+
 def test_writes_are_refused_by_the_database(audited) -> None:
     _, db = audited
     for sql in ("DELETE FROM audit_records", "DROP TABLE audit_jobs",

@@ -103,8 +103,13 @@ def test_terms_timeline_explain(incident) -> None:
     assert {"offset", "outcome", "timestamp", "key", "event_type", "event_id", "job_id",
             "epoch", "writer", "reason", "detail", "expected_epoch", "actual_epoch", "leader",
             "time", "accepted"} == set(first)
+    # The reason given to cancel() is in the timeline (issue 15 item 7), as the detail of
+    # the accepted record that decided it.
+    cancel = next(r for r in doc["records"] if r["event_type"] == "JobCancelled")
+    assert (cancel["outcome"], cancel["detail"]) == ("ACCEPTED", "reason: user cancel")
     code, out, _ = cli(incident, "timeline", "job-a")
     assert code == 0 and "stale_epoch" in out and "JobCancelled" in out
+    assert "reason: user cancel" in out
 
     doc = as_json(incident, "explain", "job-a")
     assert doc["job"]["status"] == "CANCELLED"

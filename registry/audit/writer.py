@@ -25,7 +25,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, Engine, Table, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -43,7 +43,8 @@ from .models import (
 )
 from .projection import AuditProjection, BatchRows
 
-__all__ = ["FAULT_KILL_ENV", "AuditWriter", "Pipeline", "check", "follow_plain", "run_plain"]
+__all__ = ["FAULT_KILL_ENV", "AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
+           "run_plain"]
 
 FAULT_KILL_ENV = "JOBREG_FAULT_KILL_AFTER_ROWS"
 """Fault injection for crash tests: when set to N, the process kills itself (SIGKILL) as soon as
@@ -355,8 +356,79 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
     fold's jobs and terms (a job's ``graph_uri`` and ``held_checkpoints`` only where the
     row has them: rows written before migration 0004 may not).
     """
-    from ..forensics import BrokerSource, Forensics, Scan
+    from ..forensics import BrokerSource
     from ..keys import partition_for
+
+    def scopes(namespaces: list[str], done: dict[int, int], stored: dict[int, set[int]]
+               ) -> Iterable[_Scope]:
+        partitions = topic_partitions(bootstrap, topic, timeout)
+        for ns in sorted(namespaces):
+            partition = partition_for(ns, partitions)
+            yield _Scope(ns, partition, BrokerSource(bootstrap, topic, partition, timeout))
+        for partition in sorted(set(done) | set(stored)):
+            upto = done.get(partition, 0)
+            offsets: set[int] = set()
+            if upto > 0:
+                reader = LogReader(bootstrap, topic, partition)
+                try:
+                    for batch in reader.read_to_end(timeout, until=upto - 1):
+                        offsets.update(x.offset for x in batch if x.offset < upto)
+                finally:
+                    reader.close()
+            yield _Scope(None, partition, None, offsets)
+
+    return _check(url, topic, stream, scopes)
+
+
+def check_dumps(url: str, dumps: Sequence[Any], *, topic: str | None = None,
+                stream: str = "audit") -> tuple[list[str], list[str]]:
+    """:func:`check` against dumps (:class:`~registry.forensics.DumpSource`) instead of a
+    broker: the namespace of each dump is checked as :func:`check` checks it, its rows
+    against the dump's records. Returns the differences and the namespaces that have
+    rows but no dump (not checked). ``topic``: the topic whose rows are compared when a
+    dump does not name its own."""
+    topics = {d.topic or topic for d in dumps}
+    if len(topics) != 1 or None in topics:
+        raise AuditError("the dumps must all come from one topic (they name "
+                         f"{sorted(str(t) for t in topics)}); pass --topic for dumps "
+                         "that name none")
+    (dump_topic,) = topics
+    unchecked: list[str] = []
+
+    def scopes(namespaces: list[str], done: dict[int, int], stored: dict[int, set[int]]
+               ) -> Iterable[_Scope]:
+        by_ns = {d.namespace: d for d in dumps}
+        unchecked.extend(sorted(set(namespaces) - set(by_ns)))
+        for ns, dump in sorted(by_ns.items()):
+            partitions = {r.partition for batch in dump.batches() for r in batch}
+            if len(partitions) > 1:
+                raise AuditError(f"{dump.path}: records of several partitions "
+                                 f"{sorted(partitions)}: not a dump of one namespace")
+            if not partitions:
+                continue  # an empty dump: nothing to check (nor rows to expect)
+            (partition,) = partitions
+            upto = done.get(partition, 0)
+            offsets = {r.offset for batch in dump.batches() for r in batch if r.offset < upto}
+            yield _Scope(ns, partition, dump, offsets)
+
+    return _check(url, str(dump_topic), stream, scopes), unchecked
+
+
+class _Scope(NamedTuple):
+    """One unit :func:`_check` compares: a namespace folded from ``source`` (``namespace``
+    and ``source`` set), and/or a partition's record rows against ``offsets`` (every row of
+    the partition when ``namespace`` is ``None``, else the namespace's and the blameless)."""
+
+    namespace: str | None
+    partition: int
+    source: Any
+    offsets: set[int] | None = None
+
+
+def _check(url: str, topic: str, stream: str,
+           scopes: Callable[[list[str], dict[int, int], dict[int, set[int]]],
+                            Iterable[_Scope]]) -> list[str]:
+    from ..forensics import Forensics, Scan
 
     writer = AuditWriter(url, topic, stream=stream)
     diffs: list[str] = []
@@ -375,42 +447,40 @@ def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
                 .distinct())]
         if dup:
             diffs.append(f"{dup} record rows are duplicates")
-        partitions = topic_partitions(bootstrap, topic, timeout)
         folded = []
         waiting: dict[int, set[int]] = {}  # records of calls not decided at the progress
-        for ns in sorted(namespaces):
-            partition = partition_for(ns, partitions)
-            upto = done.get(partition, 0)
-            f = Forensics(BrokerSource(bootstrap, topic, partition, timeout), ns)
-            final: dict[int, Any] = {}
-            terms: dict[int, Any] = {}
-            image = f.replay(until_offset=upto - 1,
-                             on_decision=lambda d, final=final: final.__setitem__(d.offset, d),
-                             on_term=lambda t, terms=terms: terms.__setitem__(t.epoch, t))
-            decisions = [d for _, d in sorted(final.items())
-                         if d.outcome not in (Outcome.SKIPPED, Outcome.PENDING)]
-            waiting.setdefault(partition, set()).update(
-                r.offset for records in image.calls.values() for r in records)
-            folded.append((ns, partition, Scan(image, decisions,
-                                               [terms[e] for e in sorted(terms)])))
-        for partition in sorted(set(done) | set(stored)):
-            upto = done.get(partition, 0)
-            log_offsets: set[int] = set()
-            if upto > 0:
-                reader = LogReader(bootstrap, topic, partition)
-                try:
-                    for batch in reader.read_to_end(timeout, until=upto - 1):
-                        log_offsets.update(x.offset for x in batch if x.offset < upto)
-                finally:
-                    reader.close()
-            log_offsets -= waiting.get(partition, set())
-            have = stored.get(partition, set())
+        for scope in scopes(namespaces, done, stored):
+            ns, partition, upto = scope.namespace, scope.partition, done.get(scope.partition, 0)
+            if ns is not None and scope.source is not None:
+                final: dict[int, Any] = {}
+                terms: dict[int, Any] = {}
+                image = Forensics(scope.source, ns).replay(
+                    until_offset=upto - 1,
+                    on_decision=lambda d, final=final: final.__setitem__(d.offset, d),
+                    on_term=lambda t, terms=terms: terms.__setitem__(t.epoch, t))
+                decisions = [d for _, d in sorted(final.items())
+                             if d.outcome not in (Outcome.SKIPPED, Outcome.PENDING)]
+                waiting.setdefault(partition, set()).update(
+                    r.offset for records in image.calls.values() for r in records)
+                folded.append((ns, partition, Scan(image, decisions,
+                                                   [terms[e] for e in sorted(terms)])))
+            if scope.offsets is None:
+                continue
+            if ns is None:
+                have = stored.get(partition, set())
+            else:
+                with writer._conn() as conn:
+                    have = {o for (o,) in conn.execute(select(r.c.offset).where(
+                        r.c.topic == topic, r.c.partition == partition,
+                        (r.c.namespace == ns) | r.c.namespace.is_(None)))}
+            log_offsets = scope.offsets - waiting.get(partition, set())
             missing, extra = sorted(log_offsets - have), sorted(have - log_offsets)
+            where = f"partition {partition}" + (f" ({ns})" if ns else "")
             if missing:
-                diffs.append(f"partition {partition}: {len(missing)} records have no row "
+                diffs.append(f"{where}: {len(missing)} records have no row "
                              f"(first offsets {missing[:5]})")
             if extra:
-                diffs.append(f"partition {partition}: {len(extra)} rows are for no record "
+                diffs.append(f"{where}: {len(extra)} rows are for no record "
                              f"below the progress {upto} (first offsets {extra[:5]})")
         for ns, partition, found in folded:
             diffs.extend(_compare_namespace(engine, topic, ns, partition, found.image,
