@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 
 from registry.audit import VIEWS, AuditError, Base, db
 from registry.audit.db import (
+    READER_ROLE,
     alembic_config,
     current_revision,
     downgrade,
@@ -42,7 +43,7 @@ from registry.errors import RegistryError
 from registry.events import JobStatus
 from registry.image import Outcome
 
-HEAD = "0004"
+HEAD = "0005"
 
 
 # --------------------------------------------------------------------------- fixtures, helpers
@@ -510,8 +511,50 @@ def test_query_errors_are_audit_errors(audit: tuple[str, sa.Engine]) -> None:
 
 def test_the_session_database_fixture(postgres_url: str) -> None:
     assert postgres_url.startswith("postgresql+psycopg://jobreg@127.0.0.1:")
-    assert query(postgres_url, "SELECT current_database(), current_user") == (
-        ["current_database", "current_user"], [("jobreg_audit_test", "jobreg")])
+    assert query(postgres_url, "SELECT current_database(), session_user") == (
+        ["current_database", "session_user"], [("jobreg_audit_test", "jobreg")])
+
+
+def test_postgres_queries_run_as_the_reader_role(pg_db: str) -> None:
+    """Issue 15 item 13: on PostgreSQL read-only holds by privilege, not only by a setting
+    of the transaction: queries run as ``jobreg_audit_reader``; a login role in it cannot
+    write even in a read-write transaction of its own; a database not migrated to 0005
+    (the role exists, it has no grants there) is still queried, read-only."""
+    import psycopg
+
+    migrate(pg_db)
+    engine = engine_for(pg_db)
+    try:
+        insert(engine, AuditRecord, normal_history())
+        # what query() switches to, and what a write then meets
+        assert query(pg_db, "SELECT current_user")[1] == [(READER_ROLE,)]
+        with pytest.raises(AuditError, match="read-write mode must be set before any query"):
+            query(pg_db, "SELECT set_config('transaction_read_only', 'off', false)")
+        # a login role that only reads, with a client that is not jobreg's
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP ROLE IF EXISTS alice")
+            conn.exec_driver_sql(f"CREATE ROLE alice LOGIN PASSWORD 'pw' IN ROLE {READER_ROLE}")
+        parsed = sa.make_url(pg_db)
+        dsn = (f"host={parsed.host} port={parsed.port} dbname={parsed.database} "
+               "user=alice password=pw")
+        with psycopg.connect(dsn) as conn:
+            conn.execute("BEGIN READ WRITE")
+            assert conn.execute("SELECT count(*) FROM leadership_terms").fetchone() is not None
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute("DELETE FROM audit_records")
+        alice = parsed.set(username="alice", password="pw")
+        assert query(alice, "SELECT count(*) FROM audit_records")[1] == [(len(normal_history()),)]
+        with pytest.raises(AuditError, match="refused the write"):
+            query(alice, "DELETE FROM audit_records")
+        # back at 0004: the role has no grants here; queries run as the user, read-only
+        downgrade(pg_db, "0004")
+        assert query(pg_db, "SELECT current_user")[1] == [("jobreg",)]
+        with pytest.raises(AuditError, match="refused the write"):
+            query(pg_db, "DELETE FROM audit_records")
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP ROLE alice")
+    finally:
+        engine.dispose()
 
 
 # --------------------------------------------------------------------------- unusable databases

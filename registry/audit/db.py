@@ -23,8 +23,12 @@ cannot be reached (PostgreSQL gives up after ``connect_timeout``,
   server accepts exactly one statement per call, so ``...; COMMIT; ...`` cannot
   smuggle a second one in), and the transaction is always rolled back.
 
-A database user with only ``SELECT`` privileges is still the right thing for a
-shared production database; the above protects the operator from mistakes.
+* PostgreSQL, and by privilege: migration 0005 creates the role ``jobreg_audit_reader``
+  (``SELECT`` on the audit tables and views, nothing else), and every query runs as it
+  (``SET LOCAL ROLE``) when the connected user may; so a write is refused by missing
+  privileges even if the transaction were made read-write. For people who only read,
+  a login role in it (``CREATE ROLE alice LOGIN ... IN ROLE jobreg_audit_reader``) makes
+  read-only hold for any client, not only this one.
 
 Migrations live in the package ``registry.migrations`` when installed (the
 repository's top-level ``migrations/`` folder otherwise); Alembic is configured
@@ -59,6 +63,7 @@ __all__ = [
     "MIGRATIONS_PACKAGE",
     "PASSWORD_FILE_ENV",
     "PG_CONNECT_TIMEOUT",
+    "READER_ROLE",
     "AuditError",
     "alembic_config",
     "current_revision",
@@ -82,6 +87,7 @@ MIGRATIONS_PACKAGE = "registry.migrations"
 _APPLICATION_NAME = "jobreg-audit"
 _SQLITE_BUSY_TIMEOUT = 5.0  # seconds to wait for another writer's lock
 _SQLITE_READONLY = 8  # SQLITE_READONLY; extended codes keep it in the low byte
+_PG_INSUFFICIENT_PRIVILEGE = "42501"
 _PG_READ_ONLY_SQL_TRANSACTION = "25006"
 _PASSWORD_IN_URL = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 
@@ -260,7 +266,8 @@ def _is_write_refusal(e: DBAPIError) -> bool:
         code = getattr(orig, "sqlite_errorcode", None)
         # SQLITE_AUTH: the read-only authorizer refused it (ATTACH, query_only = OFF)
         return code is not None and code & 0xFF in (_SQLITE_READONLY, sqlite3.SQLITE_AUTH)
-    return getattr(orig, "sqlstate", None) == _PG_READ_ONLY_SQL_TRANSACTION
+    return getattr(orig, "sqlstate", None) in (_PG_READ_ONLY_SQL_TRANSACTION,
+                                               _PG_INSUFFICIENT_PRIVILEGE)
 
 
 @contextmanager
@@ -371,6 +378,24 @@ def current_revision(url: str | URL) -> str | None:
 # --------------------------------------------------------------------------- queries
 
 
+READER_ROLE = "jobreg_audit_reader"
+"""The PostgreSQL role with SELECT on the audit tables and views and nothing else
+(migration 0005); :func:`query` runs as it whenever the connected user may."""
+
+
+def _as_reader(conn: Connection) -> None:
+    """``SET LOCAL ROLE`` :data:`READER_ROLE` when the connected user is a member (a
+    superuser is a member of every role) and the role may read this database's audit
+    tables (a database not migrated to 0005, on a cluster where another one created the
+    role, has no grants for it)."""
+    may = conn.execute(text(
+        "SELECT coalesce(has_table_privilege(r.oid, to_regclass('audit_records'), 'SELECT'),"
+        " false) FROM pg_roles r WHERE r.rolname = :role"
+        " AND pg_has_role(current_user, r.oid, 'MEMBER')"), {"role": READER_ROLE}).scalar()
+    if may:
+        conn.exec_driver_sql(f"SET LOCAL ROLE {READER_ROLE}")
+
+
 def query(
     url: str | URL,
     sql: str,
@@ -391,6 +416,8 @@ def query(
     try:
         with _connected(engine) as conn:
             try:
+                if engine.dialect.name == "postgresql":
+                    _as_reader(conn)
                 result = conn.execute(text(sql), params or {})
                 if not result.returns_rows:
                     return [], []
