@@ -47,7 +47,9 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{ROLE}') THEN
         BEGIN
             CREATE ROLE {ROLE} NOLOGIN;
-        EXCEPTION WHEN insufficient_privilege THEN
+        EXCEPTION WHEN duplicate_object THEN
+            NULL;  -- another database's migration created it just now
+        WHEN insufficient_privilege THEN
             RAISE NOTICE 'jobreg: no right to create role {ROLE}; audit queries rely on '
                          'read-only transactions alone';
             RETURN;
