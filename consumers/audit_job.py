@@ -48,6 +48,9 @@ class AuditRun:
     caught_up: int
     seconds: float
     source: str
+    startup: float = 0.0
+    """Seconds of :attr:`seconds` before the stream read anything: the JVM and the Spark
+    session (unless one was passed in), the catch-up fold and starting the query."""
 
 
 def _records(df: Any) -> list[LogRecord]:
@@ -118,6 +121,7 @@ def run_audit(url: str, bootstrap: str, topic: str, *,
         sink = sink.trigger(availableNow=True) if mode == "once" else \
             sink.trigger(processingTime=interval)
         query = sink.queryName(f"jobreg_audit_{stream}").start()
+        startup = time.monotonic() - started
         failure: BaseException | None = None
         try:
             if mode == "once":
@@ -143,7 +147,7 @@ def run_audit(url: str, bootstrap: str, topic: str, *,
         if failure is not None:
             raise AuditError(f"the audit stream failed: {_first_lines(failure)}") from None
         return AuditRun(writer.batches, writer.rows, caught_up, time.monotonic() - started,
-                        used)
+                        used, startup)
     finally:
         if query is not None and query.isActive:
             query.stop()

@@ -883,14 +883,17 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
                                 timeout=settings.timeout)
                 result = {"batches": run.batches, "records": run.records,
                           "caught_up": run.caught_up, "seconds": round(run.seconds, 3),
-                          "source": run.source}
+                          "source": run.source, "startup_seconds": round(run.startup, 3)}
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     settings.emit("audit-run", {"db": shown_db, **result},
                   lambda: f"wrote {result['records']:,} records in {result['batches']} "
                           f"batches to {shown_db} ({result['source']}, "
-                          f"{result['seconds']:.1f} s)")
+                          f"{result['seconds']:.1f} s"
+                          + (f", of which {result['startup_seconds']:.1f} s starting Spark "
+                             "before the first record: --plain skips it"
+                             if "startup_seconds" in result else "") + ")")
 
 
 @audit.command("query")

@@ -123,6 +123,9 @@ def test_a_driver_killed_mid_batch_restarts_with_every_row_exactly_once(connect,
     assert 0 < kept < 3000  # whole batches only: the one being written died uncommitted
     finished = subprocess.run(jobreg, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
+    # it says where it wrote, and what Spark's start-up cost of the whole (issue 15 item 15)
+    assert "batches to " in finished.stdout and "s starting Spark before the first record" \
+        in finished.stdout, finished.stdout
     assert check(db_url, reg.bootstrap, reg.topic) == []
     _, [(rows, distinct)] = query(db_url, 'SELECT count(*), count(DISTINCT "offset") '
                                           "FROM audit_records")
