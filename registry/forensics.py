@@ -496,6 +496,7 @@ def _story(view: JobView, accepted: list[Decision]) -> list[str]:
     elif deciding and deciding[-1] is not (submits[0] if submits else None):
         last = deciding[-1]
         lines.append(f"Its state was last set {_by(last)}: {last.event_type}.")
+    lines += _checkpoint_story(view, accepted)
     restated = [d for d in accepted if d.event_type == "JobReasserted"]
     if restated:
         lines.append(f"The leader restated its state {len(restated)} time(s) (JobReasserted "
@@ -503,6 +504,33 @@ def _story(view: JobView, accepted: list[Decision]) -> list[str]:
                      "records it did not accept landed on its keys.")
     if not view.live:
         lines.append(_result(view, [d for d in accepted if d.event_type == "JobCleanedUp"]))
+    return lines
+
+
+def _checkpoint_story(view: JobView, accepted: list[Decision]) -> list[str]:
+    """Restarts, and a checkpoint failure budget that is exhausted: which failures count."""
+    lines: list[str] = []
+    restarts = [d for d in accepted if d.event_type == "JobRestarted"]
+    if restarts:
+        last = restarts[-1]
+        lines.append(f"It was restarted {len(restarts)} time(s), the last {_by(last)}"
+                     + (f" ({last.detail})" if last.detail else "")
+                     + "; a restart starts its count of checkpoint failures afresh.")
+    if view.over_budget:
+        resets = ("CheckpointCompleted", "JobRestarted")
+        since = max((i for i, d in enumerate(accepted) if d.event_type in resets), default=-1)
+        counted = [d for d in accepted[since + 1:] if d.event_type == "CheckpointFailed"
+                   and d.outcome == Outcome.ACCEPTED]
+        fail = view.checkpoints.consecutive_failures
+        lines.append(f"Its checkpoint failures are over budget: {fail} counted since the last "
+                     f"completed checkpoint or restart, {view.max_checkpoint_failures} "
+                     "tolerated (Flink's tolerable-failed-checkpoints). Flink would fail over "
+                     "the job here: its leader should restart it (JobRestarted) or end it."
+                     + (" The counted failures: " + "; ".join(
+                         f"offset {d.offset}" + (f" ({d.detail})" if d.detail else "")
+                         for d in counted[-5:]) + ("" if len(counted) <= 5 else
+                                                   f" (the last 5 of {len(counted)})") + "."
+                        if counted else ""))
     return lines
 
 

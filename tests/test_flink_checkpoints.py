@@ -53,6 +53,8 @@ def _env() -> dict:
 class Coordinator:
     """One job under a leader, written to as a Term writes; restarts it when over budget."""
 
+    restart_over_budget = True
+
     def __init__(self, tolerable: int) -> None:
         self.records: list[LogRecord] = []
         self.image = Image.empty(NS)
@@ -81,7 +83,7 @@ class Coordinator:
                                    failure_reason=extra.get("failure_reason", "UNSPECIFIED"))
         d = self._append(kind(job_id="job", checkpoint_id=cp, state=state, **extra, **_env()))
         assert d.outcome in (Outcome.ACCEPTED, Outcome.IGNORED), d
-        if self.job.over_budget:  # Flink's FailJobCallback: fail the job over
+        if self.job.over_budget and self.restart_over_budget:  # Flink's FailJobCallback
             self.restarts += 1
             self._append_restart()
         return d
@@ -234,3 +236,44 @@ def test_a_log_written_with_the_schemas_before_failure_reasons_folds_to_the_same
         assert d.outcome == Outcome.ACCEPTED, d
     assert c.job.checkpoints.counted == (4, 6)
     assert fold(c.records, NS).answer() == c.image.answer()
+
+
+class _Records:
+    """A LogSource over records in memory."""
+
+    def __init__(self, records: list[LogRecord]) -> None:
+        self.records = records
+
+    def batches(self):
+        yield self.records
+
+    def codec(self):
+        from registry.codec import default_codec
+
+        return default_codec()
+
+    def fraction_read(self) -> None:
+        return None
+
+
+def test_explain_tells_restarts_and_an_exhausted_budget() -> None:
+    """Issue 15 item 11: explain says a job is over its checkpoint failure budget, which
+    failures counted (with Flink's reason), what Flink would do, and that it was restarted."""
+    from registry.forensics import Forensics
+
+    c = Coordinator(1)
+    c.restart_over_budget = False
+    c.fail(1, "CHECKPOINT_DECLINED")
+    c.fail(2, "JOB_FAILOVER_REGION")  # ignored: does not count
+    c.fail(3, "CHECKPOINT_EXPIRED")
+    assert c.job.over_budget
+    text = Forensics(_Records(c.records), NS).explain("job")
+    assert "over budget: 2 counted since the last completed checkpoint or restart, 1 " \
+        "tolerated" in text
+    assert "CHECKPOINT_DECLINED" in text and "CHECKPOINT_EXPIRED" in text
+    assert "JOB_FAILOVER_REGION" not in text.split("The counted failures:")[1].split("\n")[0]
+    assert "restarted" not in text.split("over budget")[0]
+    c._append_restart()
+    text = Forensics(_Records(c.records), NS).explain("job")
+    assert "It was restarted 1 time(s)" in text and "(reason: over budget)" in text
+    assert "over budget:" not in text
