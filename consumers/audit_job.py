@@ -33,7 +33,9 @@ from typing import Any, Literal
 
 from registry.audit.db import AuditError
 from registry.audit.writer import AuditWriter, Pipeline
+from registry.errors import ConfigError
 from registry.image import LogRecord
+from registry.kafka_config import Kafka, java_client_options
 from registry.log import topic_partitions
 
 __all__ = ["AuditRun", "run_audit"]
@@ -74,7 +76,7 @@ def _first_lines(e: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def run_audit(url: str, bootstrap: str, topic: str, *,
+def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
               mode: Literal["once", "follow"] = "once", interval: str = "1 second",
               max_offsets_per_trigger: int | None = 100_000,
               source: Literal["auto", "python", "kafka"] = "auto",
@@ -105,6 +107,11 @@ def run_audit(url: str, bootstrap: str, topic: str, *,
         spark = spark or spark_session()
         used = "kafka" if source == "kafka" or (
             source == "auto" and kafka_format_available(spark)) else "jobreg-kafka"
+        if used == "kafka" and source == "auto":
+            try:  # properties the Java client has no name for: librdkafka reads them
+                java_client_options(Kafka.of(bootstrap).config)
+            except ConfigError:
+                used = "jobreg-kafka"
         # librdkafka's long-poll setting; the Java client names it fetch.max.wait.ms
         wait = {"fetch.wait.max.ms": 10} if used == "jobreg-kafka" else {"fetch.max.wait.ms": 10}
         df = read_stream(spark, bootstrap, topic, source="kafka" if used == "kafka" else "python",

@@ -17,6 +17,9 @@ from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
 
+from registry.errors import ConfigError
+from registry.kafka_config import Kafka, java_client_options
+
 from .kafka_source import SOURCE_NAME, KafkaOptionError, KafkaSource
 
 __all__ = [
@@ -119,7 +122,7 @@ def _kafka_name(key: str) -> str:
     return f"kafka.{key}"
 
 
-def read_stream(spark: SparkSession, bootstrap: str, topic: str, *,
+def read_stream(spark: SparkSession, bootstrap: str | Kafka, topic: str, *,
                 source: Literal["auto", "python", "kafka"] = "auto",
                 starting_offsets: str = "earliest",
                 max_offsets_per_trigger: int | None = None,
@@ -138,6 +141,11 @@ def read_stream(spark: SparkSession, bootstrap: str, topic: str, *,
     underscores for dots (``fetch_wait_max_ms=10``); each becomes the ``kafka.``-prefixed
     option. The client differs by source (librdkafka for ``jobreg-kafka``, the Java client
     for ``kafka``), and so do a few setting names.
+
+    ``bootstrap`` may be a :class:`~registry.kafka_config.Kafka` with the extra client
+    properties of a secured cluster (librdkafka's names): ``jobreg-kafka`` takes them as
+    they are, Spark's built-in source as the Java client spells them
+    (:func:`~registry.kafka_config.java_client_options`); each with the ``kafka.`` prefix.
     """
     if source not in ("auto", "python", "kafka"):
         raise KafkaOptionError(f"source must be 'auto', 'python' or 'kafka', not {source!r}")
@@ -148,8 +156,14 @@ def read_stream(spark: SparkSession, bootstrap: str, topic: str, *,
             "Spark's built-in 'kafka' source is not on the classpath: add the connector "
             f"package {connector_package(spark)} (spark.jars.packages, or its jar and "
             "dependencies in spark.jars), or use source='python' (jobreg-kafka)")
+    kafka = Kafka.of(bootstrap)
+    try:
+        secured = dict(kafka.config) if source == "python" else java_client_options(kafka.config)
+    except ConfigError as e:
+        raise KafkaOptionError(str(e)) from None
     merged: dict[str, Any] = {
-        "kafka.bootstrap.servers": bootstrap,
+        **{f"kafka.{k}": v for k, v in secured.items()},
+        "kafka.bootstrap.servers": kafka.bootstrap,
         "subscribe": topic,
         "startingOffsets": starting_offsets,
         "kafka.isolation.level": "read_committed",

@@ -838,7 +838,8 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
     from registry.audit.db import migrate
     from registry.log import topic_partitions
 
-    bootstrap = _need_bootstrap(settings)
+    _need_bootstrap(settings)
+    bootstrap = settings.kafka  # the address and the --command-config properties
     with registry_errors():  # the broker and the topic first: the database is not touched
         topic_partitions(settings.kafka, settings.topic, settings.timeout)  # until they answer
     try:
@@ -946,8 +947,8 @@ def audit_check(settings: Settings, db_url: str, dumps: tuple[Path, ...]) -> Non
                                "each", EXIT_USAGE)
             diffs, unchecked = check_dumps(db_url, sources, topic=settings.topic)
         else:
-            diffs = check(db_url, _need_bootstrap(settings), settings.topic,
-                          timeout=settings.timeout)
+            _need_bootstrap(settings)
+            diffs = check(db_url, settings.kafka, settings.topic, timeout=settings.timeout)
 
     def human() -> str:
         lines = diffs or ["the audit database agrees with the fold"

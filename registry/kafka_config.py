@@ -30,7 +30,8 @@ from typing import Any
 
 from .errors import ConfigError
 
-__all__ = ["GUARDED", "Kafka", "check_client_config", "load_properties", "redacted"]
+__all__ = ["GUARDED", "Kafka", "check_client_config", "java_client_options", "load_properties",
+           "redacted"]
 
 GUARDED: dict[str, str] = {
     "bootstrap.servers": "give the brokers as the bootstrap address (--bootstrap)",
@@ -147,3 +148,53 @@ class Kafka:
 
     def __repr__(self) -> str:
         return f"Kafka({self.bootstrap!r}, config={redacted(self.config)!r})"
+
+
+_JAAS_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+_SAME_IN_JAVA = {"security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
+                 "client.id", "request.timeout.ms", "reconnect.backoff.ms",
+                 "reconnect.backoff.max.ms", "socket.connection.setup.timeout.ms"}
+
+
+def java_client_options(config: Mapping[str, str]) -> dict[str, str]:
+    """The extra properties (librdkafka's names) as the Java Kafka client spells them, for
+    Spark's built-in ``kafka`` source (each then takes the ``kafka.`` prefix, as Spark's
+    Kafka integration guide documents). TLS with a CA file (``ssl.ca.location`` ->
+    a PEM truststore) and SASL PLAIN/SCRAM with a user name and password (-> the login
+    module's ``sasl.jaas.config``) translate; anything else raises :class:`ConfigError`
+    naming the property: give the Java names through the source's own options, or read
+    with jobreg's Python source, which takes librdkafka's names as they are."""
+    out: dict[str, str] = {}
+    config = dict(config)
+    mechanism = config.pop("sasl.mechanism", None) or config.pop("sasl.mechanisms", None)
+    if mechanism is not None:
+        out["sasl.mechanism"] = mechanism
+    user, password = config.pop("sasl.username", None), config.pop("sasl.password", None)
+    if user is not None or password is not None:
+        module = _JAAS_MODULES.get((mechanism or "GSSAPI").upper())
+        if module is None or user is None or password is None:
+            raise ConfigError("sasl.username/sasl.password translate to the Java client only "
+                              "with sasl.mechanism PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, and "
+                              "both given")
+
+        def quoted(v: str) -> str:
+            return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+        out["sasl.jaas.config"] = (f"{module} required username={quoted(user)} "
+                                   f"password={quoted(password)};")
+    ca = config.pop("ssl.ca.location", None)
+    if ca is not None:
+        out["ssl.truststore.type"] = "PEM"
+        out["ssl.truststore.location"] = ca
+    for key, value in config.items():
+        if key not in _SAME_IN_JAVA:
+            raise ConfigError(f"{key} has no Java Kafka client equivalent jobreg knows: for "
+                              "Spark's built-in kafka source give the Java property as a "
+                              "'kafka.'-prefixed source option, or use jobreg's Python source "
+                              "(--source python)")
+        out[key] = value
+    return out

@@ -175,3 +175,54 @@ def test_the_readmes_tls_properties_work_against_a_tls_listener(tls_broker, tmp_
         props.write_text(text.replace("/run/secrets/jobreg_oidc_secret", str(secret)))
         assert load_properties(props, environ={"JOBREG_KAFKA_PASSWORD": "pw"})[
             "security.protocol"] == "SASL_SSL"
+
+
+@pytest.mark.spark
+def test_the_audit_job_runs_and_checks_over_tls(tls_broker, tmp_path) -> None:
+    """The audit job (plain, and Spark's run with jobreg's Python source) and `audit check`
+    take the same properties file, and work over TLS."""
+    bootstrap, ca = tls_broker
+    reg = Registry.connect(bootstrap, "tls-audit", topic="tls-audit", client_config=_tls(ca))
+    term = reg.claim_leadership("jm-1")
+    term.submit_many([(f"job-{i}", b"g") for i in range(20)])
+    term.cancel("job-3", "over TLS")
+    reg.close()
+    props = tmp_path / "client.properties"
+    props.write_text(f"security.protocol=SSL\nssl.ca.location={ca}\n")
+    base = [*JOBREG, "--bootstrap", bootstrap, "--topic", "tls-audit", "-F", str(props)]
+    for how in (["--plain"], ["--source", "python"]):
+        db = f"sqlite:///{tmp_path / ('audit-' + how[-1].strip('-') + '.db')}"
+        run = subprocess.run([*base, "audit", "run", "--once", *how, "--db", db],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "wrote 23 records" in run.stdout, run.stdout  # grant, 20 submits, cancel, commit
+        check = subprocess.run([*base, "audit", "check", "--db", db], capture_output=True,
+                               text=True, timeout=120)
+        assert check.returncode == 0 and "agrees with the fold" in check.stdout, check.stderr
+    # without the properties the broker is not reached: one line, nothing written
+    db = tmp_path / "never.db"
+    plain = subprocess.run([*JOBREG, "--bootstrap", bootstrap, "--topic", "tls-audit",
+                            "--timeout", "3", "audit", "run", "--once", "--plain", "--db",
+                            f"sqlite:///{db}"], capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 1 and len(plain.stderr.strip().splitlines()) == 1, plain.stderr
+    assert not db.exists()
+
+
+def test_properties_translate_to_the_java_client_for_sparks_kafka_source() -> None:
+    from registry.kafka_config import java_client_options
+
+    assert java_client_options({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "jobreg", "sasl.password": 'p"w', "ssl.ca.location": "/ca.pem"}) == {
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule required '
+                            'username="jobreg" password="p\\"w";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem"}
+    assert java_client_options({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                "sasl.username": "u", "sasl.password": "p"})[
+        "sasl.jaas.config"].startswith("org.apache.kafka.common.security.plain.PlainLoginModule")
+    with pytest.raises(ConfigError, match="ssl.key.location has no Java Kafka client equivalent"):
+        java_client_options({"ssl.key.location": "/k.pem"})
+    with pytest.raises(ConfigError, match="only with sasl.mechanism PLAIN, SCRAM"):
+        java_client_options({"sasl.mechanism": "OAUTHBEARER", "sasl.username": "u",
+                             "sasl.password": "p"})

@@ -31,6 +31,7 @@ from sqlalchemy import Connection, Engine, Table, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..image import LogRecord, Outcome
+from ..kafka_config import Kafka
 from ..log import LogReader, topic_partitions
 from .db import AuditError, current_revision, engine_for
 from .models import (
@@ -94,7 +95,7 @@ class AuditWriter:
                 t.c.stream == self.stream, t.c.topic == self.topic)).all()
         return {p: n for p, n in rows}
 
-    def catch_up(self, bootstrap: str, *, timeout: float = 30.0,
+    def catch_up(self, bootstrap: str | Kafka, *, timeout: float = 30.0,
                  on_progress: Callable[[int], None] | None = None) -> int:
         """Fold the log up to the database's progress without writing; return the records
         folded. Call once, before the first :meth:`write`."""
@@ -344,7 +345,7 @@ class Pipeline:
 # -- check -------------------------------------------------------------------------------
 
 
-def check(url: str, bootstrap: str, topic: str, *, stream: str = "audit",
+def check(url: str, bootstrap: str | Kafka, topic: str, *, stream: str = "audit",
           timeout: float = 30.0) -> list[str]:
     """Compare the audit database with the library's fold of the same log up to the same
     offsets; return the differences (empty: the database is right).
@@ -552,7 +553,7 @@ def _compare_namespace(engine: Engine, topic: str, ns: str, partition: int, imag
     return diffs
 
 
-def run_plain(writer: AuditWriter, bootstrap: str, *, timeout: float = 30.0,
+def run_plain(writer: AuditWriter, bootstrap: str | Kafka, *, timeout: float = 30.0,
               on_batch: Callable[[int, int], None] | None = None) -> int:
     """The same work without Spark: read every partition from the database's progress to
     its end with confluent-kafka and write each batch; return the records written. The
@@ -576,7 +577,7 @@ def run_plain(writer: AuditWriter, bootstrap: str, *, timeout: float = 30.0,
     return written
 
 
-def follow_plain(writer: AuditWriter, bootstrap: str, stop: Any, *, poll: float = 0.05,
+def follow_plain(writer: AuditWriter, bootstrap: str | Kafka, stop: Any, *, poll: float = 0.05,
                  timeout: float = 30.0) -> int:
     """:func:`run_plain`, but following the log until ``stop`` (a ``threading.Event``) is set:
     each partition's new records are written as they arrive. Returns the records written."""
