@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from registry.log import DEFAULT_TOPIC, TopicConfig
@@ -97,3 +98,132 @@ def test_the_image_installs_the_package_and_bakes_in_the_connector() -> None:
         assert f"COPY {folder} ./{folder}" in docker
     assert SERVICES["audit"]["environment"]["JOBREG_SPARK_PACKAGES"] in docker
     assert 'ENTRYPOINT ["jobreg"]' in docker
+
+
+# -- docker-compose.secure.yml: TLS + SASL/SCRAM (issue 13) ------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+SECURE = yaml.safe_load((ROOT / "docker-compose.secure.yml").read_text())
+
+
+def _secure_service(name: str) -> dict:
+    """The service as compose merges the override into the base: mappings merged key by key,
+    ``command``/``entrypoint``/``healthcheck.test`` replaced, ``secrets``/``volumes`` joined."""
+    base, over = SERVICES[name], SECURE["services"].get(name, {})
+    merged = {**base, **over}
+    for key in ("environment", "healthcheck"):
+        if key in base or key in over:
+            merged[key] = {**base.get(key, {}), **over.get(key, {})}
+    for key in ("secrets", "volumes"):
+        merged[key] = [*base.get(key, []), *[v for v in over.get(key, [])
+                                             if v not in base.get(key, [])]]
+    return merged
+
+
+def _secrets_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("secure_secrets",
+                                                  ROOT / "deploy" / "secure_secrets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_secure_variant_clients_reach_kafka_only_over_sasl_ssl() -> None:
+    env = _secure_service("kafka")["environment"]
+    protocols = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    advertised = {a.split("://")[0]: a.split("://")[1]
+                  for a in env["KAFKA_ADVERTISED_LISTENERS"].split(",")}
+    listening = {a.split("://")[0]: a.split(":")[-1] for a in env["KAFKA_LISTENERS"].split(",")}
+    assert set(listening) == set(protocols)
+    plaintext = {name for name, p in protocols.items() if p == "PLAINTEXT"}
+    assert plaintext == {"BROKER", "CONTROLLER"}
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "BROKER"
+    assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] == "CONTROLLER"
+    # what is published to the host is a SASL_SSL listener, nothing plaintext
+    published = {p.split(":")[-1] for p in _secure_service("kafka")["ports"]}
+    assert published == {listening["EXTERNAL"]} and advertised["EXTERNAL"].startswith("localhost")
+    assert protocols["INTERNAL"] == protocols["EXTERNAL"] == "SASL_SSL"
+    # the services use the internal SASL_SSL listener, with the properties file
+    audit = _secure_service("audit")["environment"]
+    assert audit["JOBREG_BOOTSTRAP"] == advertised["INTERNAL"]
+    assert audit["JOBREG_KAFKA_CONFIG"].startswith("/run/secrets/")
+    assert "JOBREG_KAFKA_CONFIG" in _code_text()
+
+
+def test_secure_variant_secrets_fit_the_images_and_the_properties(tmp_path) -> None:
+    from registry.kafka_config import java_client_options, load_properties
+
+    wrote = _secrets_module().make(tmp_path)
+    kafka = _secure_service("kafka")
+    env = kafka["environment"]
+    # the apache/kafka image reads these names from /etc/kafka/secrets (its configure script)
+    assert "./secrets/kafka:/etc/kafka/secrets:ro" in kafka["volumes"]
+    for key in ("KAFKA_SSL_KEYSTORE_FILENAME", "KAFKA_SSL_KEYSTORE_CREDENTIALS",
+                "KAFKA_SSL_KEY_CREDENTIALS"):
+        assert (tmp_path / "kafka" / env[key]).is_file(), key
+    assert f"/etc/kafka/secrets/{wrote['jaas'].name}" in env["KAFKA_OPTS"]
+    assert "ScramLoginModule" in wrote["jaas"].read_text()
+    # every file the properties name is a secret the audit service mounts, from secrets/
+    declared = {name: Path(spec["file"]).name for name, spec in SECURE["secrets"].items()}
+    mounted = set(_secure_service("audit")["secrets"])
+    client = wrote["client"].read_text()
+    config_secret = Path(_secure_service("audit")["environment"]["JOBREG_KAFKA_CONFIG"]).name
+    assert declared[config_secret] == wrote["client"].name and config_secret in mounted
+    for path in {"/run/secrets/jobreg_kafka_password", "/run/secrets/kafka_ca.pem"}:
+        name = Path(path).name
+        assert path in client and name in mounted and (tmp_path / declared[name]).is_file()
+    local = client.replace("/run/secrets/", f"{tmp_path}/")
+    (tmp_path / "local.properties").write_text(local)
+    props = load_properties(tmp_path / "local.properties")
+    assert props["sasl.password"] == wrote["password"].read_text()
+    # the SCRAM user kafka-init creates is the one the properties log in as, by a mechanism
+    # the broker enables; and the audit job's built-in Kafka source can take them
+    init = " ".join(_secure_service("kafka-init")["command"])
+    assert f"--entity-name={props['sasl.username']}" in init
+    assert f"{props['sasl.mechanism']}=[password=$$(cat /run/secrets/jobreg_kafka_password)]" \
+        in init and "jobreg_kafka_password" in _secure_service("kafka-init")["secrets"]
+    assert env["KAFKA_SASL_ENABLED_MECHANISMS"] == props["sasl.mechanism"]
+    assert "--source" in SERVICES["audit"]["command"]
+    assert java_client_options(props)["ssl.truststore.location"] == str(wrote["ca"])
+    # the topic is still created with exactly our settings
+    config = TopicConfig()
+    for flag, value in config.kafka_config().items():
+        assert f"--config={flag}={value}" in init
+    assert f"--partitions={config.partitions}" in init and "--if-not-exists" in init
+
+
+@pytest.mark.integration
+@pytest.mark.embedded_only
+def test_secure_variant_certificate_serves_tls_to_jobreg(tmp_path) -> None:
+    """The broker certificate secure_secrets.py makes, served in front of the embedded broker,
+    is trusted through the CA it makes, by name and by address (librdkafka checks both)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    from tls import Certs, TlsProxy
+
+    from registry import EmbeddedBroker, Registry
+
+    wrote = _secrets_module().make(tmp_path)
+    key, cert, chain = pkcs12.load_key_and_certificates(
+        wrote["keystore"].read_bytes(), wrote["keystore_creds"].read_bytes())
+    (tmp_path / "server.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "server-key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    proxy = TlsProxy(Certs(wrote["ca"], tmp_path / "server.pem", tmp_path / "server-key.pem"))
+    try:
+        # bootstrap by name (the DNS SAN localhost), then the advertised 127.0.0.1 (the IP SAN)
+        with EmbeddedBroker(advertised_port=proxy.port) as broker:
+            proxy.target = broker.listen_port
+            reg = Registry.connect(f"localhost:{proxy.port}", "secure", topic="secure",
+                                   client_config={"security.protocol": "SSL",
+                                                  "ssl.ca.location": str(wrote["ca"])})
+            try:
+                reg.claim_leadership("jm-1").submit("job", b"g")
+                assert reg.job("job").status == "ACTIVE"
+            finally:
+                reg.close()
+    finally:
+        proxy.stop()
