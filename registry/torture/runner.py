@@ -171,6 +171,10 @@ class _Workers:
                 p.wait(max(0.1, deadline - time.monotonic()))
                 how = "stopped"
             except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):  # its threads' stacks first
+                    os.kill(p.pid, signal.SIGUSR1)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(1.0)
                 p.kill()
                 how = "end_kill"
             # SIGTERM before the worker's handler is in (a fresh restart) ends it by signal.

@@ -30,6 +30,7 @@ that is already over (``stale``: they must fail).
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import os
 import random
@@ -466,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     worker = Worker(Path(run_dir), process, int(incarnation))
     signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    # A worker that does not stop when told is sent SIGUSR1 before SIGKILL: every thread's
+    # stack goes to its .err file, so a hung call can be explained afterwards.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         worker.start()
         worker.run()
