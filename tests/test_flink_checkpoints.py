@@ -238,27 +238,12 @@ def test_a_log_written_with_the_schemas_before_failure_reasons_folds_to_the_same
     assert fold(c.records, NS).answer() == c.image.answer()
 
 
-class _Records:
-    """A LogSource over records in memory."""
-
-    def __init__(self, records: list[LogRecord]) -> None:
-        self.records = records
-
-    def batches(self):
-        yield self.records
-
-    def codec(self):
-        from registry.codec import default_codec
-
-        return default_codec()
-
-    def fraction_read(self) -> None:
-        return None
-
 
 def test_explain_tells_restarts_and_an_exhausted_budget() -> None:
     """Issue 15 item 11: explain says a job is over its checkpoint failure budget, which
     failures counted (with Flink's reason), what Flink would do, and that it was restarted."""
+    from test_forensics import _Records
+
     from registry.forensics import Forensics
 
     c = Coordinator(1)
