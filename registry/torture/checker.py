@@ -707,7 +707,19 @@ def _loss(run: _Run, out: list[Violation], notes: list[str]) -> None:
                 f"never learned it in {ran:.1f} s of running time"
             out.append(Violation("loss_not_learned", f"{op.who[0]}.{op.who[1]} led epoch {epoch}"
                                  f" of {ns}; a newer grant landed, and it {how} (bound "
-                                 f"{bound:.1f} s)", ns, [min(g[1] for g in later)], op.lines()))
+                                 f"{bound:.1f} s){_stacks(run, op.who)}", ns,
+                                 [min(g[1] for g in later)], op.lines()))
+
+
+def _stacks(run: _Run, who: tuple[str, int]) -> str:
+    """Where the process's threads' stacks are, if the runner had to kill it and it dumped
+    them first (the runner's SIGUSR1 before SIGKILL)."""
+    err = run.dir / "logs" / f"{who[0]}.{who[1]}.err"
+    try:
+        dumped = "most recent call first" in err.read_text(errors="replace")
+    except OSError:
+        return ""
+    return f" [it would not stop; its threads' stacks at the kill: {err}]" if dumped else ""
 
 
 def _errors(run: _Run, out: list[Violation], notes: list[str]) -> None:
