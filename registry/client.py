@@ -444,6 +444,23 @@ class Registry:
         check_id("contender", contender)
         with self._lock:
             image = self.sync()
+            # Fence the namespace's transactional id before the grant: init_transactions
+            # aborts a transaction a dead leader left open (killed between produce and
+            # commit), which read-committed readers cannot read past; our grant lands
+            # after it, and reading it back would wait out transaction.timeout.ms (60 s)
+            # on Kafka, for ever on the embedded broker. Claims come when the leader is
+            # gone (or told to go): fencing its producer is what a new term does anyway.
+            writer = TransactionalWriter(self.kafka, self.topic, self.namespace,
+                                         self.partition, self.timeout)
+            try:
+                return self._claim(contender, image, lease_ms, writer)
+            except BaseException:
+                writer.close()
+                raise
+
+    def _claim(self, contender: str, image: Image, lease_ms: int | None,
+               writer: TransactionalWriter) -> Term:
+        with self._lock:
             grant = LeadershipGranted(
                 event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
                 writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
@@ -476,6 +493,7 @@ class Registry:
                 error.event_ids = (grant.event_id,)
                 raise error
             term = Term(self, grant.epoch, contender)
+            term._writer = writer
             self._terms.append(term)
             try:
                 term._start()
@@ -878,9 +896,10 @@ class Term:
         # log holds.
         self.registry.sync()
         if self._fenced_by_image() is None:
-            self._writer = TransactionalWriter(self.registry.kafka, self.registry.topic,
-                                               self.namespace, self.registry.partition,
-                                               self.registry.timeout)
+            if self._writer is None:
+                self._writer = TransactionalWriter(self.registry.kafka, self.registry.topic,
+                                                   self.namespace, self.registry.partition,
+                                                   self.registry.timeout)
             self.reassert()
 
     def _fenced_by_image(self) -> Fenced | None:

@@ -451,3 +451,46 @@ def test_a_fenced_producer_closes_without_raising(broker, topic) -> None:
     old.close()  # raised KafkaException(_FENCED) before the fix
     assert new.write([("k", b"v")])
     new.close()
+
+
+_DIES_MID_TRANSACTION = r'''
+import os, signal, sys
+from confluent_kafka import Producer
+from registry import Registry
+from registry.log import transactional_id
+bootstrap, topic, ns = sys.argv[1:4]
+reg = Registry.connect(bootstrap, ns, topic=topic, timeout=1.0)
+term = reg.claim_leadership("jm-dead")
+term.submit("committed", b"g")
+# the leader's own producer, in the middle of its next transaction: one record sent,
+# the transaction never ended (a SIGKILL between produce and commit)
+p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id(topic, ns),
+              "linger.ms": 0})
+p.init_transactions(10)
+p.begin_transaction()
+p.produce(topic, key=f"{ns}/job/in-flight".encode(), value=b"\x00", partition=reg.partition)
+p.flush(10)
+print("open", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+def test_a_leader_killed_mid_transaction_does_not_block_the_next_one(broker, topic) -> None:
+    """A leader SIGKILLed between a transaction's produce and its commit leaves the
+    transaction open. Read-committed readers cannot read past it (the last stable offset)
+    until it is aborted: on Kafka by the next init_transactions of the namespace's
+    transactional id or after transaction.timeout.ms (60 s); on the embedded broker never
+    by itself. The next leader's grant lands after it, so a claim that read its grant back
+    before fencing the id waited out the timeout (for ever on the embedded broker). A claim
+    fences the id first: it takes over at once, and everything committed stays."""
+    reg = connect_fast(broker, topic, "killed")  # the topic exists before the dead leader
+    dead = subprocess.run([sys.executable, "-c", _DIES_MID_TRANSACTION, broker.bootstrap,
+                           topic, "killed"], capture_output=True, text=True, timeout=120)
+    assert dead.returncode == -signal.SIGKILL and "open" in dead.stdout, dead.stderr[-2000:]
+    term = reg.claim_leadership("jm-next")
+    term.submit("after", b"g")
+    fresh = connect_fast(broker, topic, "killed")
+    assert (fresh.leader().epoch, fresh.leader().contender) == (term.epoch, "jm-next")
+    assert fresh.job("committed").status == fresh.job("after").status == "ACTIVE"
+    fresh.close()
+    reg.close()

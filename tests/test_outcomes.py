@@ -181,7 +181,22 @@ def test_a_lost_broker_is_unknown_after_sending_and_not_accepted_before(tmp_path
         reg.close()
 
 
-def test_an_accepted_claim_is_returned_though_its_producer_cannot_start(connect, monkeypatch):
+def test_an_accepted_claim_is_returned_though_its_start_fails(connect, monkeypatch):
+    from registry.client import Term
+
+    reg = connect()
+
+    def cannot_settle(self):
+        raise BrokerError("the broker went away after the grant")
+
+    monkeypatch.setattr(Term, "reassert", cannot_settle)
+    term = reg.claim_leadership("jm-1")  # the grant is accepted: the claim says so
+    assert reg.leader() == (1, "jm-1") and term.epoch == 1
+
+
+def test_a_claim_whose_producer_cannot_start_sends_nothing(connect, monkeypatch):
+    """A claim fences the namespace's transactional id before its grant (so a transaction
+    a dead leader left open cannot hold the grant back): if it cannot, nothing is sent."""
     from registry import log
 
     reg = connect()
@@ -190,8 +205,10 @@ def test_an_accepted_claim_is_returned_though_its_producer_cannot_start(connect,
         raise log.TransactionFailed("init_transactions failed: no coordinator", fatal=True)
 
     monkeypatch.setattr(log.TransactionalWriter, "__init__", no_producer)
-    term = reg.claim_leadership("jm-1")  # the grant is accepted: the claim says so
-    assert reg.leader() == (1, "jm-1") and term.epoch == 1
+    with pytest.raises(BrokerError) as caught:
+        reg.claim_leadership("jm-1")
+    assert not isinstance(caught.value, OutcomeUnknown) and caught.value.event_ids == ()
+    assert reg.leader() is None and reg.epoch() == 0
 
 
 @pytest.mark.embedded_only
