@@ -66,7 +66,15 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .errors import ClaimRejected, ConfigError, Fenced, LeaseExpired, RegistryError
+from .errors import (
+    ClaimRejected,
+    ConfigError,
+    ElectionCancelled,
+    ElectionTimeout,
+    Fenced,
+    LeaseExpired,
+    RegistryError,
+)
 from .events import LeaseRenewed, new_event_id, now_ms
 
 if TYPE_CHECKING:
@@ -118,8 +126,10 @@ class Election:
     def acquire(self, timeout: float | None = None) -> Term:
         """Block until this contender leads; return its :class:`~registry.client.Term`.
 
-        Raises ``TimeoutError`` after ``timeout`` seconds (``None``: wait for ever)
-        and ``RuntimeError`` if :meth:`cancel` was called meanwhile.
+        Raises :class:`~registry.errors.ElectionTimeout` (a ``TimeoutError``) after
+        ``timeout`` seconds (``None``: wait for ever) and
+        :class:`~registry.errors.ElectionCancelled` (a ``RuntimeError``) if :meth:`cancel`
+        was called meanwhile.
         """
         deadline = None if timeout is None else self._clock() + timeout
         seen: tuple[int, int, bool] | None = None
@@ -142,9 +152,10 @@ class Election:
                     if term is not None:
                         return term
             if deadline is not None and self._clock() >= deadline:
-                raise TimeoutError(f"{self.contender!r} did not become leader within {timeout} s")
+                raise ElectionTimeout(f"{self.contender!r} did not become leader within "
+                                      f"{timeout} s")
             self._cancelled.wait(self.lease / 4)
-        raise RuntimeError("the election was cancelled")
+        raise ElectionCancelled("the election was cancelled")
 
     def cancel(self, revoke: bool = False) -> None:
         """Stop contending (or leading). With ``revoke``, a leader gives its term up first."""

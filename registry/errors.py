@@ -56,6 +56,8 @@ __all__ = [
     "ClaimRejected",
     "CodecError",
     "ConfigError",
+    "ElectionCancelled",
+    "ElectionTimeout",
     "Fenced",
     "LeaseExpired",
     "OutcomeUnknown",
@@ -121,6 +123,15 @@ class LeaseExpired(RegistryError):
     """
 
 
+class ElectionTimeout(RegistryError, TimeoutError):
+    """``Election.acquire(timeout)`` did not lead within its timeout (a ``TimeoutError`` too)."""
+
+
+class ElectionCancelled(RegistryError, RuntimeError):
+    """``Election.acquire`` was cancelled (``Election.cancel``) before it led (a
+    ``RuntimeError`` too)."""
+
+
 class UnknownJob(RegistryError, KeyError):
     """A command names a job id that the registry has never seen."""
 
@@ -148,7 +159,7 @@ class OutcomeUnknown(RegistryError):
 class WriteRejected(RegistryError):
     """The fold refused a record this client wrote.
 
-    Attributes mirror the :class:`registry.image.Rejection` the fold recorded:
+    Attributes mirror the :class:`registry.image.Decision` the fold recorded:
     ``reason`` (a stable code), ``detail`` (for people), ``expected_epoch``,
     ``actual_epoch``, ``leader`` and the record's ``offset`` and ``event_id``.
     """

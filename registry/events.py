@@ -113,7 +113,7 @@ class CompletedCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointState:
-    """A job's checkpoint bookkeeping after an event (rule 4 of the fold).
+    """A job's checkpoint bookkeeping after an event (rule 6 of the fold).
 
     ``seq`` counts the checkpoint records the fold accepted for the job;
     ``last_completed`` is the newest completed id (-1: none); ``retained`` the

@@ -899,8 +899,9 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
     One :class:`JobReasserted` per unsettled key of a known job, carrying the
     job's whole accepted state, written on that same key so that it becomes
     the key's newest record again; for the key of a job that does not exist
-    (a refused call submitted it, rule 8) one with status ``ABSENT``. Pure:
-    the client and the model-based tests both call it.
+    (a refused call submitted it, rule 8) one with status ``ABSENT``. What it plans
+    depends on the image alone; each event gets a fresh id and creation stamp (the only
+    things not derived from the image). The client and the model-based tests both call it.
     """
     out: list[tuple[str, JobReasserted]] = []
     ns = image.namespace
