@@ -260,7 +260,7 @@ class _Lane:
     status: str = ""    # the job's status at the end of the log
 
 
-def _e(value: object) -> str:
+def _esc(value: object) -> str:
     """Escape anything for HTML text and attribute values."""
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -276,7 +276,7 @@ def _clip(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: max(1, chars - 1)] + "…"
 
 
-def _f(x: float) -> str:
+def _px(x: float) -> str:
     return f"{x:.1f}"
 
 
@@ -522,15 +522,15 @@ class _Page:
         timeline = self._timeline()  # before the notes: it may add one (thinning)
         body = [self._header(), timeline, self._explain(), self._refused(),
                 self._quarantined(), self._terms_table()]
-        notes = "".join(f"<li>{_e(n)}</li>" for n in self.notes)
+        notes = "".join(f"<li>{_esc(n)}</li>" for n in self.notes)
         notes_html = f'<ul class="notes">{notes}</ul>\n' if notes else ""
         return (
             "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f'<meta http-equiv="Content-Security-Policy" content="{_e(CSP)}">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{_esc(CSP)}">\n'
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             '<meta name="generator" content="jobreg report">\n'
-            f"<title>{_e(self.title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
-            f"<h1>{_e(self.title)}</h1>\n" + summary + notes_html + "".join(body)
+            f"<title>{_esc(self.title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
+            f"<h1>{_esc(self.title)}</h1>\n" + summary + notes_html + "".join(body)
             + "\n</body>\n</html>\n")
 
     def _header(self) -> str:
@@ -559,7 +559,7 @@ class _Page:
             ("window", window), ("offsets", offsets), ("time (UTC)", span),
             ("at the end of the log", now), ("generated", _iso(self.generated_at)),
         ]
-        dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in rows)
+        dl = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
         pills = [("records", len(w), ""), ("accepted", counts[Outcome.ACCEPTED], ""),
                  ("rejected", counts[Outcome.REJECTED], "bad"),
                  ("ignored", counts[Outcome.IGNORED], "warn"),
@@ -578,11 +578,11 @@ class _Page:
         if job is None:
             return "(no job)"
         if job in self.has_explanation:
-            return f'<a href="#job-{_e(job)}">{_e(job)}</a>'
-        return f"<code>{_e(job)}</code>"
+            return f'<a href="#job-{_esc(job)}">{_esc(job)}</a>'
+        return f"<code>{_esc(job)}</code>"
 
     def _by(self, d: Decision) -> str:
-        return f"{_e(d.writer or 'an unknown writer')} (epoch {_e(d.epoch)})"
+        return f"{_esc(d.writer or 'an unknown writer')} (epoch {_esc(d.epoch)})"
 
     @staticmethod
     def _named(items: list[str], total: int | None = None) -> str:
@@ -601,8 +601,8 @@ class _Page:
         if not w:
             lines.append(("", f"No record {where}."))
         else:
-            span = (f" over {_duration(max(stamps) - min(stamps))} ({_e(_iso(min(stamps)))} to "
-                    f"{_e(_iso(max(stamps)))})" if stamps else "")
+            span = (f" over {_duration(max(stamps) - min(stamps))} ({_esc(_iso(min(stamps)))} to "
+                    f"{_esc(_iso(max(stamps)))})" if stamps else "")
             lines.append(("", f"{_n(len(w), 'record')} {where}, offsets {w[0].offset} to "
                               f"{w[-1].offset}{span}."))
         lines.append(self._summary_terms(headline))
@@ -620,7 +620,7 @@ class _Page:
         items = "".join(f'<li class="{cls}">{text}</li>' if cls else f"<li>{text}</li>"
                         for cls, text in lines)
         return (f'<section class="summary" id="summary"><h2>What happened</h2>'
-                f'<p class="headline">{_e(head[0].upper() + head[1:])}</p>'
+                f'<p class="headline">{_esc(head[0].upper() + head[1:])}</p>'
                 f"<ul>{items}</ul></section>\n")
 
     def _summary_terms(self, headline: list[str]) -> tuple[str, str]:
@@ -629,21 +629,21 @@ class _Page:
             return ("warn", "No leadership term was granted "
                     + ("in the window." if self.windowed else "(nobody could write)."))
         failovers = sum(1 for a, b in itertools.pairwise(terms) if a.leader != b.leader)
-        steps = [f"epoch {terms[0].epoch} <b>{_e(terms[0].leader)}</b> from offset "
+        steps = [f"epoch {terms[0].epoch} <b>{_esc(terms[0].leader)}</b> from offset "
                  f"{terms[0].first_offset}"]
         for a, b in itertools.pairwise(terms):
             if a.end == "revoked":
-                how = f"after {_e(a.leader)} revoked epoch {a.epoch} at {a.end_offset}"
+                how = f"after {_esc(a.leader)} revoked epoch {a.epoch} at {a.end_offset}"
             else:
                 how = f"epoch {a.epoch} ended without a revoke"
             moved = "took over" if a.leader != b.leader else "was granted again"
-            steps.append(f"epoch {b.epoch} <b>{_e(b.leader)}</b> {moved} at offset "
+            steps.append(f"epoch {b.epoch} <b>{_esc(b.leader)}</b> {moved} at offset "
                          f"{b.first_offset} ({how})")
         if len(steps) > 2 * MAX_NAMED // 2 + 1:
             half = MAX_NAMED // 2
             steps = steps[:half] + [f"… {len(steps) - 2 * half} more …"] + steps[-half:]
         leader = self.image.active_leader
-        end = (f"{_e(leader.contender)} leads (epoch {leader.epoch}) at the end of the log"
+        end = (f"{_esc(leader.contender)} leads (epoch {leader.epoch}) at the end of the log"
                if leader is not None else
                f"nobody leads at the end of the log (epoch {self.image.epoch} "
                + ("was revoked)" if self.image.revoked else "has no active leader)"))
@@ -663,13 +663,13 @@ class _Page:
         parts = []
         for writer, ds in by_writer.items():
             reasons = Counter(d.reason for d in ds)
-            what = ", ".join(f"{_e(r)} ×{n}" if n > 1 else _e(r) for r, n in reasons.items())
+            what = ", ".join(f"{_esc(r)} ×{n}" if n > 1 else _esc(r) for r, n in reasons.items())
             # the first refusal that is not a resurrection attempt (those have a line below)
             first = next((d for d in ds if d.reason != "terminal_job"), None)
-            parts.append(f"<b>{_e(writer)}</b>: {_n(len(ds), 'write')} ({what})"
+            parts.append(f"<b>{_esc(writer)}</b>: {_n(len(ds), 'write')} ({what})"
                          + ("" if first is None else
-                            f", first {_e(first.event_type)} of {self._job(first.job_id)} at "
-                            f"offset {first.offset}: {_e(_clip(first.detail, 160))}"))
+                            f", first {_esc(first.event_type)} of {self._job(first.job_id)} at "
+                            f"offset {first.offset}: {_esc(_clip(first.detail, 160))}"))
         writers = ", ".join(by_writer)
         headline.append(f"{_n(len(refused), 'write')} refused (by {writers})")
         out = [("bad", f"{_n(len(refused), 'write')} refused, by writer: "
@@ -677,8 +677,8 @@ class _Page:
         resurrect = [d for d in refused if d.reason == "terminal_job"]
         if resurrect:
             headline.append(_n(len(resurrect), "resurrection attempt") + " refused")
-            items = [f"{self._by(d)} wrote {_e(d.event_type)} for {self._job(d.job_id)} at "
-                     f"offset {d.offset}: {_e(_clip(d.detail, 160))}" for d in resurrect]
+            items = [f"{self._by(d)} wrote {_esc(d.event_type)} for {self._job(d.job_id)} at "
+                     f"offset {d.offset}: {_esc(_clip(d.detail, 160))}" for d in resurrect]
             out.append(("bad", f"{_n(len(resurrect), 'resurrection attempt')} refused (writes "
                         "refused as terminal_job: a cancelled, finished or failed job never "
                         "comes back): " + self._named(items) + "."))
@@ -703,12 +703,12 @@ class _Page:
                     + f" by {self._by(ds[-1])}" if ds else "")
             if view is not None and view.status == JobStatus.RECOVERY_FAILED:
                 items.append(f"{self._job(job)} failed recovery{when}: "
-                             f"<b>{_e(_clip(view.error or 'no error recorded', 300))}</b>; "
+                             f"<b>{_esc(_clip(view.error or 'no error recorded', 300))}</b>; "
                              "still RECOVERY_FAILED at the end of the log (no term recovers "
                              "it until it is retried or cancelled)")
             else:
                 status = view.status if view is not None else "not in the registry"
-                items.append(f"{self._job(job)} failed recovery{when}; {_e(status)} at the end "
+                items.append(f"{self._job(job)} failed recovery{when}; {_esc(status)} at the end "
                              "of the log")
         headline.append(_n(len(failed), "job") + " failed recovery ("
                         + ", ".join(list(failed)[:MAX_NAMED])
@@ -722,7 +722,7 @@ class _Page:
                    and d.event_type == "CheckpointFailed"]
         if ignored:
             headline.append(_n(len(ignored), "checkpoint failure") + " ignored")
-            items = [f"{self._job(d.job_id)} at offset {d.offset}: {_e(_clip(d.detail, 160))}"
+            items = [f"{self._job(d.job_id)} at offset {d.offset}: {_esc(_clip(d.detail, 160))}"
                      for d in ignored]
             out.append(("warn", f"{_n(len(ignored), 'checkpoint failure')} ignored (kept, not "
                         "counted): " + self._named(items) + "."))
@@ -752,7 +752,7 @@ class _Page:
         dirty = [v for j, v in self.image.jobs.items() if j in self.first and v.dirty]
         if dirty:
             headline.append(_n(len(dirty), "job result") + " still dirty")
-            items = [f"{self._job(v.job_id)} ({_e(v.status)}; holds {_e(_holds(v))})"
+            items = [f"{self._job(v.job_id)} ({_esc(v.status)}; holds {_esc(_holds(v))})"
                      for v in dirty]
             out.append(("warn", f"{_n(len(dirty), 'job result')} still dirty at the end of the "
                         "log (cleanup pending: its graph and checkpoints not deleted yet): "
@@ -774,8 +774,8 @@ class _Page:
             headline.append(_n(len(quarantined), "record") + " quarantined")
             items = [f"offset {d.offset}"
                      + (f" on {self._job(j)}'s key" if (j := _quarantined_job(d)) else
-                        f" (key {_e(_clip(d.key or 'none', 60))})")
-                     + f": {_e(d.reason)}" for d in quarantined]
+                        f" (key {_esc(_clip(d.key or 'none', 60))})")
+                     + f": {_esc(d.reason)}" for d in quarantined]
             out.append(("bad", f"{_n(len(quarantined), 'record')} quarantined (the fold could "
                         "not decode it; no effect): " + self._named(items) + "."))
         else:
@@ -783,8 +783,8 @@ class _Page:
         other = [d for d in self.window if d.outcome == Outcome.IGNORED
                  and d.event_type != "CheckpointFailed"]
         if other:
-            items = [f"{_e(d.event_type)} of {self._job(d.job_id)} at offset {d.offset}: "
-                     f"{_e(_clip(d.detail, 160))}" for d in other]
+            items = [f"{_esc(d.event_type)} of {self._job(d.job_id)} at offset {d.offset}: "
+                     f"{_esc(_clip(d.detail, 160))}" for d in other]
             out.append(("warn", f"{_n(len(other), 'other record')} kept but ignored: "
                         + self._named(items) + "."))
         dups = sum(1 for d in self.window if d.outcome == Outcome.DUPLICATE)
@@ -803,7 +803,7 @@ class _Page:
             s for s in by_status if s not in JobStatus.ALL)
         explained = sum(1 for j in self.explained if j in self.flags)
         return ("", f"{_n(len(views), 'job')} at the end of the log: "
-                + ", ".join(f"{by_status[s]} {_e(s)}" for s in order)
+                + ", ".join(f"{by_status[s]} {_esc(s)}" for s in order)
                 + (f"; {explained} with something to explain, <a href=\"#why\">below</a>"
                    if explained else "") + ".")
 
@@ -850,7 +850,7 @@ class _Page:
                    "links to its explanation.")
         return (f'<section><h2>Timeline</h2><div class="timeline" role="img" '
                 f'aria-label="timeline of the log">{"".join(labels)}<div class="tl-scroll">'
-                f'{"".join(plot)}</div></div><p class="caption">{_e(caption)}</p>'
+                f'{"".join(plot)}</div></div><p class="caption">{_esc(caption)}</p>'
                 f"{self._legend()}</section>\n")
 
     def _legend(self) -> str:
@@ -872,9 +872,9 @@ class _Page:
             if not keys:
                 continue
             spans = "".join(f'<span class="key"><svg width="20" height="20" '
-                            f'viewBox="-10 -10 20 20">{body}</svg>{_e(text)}</span>'
+                            f'viewBox="-10 -10 20 20">{body}</svg>{_esc(text)}</span>'
                             for body, text in keys)
-            groups.append(f'<div class="lg"><span class="lgname">{_e(group)}</span>'
+            groups.append(f'<div class="lg"><span class="lgname">{_esc(group)}</span>'
                           f'<span class="keys">{spans}</span></div>')
         return f'<div class="legend">{"".join(groups)}</div>'
 
@@ -906,13 +906,13 @@ class _Page:
             info = by_epoch[epoch]
             fill, ink = _BAND_FILLS[epoch % len(_BAND_FILLS)], _BAND_INKS[epoch % len(_BAND_INKS)]
             width = x1 - x0
-            out.append(f'<g class="band"><title>{_e(tip)}</title>'
-                       f'<rect x="{_f(x0)}" y="0" width="{_f(width)}" height="{_f(bottom)}" '
+            out.append(f'<g class="band"><title>{_esc(tip)}</title>'
+                       f'<rect x="{_px(x0)}" y="0" width="{_px(width)}" height="{_px(bottom)}" '
                        f'fill="{fill}" fill-opacity="0.75"/>'
-                       f'<rect x="{_f(x0)}" y="0" width="{_f(width)}" height="{_BAND_ROW}" '
+                       f'<rect x="{_px(x0)}" y="0" width="{_px(width)}" height="{_BAND_ROW}" '
                        f'fill="{fill}"/>')
             if info.revoked_offset is not None and lo <= info.revoked_offset <= hi:
-                out.append(f'<path d="M{_f(x1)},0V{_f(bottom)}" stroke="{ink}" '
+                out.append(f'<path d="M{_px(x1)},0V{_px(bottom)}" stroke="{ink}" '
                            'stroke-width="1.5" stroke-dasharray="4,3"/>')
             # The label starts in its band; it may reach left over an earlier band's unused
             # header, never right into the next band.
@@ -922,8 +922,8 @@ class _Page:
                 need = len(label) * _CHAR_W
                 start = max(2.0, min(x0 + 4, right - need))
                 if start >= label_end + 8 or (start >= label_end and label == f"e{epoch}"):
-                    out.append(f'<text x="{_f(start)}" y="15" fill="{ink}" font-weight="600">'
-                               f"{_e(label)}</text>")
+                    out.append(f'<text x="{_px(start)}" y="15" fill="{ink}" font-weight="600">'
+                               f"{_esc(label)}</text>")
                     label_end = start + need
                     break
             out.append("</g>")
@@ -939,7 +939,7 @@ class _Page:
                f'<text x="{_LABEL_W - 8}" y="{_BAND_ROW + 14}" text-anchor="end" fill="#444" '
                'font-style="italic">offset</text>']
         if any(d.timestamp is not None for d in self.window):
-            out.append(f'<text x="{_LABEL_W - 8}" y="{_f(bottom + 15)}" text-anchor="end" '
+            out.append(f'<text x="{_LABEL_W - 8}" y="{_px(bottom + 15)}" text-anchor="end" '
                        'fill="#444" font-style="italic">time (UTC)</text>')
         out += self._lane_lines(_LABEL_W)
         for i, lane in enumerate(self.lanes):
@@ -950,21 +950,21 @@ class _Page:
                 if flags:
                     out.append(f'<rect class="attention" x="0" y="{y + 2}" width="5" '
                                f'height="{_LANE_H - 4}" fill="{_ATTENTION}"><title>'
-                               f"{_e('to explain: ' + ', '.join(flags))}</title></rect>")
+                               f"{_esc('to explain: ' + ', '.join(flags))}</title></rect>")
                 tip = (f"job {lane.name} · at the end of the log: {lane.status}"
                        + (f" · {', '.join(flags)}" if flags else ""))
-                name = (f'<text x="10" y="{_f(mid + 4)}">{_e(_clip(lane.name, 21))}</text>'
-                        f'<text x="{_LABEL_W - 8}" y="{_f(mid + 4)}" text-anchor="end" '
-                        f'font-size="9" fill="{_status_ink(lane.status)}">{_e(lane.status)}'
+                name = (f'<text x="10" y="{_px(mid + 4)}">{_esc(_clip(lane.name, 21))}</text>'
+                        f'<text x="{_LABEL_W - 8}" y="{_px(mid + 4)}" text-anchor="end" '
+                        f'font-size="9" fill="{_status_ink(lane.status)}">{_esc(lane.status)}'
                         "</text>")
                 if lane.name in self.has_explanation:
-                    name = f'<a href="#job-{_e(lane.name)}">{name}</a>'
-                out.append(f"<g><title>{_e(tip)}</title>{name}</g>")
+                    name = f'<a href="#job-{_esc(lane.name)}">{name}</a>'
+                out.append(f"<g><title>{_esc(tip)}</title>{name}</g>")
             else:
                 ink = "#4a0072" if lane.kind == "quarantined" else "#222"
-                out.append(f'<text x="10" y="{_f(mid + 4)}" font-weight="700" fill="{ink}">'
-                           f"{_e(lane.name)}</text>")
-        out.append(f'<path d="M{_LABEL_W - 0.5},{_LANES_TOP}V{_f(bottom)}" stroke="#000" '
+                out.append(f'<text x="10" y="{_px(mid + 4)}" font-weight="700" fill="{ink}">'
+                           f"{_esc(lane.name)}</text>")
+        out.append(f'<path d="M{_LABEL_W - 0.5},{_LANES_TOP}V{_px(bottom)}" stroke="#000" '
                    'stroke-opacity="0.35"/>')
         return out
 
@@ -974,21 +974,21 @@ class _Page:
             tx = x(tick)
             label = str(tick)
             lx, anchor = _fit(tx, len(label) * _CHAR_W, self.plot_w)
-            out.append(f'<path d="M{_f(tx)},{_BAND_ROW}V{_f(bottom)}" stroke="#000" '
+            out.append(f'<path d="M{_px(tx)},{_BAND_ROW}V{_px(bottom)}" stroke="#000" '
                        'stroke-opacity="0.10"/>')
-            out.append(f'<text class="ot" x="{_f(lx)}" y="{_BAND_ROW + 14}" '
+            out.append(f'<text class="ot" x="{_px(lx)}" y="{_BAND_ROW + 14}" '
                        f'text-anchor="{anchor}" fill="#444">{label}</text>')
         points = [(x(d.offset), d.timestamp) for d in self.window if d.timestamp is not None]
         for tx, label, ms in _time_ticks(points, self.plot_w):
             lx, anchor = _fit(tx, len(label) * _TIME_CHAR_W, self.plot_w)
-            out.append(f'<path d="M{_f(tx)},{_f(bottom)}v5" stroke="#444"/>'
-                       f'<text class="tt" x="{_f(lx)}" y="{_f(bottom + 16)}" '
+            out.append(f'<path d="M{_px(tx)},{_px(bottom)}v5" stroke="#444"/>'
+                       f'<text class="tt" x="{_px(lx)}" y="{_px(bottom + 16)}" '
                        f'text-anchor="{anchor}" font-size="10" fill="#333">'
-                       f"<title>{_e(_iso(ms))}</title>{_e(label)}</text>")
+                       f"<title>{_esc(_iso(ms))}</title>{_esc(label)}</text>")
         first = next((d.timestamp for d in self.window if d.timestamp is not None), None)
         if first is not None:
-            out.append(f'<text x="{_PX0}" y="{_f(bottom + 34)}" fill="#666" font-size="10">'
-                       f"{_e(_iso(first)[:10])} (UTC date of the first record drawn)</text>")
+            out.append(f'<text x="{_PX0}" y="{_px(bottom + 34)}" fill="#666" font-size="10">'
+                       f"{_esc(_iso(first)[:10])} (UTC date of the first record drawn)</text>")
         return out
 
     def _marks(self, x: _Scale) -> list[str]:
@@ -1005,8 +1005,8 @@ class _Page:
             cy = _LANES_TOP + lane * _LANE_H + _LANE_H / 2
             symbol = _symbol(d)
             self.used.add(symbol)
-            out.append(f'<use href="#m-{symbol}" x="{_f(x(d.offset))}" y="{_f(cy)}">'
-                       f"<title>{_e(_tooltip(d))}</title></use>")
+            out.append(f'<use href="#m-{symbol}" x="{_px(x(d.offset))}" y="{_px(cy)}">'
+                       f"<title>{_esc(_tooltip(d))}</title></use>")
         return out
 
     def _thin(self, placed: list[tuple[int, Decision]], x: _Scale) -> list[tuple[int, Decision]]:
@@ -1061,12 +1061,12 @@ class _Page:
                          "quarantined or failed: nothing to explain.</p>")
         for job in self.explained:
             flags = self.flags.get(job, [])
-            tags = "".join(f'<span class="tag">{_e(t)}</span>' for t in flags)
-            parts.append(f'<h3 id="job-{_e(job)}">{_e(job)}</h3>'
+            tags = "".join(f'<span class="tag">{_esc(t)}</span>' for t in flags)
+            parts.append(f'<h3 id="job-{_esc(job)}">{_esc(job)}</h3>'
                          + (f'<p class="tags">{tags}</p>' if tags else "")
-                         + f"<pre>{_e(self.f.explain(job))}</pre>")
+                         + f"<pre>{_esc(self.f.explain(job))}</pre>")
         if self.plain:
-            names = ", ".join(_e(j) for j in self.plain[:40]) + (
+            names = ", ".join(_esc(j) for j in self.plain[:40]) + (
                 ", …" if len(self.plain) > 40 else "")
             parts.append(f'<p class="note">{_n(len(self.plain), "other job")} '
                          f"{'is' if len(self.plain) == 1 else 'are'} ACTIVE with nothing "
@@ -1241,18 +1241,18 @@ def _defs() -> str:
 def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[object]], empty: str, *,
            reason_col: int | None, cls: str, wrap_col: int | None = None) -> str:
     if not rows:
-        return f'<section><h2>{_e(title)}</h2><p class="empty">{_e(empty)}</p></section>\n'
+        return f'<section><h2>{_esc(title)}</h2><p class="empty">{_esc(empty)}</p></section>\n'
     shown = rows[:MAX_TABLE_ROWS]
-    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    th = "".join(f"<th>{_esc(h)}</th>" for h in head)
     trs = "".join(
         "<tr>" + "".join(
-            f'<td class="{_cell_class(i, reason_col, wrap_col)}">{_e(v)}</td>'
-            if i in (reason_col, wrap_col) else f"<td>{_e(v)}</td>"
+            f'<td class="{_cell_class(i, reason_col, wrap_col)}">{_esc(v)}</td>'
+            if i in (reason_col, wrap_col) else f"<td>{_esc(v)}</td>"
             for i, v in enumerate(row)) + "</tr>"
         for row in shown)
     more = (f'<p class="note">{len(rows) - len(shown)} more row(s) left out (at most '
             f"{MAX_TABLE_ROWS}).</p>" if len(rows) > len(shown) else "")
-    return (f'<section><h2>{_e(title)} <span class="count">({len(rows)})</span></h2>'
+    return (f'<section><h2>{_esc(title)} <span class="count">({len(rows)})</span></h2>'
             f'<div class="scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
             f"<tbody>{trs}</tbody></table></div>{more}</section>\n")
 

@@ -551,7 +551,7 @@ def _maker(cls: type) -> Callable[[list[list[Any]]], list[Any]]:
     ]
 
 
-def _decode_2(text: bytes, end_head: int, types: Any) -> Image:
+def _decode_columns(text: bytes, end_head: int, types: Any) -> Image:
     end_value = text.find(b"\n", end_head + 1)
     if end_value < 0:
         raise ValueError("the body has no image line")
@@ -597,7 +597,7 @@ def _check_image(
     return image
 
 
-_DECODERS: dict[str, Callable[[bytes, int, Any], Image]] = {FORMAT: _decode_2}
+_DECODERS: dict[str, Callable[[bytes, int, Any], Image]] = {FORMAT: _decode_columns}
 
 
 def _decode(data: bytes) -> tuple[str, Image]:
