@@ -989,6 +989,26 @@ class Term:
         waiting = reg._waiting
         failure: Exception | None = None
         sent, first_sent = False, 0.0
+        appended: list[int] = []  # offsets the broker gave our records, committed or not
+
+        def fenced_now(fenced: Fenced) -> RegistryError:
+            # The log holds a newer grant (or the revoke) and none of the undecided records.
+            # On Kafka that settles it: a read that reached the grant read every committed
+            # record before it (the last stable offset), and a fenced or failed
+            # transaction's records never become readable, so any that lands later lands
+            # after the grant and is refused: not accepted. The embedded broker shows
+            # neither rule (it can hide a committed record while showing a later one, and
+            # shows a fenced producer's records once the id's new owner commits): a record
+            # the broker placed *before* the term ended may yet be decided at its own
+            # offset, inside our term. Then the answer is unknown, which is true on both.
+            end = self._term_end()
+            early = sorted(o for o in appended if end is None or o < end)
+            if early:
+                return unknown(f"the term ended (offset {end}) after the broker had placed "
+                               f"record(s) of the call at offset(s) {early[:5]} that no "
+                               "reader sees now", failure)
+            fenced.event_ids = ids()
+            return fenced
 
         def ids() -> tuple[str, ...]:
             return tuple(e.event_id for copies in slots for _, e in copies) if sent else ()
@@ -1027,14 +1047,14 @@ class Term:
                         reg.sync()
                         fenced = self._fenced_by_image()
                         if fenced is not None:
-                            fenced.event_ids = ids()
-                            raise fenced
+                            raise fenced_now(fenced)
                         self._writer = TransactionalWriter(reg.kafka, reg.topic,
                                                            self.namespace, reg.partition,
                                                            reg.timeout)
                     if not sent:
                         sent, first_sent = True, time.monotonic()
                     written = self._writer.write(todo)
+                    appended.extend(r.offset for r in written)
                     if reg._reader.take_own(written):  # nothing can lie before them
                         reg._fold([written])
                     else:
@@ -1042,6 +1062,8 @@ class Term:
                     failure = None
                 except BrokerError as e:  # TransactionFailed included
                     failure = e
+                    if isinstance(e, TransactionFailed):
+                        appended.extend(e.appended)
                     if isinstance(e, TransactionFailed) and e.fatal and self._writer is not None:
                         writer, self._writer = self._writer, None
                         writer.close()
@@ -1055,10 +1077,7 @@ class Term:
                     break
                 fenced = self._fenced_by_image()
                 if fenced is not None:
-                    # The log holds a newer grant (or the revoke) and none of the undecided
-                    # records: any that lands later lands after it and is refused.
-                    fenced.event_ids = ids()
-                    raise fenced from failure
+                    raise fenced_now(fenced) from failure
                 if failure is None:
                     raise unknown("they were written but the fold did not see them", None)
                 time.sleep(0.05 * (attempt + 1))
@@ -1071,6 +1090,18 @@ class Term:
             for copies in slots:
                 for _, e in copies:
                     waiting.pop(e.event_id, None)
+
+    def _term_end(self) -> int | None:
+        """The offset of the record that ended this term in the image (the newer grant, or
+        this term's revoke); ``None`` if the image does not say."""
+        info = self.registry.image.term
+        if info is None:
+            return None
+        if info.epoch > self.epoch:
+            return info.granted_offset
+        if info.epoch == self.epoch and info.revoked_offset is not None:
+            return info.revoked_offset
+        return None
 
     def _decided(self, copies: list[tuple[str, Event]]) -> Decision | None:
         # The verdict on a record: an accepted copy if any, else the first decided one.

@@ -567,9 +567,13 @@ class TransactionFailed(BrokerError):
     the same ``transactional.id``) and must be re-created.
     """
 
-    def __init__(self, message: str, *, fatal: bool) -> None:
+    def __init__(self, message: str, *, fatal: bool, appended: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.fatal = fatal
+        self.appended = appended
+        """Offsets the broker gave records of the failed transaction: they were appended,
+        and whether a reader ever sees them is the broker's (Kafka: an aborted or fenced
+        transaction's records, never; the embedded broker may show them later)."""
 
 
 class _Delivery:
@@ -638,7 +642,7 @@ class TransactionalWriter:
                 except KafkaException:
                     fatal = True
             raise TransactionFailed(f"transaction failed: {err.name()} ({err.str()})",
-                                    fatal=fatal) from e
+                                    fatal=fatal, appended=tuple(delivery.offsets)) from e
         if delivery.missing_offsets:  # committed, but where? The caller reads the log.
             raise TransactionFailed(f"{delivery.missing_offsets} record(s) confirmed without "
                                     "their offset (a retry the broker already had)", fatal=False)

@@ -13,7 +13,7 @@ import pytest
 
 from registry import LeaseExpired, OutcomeUnknown
 from registry.codec import default_codec
-from registry.errors import BrokerError, Fenced
+from registry.errors import BrokerError, Fenced, WriteRejected
 from registry.events import JobCancelled, new_event_id, now_ms
 from registry.image import Outcome
 from registry.keys import job_key
@@ -280,3 +280,56 @@ def test_a_record_confirmed_without_its_offset_is_found_by_reading_the_log(conne
     monkeypatch.setattr(log._Delivery, "__call__", real)
     assert len(dropped) == 2 and receipt.offset == dropped[1]
     assert reg.job("job").status == "ACTIVE"
+
+
+class _ClaimBeforeCommit:
+    """Stands in for a leader's producer: before the transaction commits, another client
+    claims the namespace (which fences the producer's transactional id)."""
+
+    def __init__(self, real, claim) -> None:
+        self._real, self._claim, self.fenced = real, claim, False
+
+    def commit_transaction(self, *args):
+        if self._claim is not None:
+            claim, self._claim = self._claim, None
+            claim()
+        try:
+            return self._real.commit_transaction(*args)
+        except Exception:
+            self.fenced = True
+            raise
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@pytest.mark.integration
+def test_a_write_fenced_between_produce_and_commit_never_answers_falsely(connect) -> None:
+    """Campaign seed 140180: a leader's record was appended, a claim fenced its producer
+    before the commit, and the call raised Fenced; the record was accepted later (the
+    embedded broker shows a fenced producer's records once the id's new owner commits, at
+    their own offsets, inside the old term). Whatever the broker does with such records,
+    the call's answer must be true: Fenced only if the record never counts, a receipt only
+    if it does, else OutcomeUnknown."""
+    old, new = connect(), connect()
+    term = old.claim_leadership("jm-old")
+    term.submit("warm", b"g")  # the term's producer exists
+    claimed = []
+    proxy = _ClaimBeforeCommit(term._writer._producer,
+                               lambda: claimed.append(new.claim_leadership("jm-new")))
+    term._writer._producer = proxy
+    try:
+        term.submit("raced", b"g")
+        answer = "ok"
+    except OutcomeUnknown:
+        answer = "unknown"
+    except WriteRejected:  # Fenced included
+        answer = "refused"
+    assert proxy.fenced and claimed, "the race did not happen"
+    claimed[0].submit("after", b"g")  # the new owner of the id commits
+    fresh = connect()
+    counts = "raced" in fresh.sync().jobs
+    assert (answer, counts) in {("ok", True), ("unknown", True), ("unknown", False),
+                                ("refused", False)}, (answer, counts)
+    for reg in (old, new, fresh):
+        reg.close()
