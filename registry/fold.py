@@ -523,7 +523,10 @@ class Delta:
             raise _Verdict("bad_epoch", f"a grant after epoch {e.prev_epoch} must claim epoch "
                            f"{e.prev_epoch + 1}, not {e.epoch}",
                            expected=e.prev_epoch + 1, actual=e.epoch)
-        for call_id in list(self._calls):  # rule 8: the old term's open calls end here
+        # Rule 8: the old term's open calls end here, in log order (the image keeps them in
+        # a hash map, whose order is no order: a replay must refuse them in the same order
+        # whatever the batch splits).
+        for call_id in sorted(self._calls, key=lambda c: self._calls[c][0].offset):
             self._end_call(call_id, "call_not_committed",
                            f"term {self.epoch} ended (epoch {e.epoch} granted at offset "
                            f"{record.offset}) before the call was committed")

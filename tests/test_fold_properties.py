@@ -416,3 +416,23 @@ def test_a_broker_clock_stepping_back_is_remembered_in_the_newest_window():
     records = _grant_and([submit, adopt, adopt], [t0 + 2 * W, t0, t0 + 3 * W])
     assert [d.outcome for d in _decisions(records)][-1] == Outcome.DUPLICATE
     assert set(fold(records, NS).recent_ids) == {12, 13}
+
+
+def test_open_calls_are_refused_in_log_order_whatever_the_split() -> None:
+    """A grant refuses the old term's open calls (rule 8) in log order. The image keeps open
+    calls in a hash map keyed by random call ids: refusing them in the map's order made the
+    refused list depend on those ids, and differ between a replay one record at a time and
+    one in a single batch (found by CI's property run; this history failed half the time)."""
+    ops = [("write", "leader", "submit", "a", False, 1)] * 4 + [
+        ("claim", "jm-1"), ("write", "leader", "submit", "a", False, 1), ("claim", "jm-1"),
+        *[("write", "leader", "submit", "a", False, 1)] * 5,
+        ("raw", "torn", 2, "jm-1", "a", 0), ("raw", "torn", 2, "jm-1", "a", 0)]
+    for _ in range(40):  # fresh random ids each time
+        records = visible(build(ops).log)
+        whole = fold(records, NS)
+        one_by_one = Image.empty(NS)
+        for r in records:
+            one_by_one = replay(one_by_one, r)
+        assert one_by_one == whole
+        offsets = [d.offset for d in whole.rejected]
+        assert offsets == sorted(offsets)
