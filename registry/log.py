@@ -141,10 +141,9 @@ class _Admin:
     jobreg raises should say it too."""
 
     def __init__(self, bootstrap: str | Kafka) -> None:
-        # The callback must not reference this object: the client holds it, and a cycle
-        # through a confluent-kafka client is never collected (its C type does not take
-        # part in garbage collection), so the client, its threads and its sockets would
-        # live until the process ends.
+        # The callback must not reference this object: the client holds it, so a bound
+        # method would make a cycle through the client, and a client in a cycle lives (its
+        # threads, sockets and thread-local key with it) until the collector gets to it.
         self._errors = _LastError()
         self.client = AdminClient(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "error_cb": self._errors}))

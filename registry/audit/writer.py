@@ -401,7 +401,8 @@ def check_dumps(url: str, dumps: Sequence[Any], *, topic: str | None = None,
         by_ns = {d.namespace: d for d in dumps}
         unchecked.extend(sorted(set(namespaces) - set(by_ns)))
         for ns, dump in sorted(by_ns.items()):
-            partitions = {r.partition for batch in dump.batches() for r in batch}
+            placed = [(r.partition, r.offset) for batch in dump.batches() for r in batch]
+            partitions = {p for p, _ in placed}
             if len(partitions) > 1:
                 raise AuditError(f"{dump.path}: records of several partitions "
                                  f"{sorted(partitions)}: not a dump of one namespace")
@@ -409,7 +410,7 @@ def check_dumps(url: str, dumps: Sequence[Any], *, topic: str | None = None,
                 continue  # an empty dump: nothing to check (nor rows to expect)
             (partition,) = partitions
             upto = done.get(partition, 0)
-            offsets = {r.offset for batch in dump.batches() for r in batch if r.offset < upto}
+            offsets = {o for _, o in placed if o < upto}
             yield _Scope(ns, partition, dump, offsets)
 
     return _check(url, str(dump_topic), stream, scopes), unchecked
