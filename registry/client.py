@@ -990,6 +990,7 @@ class Term:
         failure: Exception | None = None
         sent, first_sent = False, 0.0
         appended: list[int] = []  # offsets the broker gave our records, committed or not
+        in_doubt = 0  # records of failed transactions that may sit at offsets nobody said
 
         def fenced_now(fenced: Fenced) -> RegistryError:
             # The log holds a newer grant (or the revoke) and none of the undecided records.
@@ -1000,13 +1001,20 @@ class Term:
             # neither rule (it can hide a committed record while showing a later one, and
             # shows a fenced producer's records once the id's new owner commits): a record
             # the broker placed *before* the term ended may yet be decided at its own
-            # offset, inside our term. Then the answer is unknown, which is true on both.
+            # offset, inside our term. Then the answer is unknown, which is true on both;
+            # so it is for a record whose transaction failed with no report of where it
+            # went (campaign seed 150081). Records reported refused or never sent do not
+            # count: they were not appended anywhere.
             end = self._term_end()
             early = sorted(o for o in appended if end is None or o < end)
             if early:
                 return unknown(f"the term ended (offset {end}) after the broker had placed "
                                f"record(s) of the call at offset(s) {early[:5]} that no "
                                "reader sees now", failure)
+            if in_doubt:
+                return unknown(f"the term ended (offset {end}); the broker may have placed "
+                               f"{in_doubt} record(s) of the call before that, at offsets "
+                               "it never reported (their transaction failed)", failure)
             fenced.event_ids = ids()
             return fenced
 
@@ -1064,6 +1072,7 @@ class Term:
                     failure = e
                     if isinstance(e, TransactionFailed):
                         appended.extend(e.appended)
+                        in_doubt += e.in_doubt
                     if isinstance(e, TransactionFailed) and e.fatal and self._writer is not None:
                         writer, self._writer = self._writer, None
                         writer.close()

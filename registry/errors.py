@@ -34,7 +34,9 @@ turns a decided outcome into an exception. An exception means exactly one of:
 * **not accepted**: :class:`WriteRejected` (and so :class:`Fenced`,
   :class:`ClaimRejected`): the fold refused the call, or the log shows the
   term ended before any of its records could land (a record that lands
-  later lands after the newer grant and is refused); :class:`LeaseExpired`,
+  later lands after the newer grant and is refused; one the broker may have
+  appended before the term ended, unreported, makes it unknown);
+  :class:`LeaseExpired`,
   :class:`ConfigError`, :class:`UnknownJob`, :class:`BlobError` and
   :class:`BrokerError`: raised before anything was sent;
 * **unknown**: :class:`OutcomeUnknown`: records were sent and their fate

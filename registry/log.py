@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import threading
 import time
 import uuid
 import warnings
@@ -566,32 +567,54 @@ class TransactionFailed(BrokerError):
     the same ``transactional.id``) and must be re-created.
     """
 
-    def __init__(self, message: str, *, fatal: bool, appended: tuple[int, ...] = ()) -> None:
+    def __init__(self, message: str, *, fatal: bool, appended: tuple[int, ...] = (),
+                 in_doubt: int = 0) -> None:
         super().__init__(message)
         self.fatal = fatal
         self.appended = appended
         """Offsets the broker gave records of the failed transaction: they were appended,
         and whether a reader ever sees them is the broker's (Kafka: an aborted or fenced
         transaction's records, never; the embedded broker may show them later)."""
+        self.in_doubt = in_doubt
+        """Records of the failed transaction that may have been appended at an offset the
+        client never learnt: sent, but no delivery report said where, or that the broker
+        refused them (a commit that timed out with them in flight)."""
+
+
+# Delivery errors that say a record was not appended: never sent (purged from the queue),
+# or refused by the broker as a whole batch (Kafka appends a batch or refuses it).
+# Anything else (a timeout, a purge in flight, a broker's REQUEST_TIMED_OUT or
+# NOT_ENOUGH_REPLICAS_AFTER_APPEND) leaves the record in doubt.
+_NOT_APPENDED = frozenset({
+    KafkaError._PURGE_QUEUE, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.INVALID_TXN_STATE, KafkaError.INVALID_PRODUCER_ID_MAPPING,
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG,
+    KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.INVALID_TIMESTAMP,
+})
 
 
 class _Delivery:
     """Delivery reports of one write. A record can be confirmed without an offset: the
     idempotent producer's retry of a record the broker already had comes back as a success
     (DUPLICATE_SEQUENCE_NUMBER) with no offset; then the writer cannot say where its
-    records are, and the caller must read the log (``missing_offsets``)."""
+    records are, and the caller must read the log (``missing_offsets``). ``refused``
+    counts the reports that say their record was not appended (:data:`_NOT_APPENDED`)."""
 
-    __slots__ = ("error", "missing_offsets", "offsets", "stamps")
+    __slots__ = ("error", "missing_offsets", "offsets", "refused", "stamps")
 
     def __init__(self) -> None:
         self.offsets: list[int] = []
         self.stamps: list[int | None] = []
         self.error: KafkaError | None = None
         self.missing_offsets = 0
+        self.refused = 0
 
     def __call__(self, err, msg) -> None:
         if err is not None:
             self.error = err
+            if err.code() in _NOT_APPENDED:
+                self.refused += 1
         elif msg.offset() is None or msg.offset() < 0:
             self.missing_offsets += 1
         else:
@@ -626,11 +649,13 @@ class TransactionalWriter:
         """Write ``(key, value)`` records in one transaction; return them as the log holds
         them (offset, key, value, the stamp a reader sees), in order."""
         p, delivery = self._producer, _Delivery()
+        produced = 0
         try:
             p.begin_transaction()
             for key, value in records:
                 p.produce(self.topic, value=value, key=key.encode("utf-8"),
                           partition=self.partition, on_delivery=delivery)
+                produced += 1
             p.commit_transaction(self._timeout)
         except KafkaException as e:
             err: KafkaError = e.args[0]
@@ -640,8 +665,14 @@ class TransactionalWriter:
                     p.abort_transaction(self._timeout)
                 except KafkaException:
                     fatal = True
+            # The reports librdkafka holds now (an abort's purge, a fenced producer's):
+            # each says appended (an offset), not appended, or nothing yet (in doubt).
+            with contextlib.suppress(KafkaException):
+                p.poll(0)
+            in_doubt = produced - len(delivery.offsets) - delivery.refused
             raise TransactionFailed(f"transaction failed: {err.name()} ({err.str()})",
-                                    fatal=fatal, appended=tuple(delivery.offsets)) from e
+                                    fatal=fatal, appended=tuple(delivery.offsets),
+                                    in_doubt=in_doubt) from e
         if delivery.missing_offsets:  # committed, but where? The caller reads the log.
             raise TransactionFailed(f"{delivery.missing_offsets} record(s) confirmed without "
                                     "their offset (a retry the broker already had)", fatal=False)
@@ -660,16 +691,34 @@ class TransactionalWriter:
         producer, self._producer = self._producer, _Closed("transactional producer")
         if isinstance(producer, _Closed):
             return
-        with warnings.catch_warnings(), contextlib.suppress(KafkaException):
-            # a fenced producer cannot abort its open transaction; nothing to do about it
-            warnings.simplefilter("ignore", RuntimeWarning)
-            # Messages it still holds are purged first: close() would otherwise flush
-            # them, waiting up to message.timeout.ms for a broker that may be gone. A
-            # write whose records are purged was already reported unknown or failed;
-            # its open transaction is aborted by the broker or the id's next producer.
-            with contextlib.suppress(KafkaException):
-                producer.purge()
-            producer.close(1.0)
+        # Bounded: librdkafka ends an open transaction before it lets go, retrying for as
+        # long as the broker drops the connection. Kafka answers a fenced producer's
+        # EndTxn with PRODUCER_FENCED; the embedded broker drops the connection when a
+        # producer fenced after its records were appended ends its transaction, and the
+        # close would never return (tests/test_outcomes.py). Then the producer is left to
+        # its retries in the background: one client leaked, the caller not hung.
+        closing = threading.Thread(target=_destroy, args=(producer,), daemon=True,
+                                   name=f"jobreg-close-{self.topic}-{self.partition}")
+        closing.start()
+        closing.join(min(self._timeout, 2.0))
+        if closing.is_alive():
+            _LOG.warning("the transactional producer of %s[%d] did not close within %g s "
+                         "(its open transaction's end is still being retried); left to "
+                         "finish in the background", self.topic, self.partition,
+                         min(self._timeout, 2.0))
+
+
+def _destroy(producer: Producer) -> None:
+    with warnings.catch_warnings(), contextlib.suppress(KafkaException):
+        # a fenced producer cannot abort its open transaction; nothing to do about it
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # Messages it still holds are purged first: close() would otherwise flush
+        # them, waiting up to message.timeout.ms for a broker that may be gone. A
+        # write whose records are purged was already reported unknown or failed;
+        # its open transaction is aborted by the broker or the id's next producer.
+        with contextlib.suppress(KafkaException):
+            producer.purge()
+        producer.close(1.0)
 
 
 class PlainWriter:

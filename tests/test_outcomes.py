@@ -9,15 +9,20 @@ one raise site and checks the answer against the log.
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from registry import LeaseExpired, OutcomeUnknown
+from registry.broker import EmbeddedBroker
 from registry.codec import default_codec
 from registry.errors import BrokerError, Fenced, WriteRejected
 from registry.events import JobCancelled, new_event_id, now_ms
 from registry.image import Outcome
 from registry.keys import job_key
-from registry.log import write_raw
+from registry.log import TransactionalWriter, TransactionFailed, write_raw
 
 
 def _zombie_cancel(reg, job_id: str, epoch: int, writer: str) -> int:
@@ -332,4 +337,122 @@ def test_a_write_fenced_between_produce_and_commit_never_answers_falsely(connect
     assert (answer, counts) in {("ok", True), ("unknown", True), ("unknown", False),
                                 ("refused", False)}, (answer, counts)
     for reg in (old, new, fresh):
+        reg.close()
+
+
+
+
+@pytest.fixture
+def paused_broker(broker):
+    """``pause()`` stops the embedded broker's process (SIGSTOP) until the test ends."""
+    if not isinstance(broker, EmbeddedBroker):
+        pytest.skip("pauses the embedded broker's process")
+    paused = []
+
+    def pause() -> None:
+        os.kill(broker.pid, signal.SIGSTOP)
+        paused.append(True)
+
+    yield pause
+    if paused:
+        os.kill(broker.pid, signal.SIGCONT)
+
+
+@pytest.mark.integration
+def test_a_commit_that_times_out_leaves_its_records_in_doubt(broker, topic, paused_broker
+                                                            ) -> None:
+    """No delivery report, no offset: the writer cannot say the records were not appended."""
+    writer = TransactionalWriter(broker.bootstrap, topic, "doubt", 0, timeout=1.0)
+    try:
+        writer.write([("doubt/job/warm", b"w")])
+        paused_broker()
+        with pytest.raises(TransactionFailed) as failed:
+            writer.write([("doubt/job/a", b"a"), ("doubt/job/b", b"b")])
+        assert (failed.value.appended, failed.value.in_doubt) == ((), 2)
+    finally:
+        os.kill(broker.pid, signal.SIGCONT)
+        writer.close()
+
+
+@pytest.mark.integration
+def test_a_fenced_producers_records_are_not_in_doubt(broker, topic) -> None:
+    """A producer fenced before it sent: its records' reports say they were never sent."""
+    writer = TransactionalWriter(broker.bootstrap, topic, "fenced", 0)
+    writer.write([("fenced/job/warm", b"w")])
+    successor = TransactionalWriter(broker.bootstrap, topic, "fenced", 0)
+    try:
+        with pytest.raises(TransactionFailed) as failed:
+            writer.write([("fenced/job/a", b"a")])
+        assert (failed.value.fatal, failed.value.appended, failed.value.in_doubt) == \
+            (True, (), 0)
+    finally:
+        writer.close()
+        successor.close()
+
+
+@pytest.mark.integration
+def test_closing_a_producer_fenced_mid_transaction_returns(broker, topic) -> None:
+    """Its records appended, then fenced: the embedded broker drops the connection when it
+    ends the transaction and librdkafka retries for ever; the close is bounded all the same
+    (before: it never returned)."""
+    writer = TransactionalWriter(broker.bootstrap, topic, "mid", 0, timeout=1.0)
+    writer.write([("mid/job/warm", b"w")])
+    producer = writer._producer
+    producer.begin_transaction()
+    producer.produce(topic, b"v", key=b"mid/job/a", partition=0)
+    producer.flush(5)
+    successor = TransactionalWriter(broker.bootstrap, topic, "mid", 0)
+    try:
+        writer.close()  # returns; before the fix it hung here
+        with pytest.raises(RuntimeError):
+            writer.write([("mid/job/b", b"b")])
+    finally:
+        successor.close()
+
+
+class _CommitTimesOutAfterAClaim:
+    """Stands in for a leader's producer whose records are sent but never reported, and
+    whose commit times out (campaign seed 150081: the leader was paused past its lease
+    between produce and commit). Before the timeout is raised, another client claims the
+    namespace. The records are dropped here, so the log never holds them: what matters is
+    the answer, which must not be Fenced, because a broker may show such a record later,
+    before the grant (the embedded broker did)."""
+
+    def __init__(self, real, claim) -> None:
+        self._real, self._claim, self.timed_out = real, claim, False
+
+    def produce(self, *args, **kwargs) -> None:
+        if self._claim is None:
+            self._real.produce(*args, **kwargs)
+
+    def commit_transaction(self, *args):
+        if self._claim is None:
+            return self._real.commit_transaction(*args)
+        claim, self._claim = self._claim, None
+        claim()
+        self.timed_out = True
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out",
+                                        retriable=True))
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@pytest.mark.integration
+def test_records_in_doubt_when_the_term_ends_are_unknown_not_fenced(connect) -> None:
+    """The term ended and the log does not hold the call's records, but their transaction
+    failed without a delivery report for them: the answer is OutcomeUnknown naming them."""
+    old, new = connect(), connect()
+    term = old.claim_leadership("jm-old")
+    term.submit("warm", b"g")  # the term's producer exists
+    claimed = []
+    proxy = _CommitTimesOutAfterAClaim(term._writer._producer,
+                                       lambda: claimed.append(new.claim_leadership("jm-new")))
+    term._writer._producer = proxy
+    with pytest.raises(OutcomeUnknown) as unknown:
+        term.submit("raced", b"g")
+    assert proxy.timed_out and claimed, "the race did not happen"
+    assert "may have placed" in str(unknown.value) and len(unknown.value.event_ids) == 1
+    assert "raced" not in connect().sync().jobs
+    for reg in (old, new):
         reg.close()
