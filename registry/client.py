@@ -269,7 +269,10 @@ class Registry:
 
     # -- folding -----------------------------------------------------------------
 
-    def _fold(self, batches: Iterable[list[LogRecord]]) -> None:
+    def _fold(self, batches: Iterable[list[LogRecord]],
+              known: dict[int, Event] | None = None) -> None:
+        """Fold what the reader returned; ``known``: offset -> event of records this
+        client just wrote (encoded from those events, so not decoded again)."""
         waiting = self._waiting
 
         def note(d: Decision) -> None:  # the fate of this client's own records
@@ -280,7 +283,7 @@ class Registry:
         with bulk():
             for batch in batches:  # one image per batch, so a failure keeps what was folded
                 self._image = fold_batches([batch], self._image, self._codec,
-                                           note if waiting else None)
+                                           note if waiting else None, known=known)
 
     def sync(self, timeout: float | None = None) -> Image:
         """Fold every record committed before this call; return the image."""
@@ -1030,6 +1033,7 @@ class Term:
         try:
             for attempt in range(self._MAX_RESENDS + 1):
                 todo: list[tuple[str, bytes]] = []
+                events: list[Event] = []
                 for copies in slots:
                     if any(waiting.get(e.event_id) is not None for _, e in copies):
                         continue
@@ -1039,7 +1043,9 @@ class Term:
                         key = record_key(event)
                         copies.append((key, event))
                     waiting.setdefault(event.event_id, None)
-                    todo.append((key, codec.encode(event)))
+                    data, as_read = codec.encode_as_read(event)
+                    todo.append((key, data))
+                    events.append(as_read)
                 if not todo:
                     break
                 if sent and time.monotonic() - first_sent > DUPLICATE_WINDOW_MS / 2000:
@@ -1063,10 +1069,12 @@ class Term:
                         sent, first_sent = True, time.monotonic()
                     written = self._writer.write(todo)
                     appended.extend(r.offset for r in written)
+                    known = {r.offset: e for r, e in zip(written, events, strict=True)}
                     if reg._reader.take_own(written):  # nothing can lie before them
-                        reg._fold([written])
+                        reg._fold([written], known)
                     else:
-                        reg._fold(reg._reader.read_until(written[-1].offset, reg.timeout))
+                        reg._fold(reg._reader.read_until(written[-1].offset, reg.timeout),
+                                  known)
                     failure = None
                 except BrokerError as e:  # TransactionFailed included
                     failure = e

@@ -105,7 +105,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import immutables
@@ -326,8 +326,13 @@ class Delta:
     """
 
     def __init__(self, image: Image, codec: Codec | None = None,
-                 on_term: Callable[[TermInfo], None] | None = None) -> None:
+                 on_term: Callable[[TermInfo], None] | None = None,
+                 known: Mapping[int, Event] | None = None) -> None:
+        """``known``: offset -> the event a record at that offset holds, when the caller
+        has it already (a writer folding what it just wrote); those are not decoded."""
         self._base = image
+        self._known: Mapping[int, Event] = known or {}
+        self._members: dict[int, Event] = {}  # a waiting call member's event, by offset
         self._on_term = on_term
         self._codec = codec or default_codec()
         self._ns = image.provenance.namespace
@@ -380,10 +385,12 @@ class Delta:
         if record.value is None:
             return self._quarantine(record, key, "tombstone",
                                     "a record without a value (tombstone): jobreg never writes one")
-        try:
-            event = self._codec.decode(record.value)
-        except CodecError as e:
-            return self._quarantine(record, key, "undecodable", str(e))
+        event = self._known.get(record.offset)
+        if event is None:
+            try:
+                event = self._codec.decode(record.value)
+            except CodecError as e:
+                return self._quarantine(record, key, "undecodable", str(e))
         if parsed is None and event.namespace != self._ns:
             return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
         if type(event) not in _RULES:
@@ -565,6 +572,7 @@ class Delta:
         call_id = getattr(e, "call_id", None)
         if call_id is not None:
             self._calls[call_id] = self._calls.get(call_id, ()) + (record,)
+            self._members[record.offset] = e
             return _PENDING
         return self._apply(e)
 
@@ -695,8 +703,7 @@ class Delta:
 
     def _commit(self, e: CallCommitted, record: LogRecord) -> Decision:
         self._fence(e)
-        members = [(r, self._codec.decode(r.value))  # type: ignore[arg-type]
-                   for r in self._calls.pop(e.event_id, ())]
+        members = [(r, self._member(r)) for r in self._calls.pop(e.event_id, ())]
         whole = len(members) >= e.size
         saved: dict[str, JobView | None] = {}
         verdicts: list[_Verdict | None] = []
@@ -746,9 +753,15 @@ class Delta:
                   verdict: _Verdict | None = None) -> None:
         """Refuse every waiting record of a call that can no longer be committed."""
         for r in self._calls.pop(call_id, ()):
-            m = self._codec.decode(r.value)  # type: ignore[arg-type]
+            m = self._member(r)
             self._resolve(r, m, _Verdict(reason, detail, verdict.expected if verdict else None,
                                          verdict.actual if verdict else None))
+
+    def _member(self, r: LogRecord) -> JobEvent:
+        """A call member's event: kept from its replay in this delta, else decoded again
+        (it waited in the image across batches, which keeps records, not events)."""
+        e = self._members.pop(r.offset, None)
+        return e if e is not None else self._codec.decode(r.value)  # type: ignore[arg-type,return-value]
 
     def _resolve(self, r: LogRecord, m: JobEvent, v: _Verdict | None) -> None:
         key = _key(r)
@@ -869,7 +882,8 @@ def fold(records: Iterable[LogRecord], image: Image | str, codec: Codec | None =
 
 def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec | None = None,
                  on_decision: Callable[[Decision], None] | None = None,
-                 on_term: Callable[[TermInfo], None] | None = None) -> Image:
+                 on_term: Callable[[TermInfo], None] | None = None,
+                 known: Mapping[int, Event] | None = None) -> Image:
     """Fold batches of records as they arrive (e.g. from a reader); one image per batch.
 
     ``on_decision`` sees the fold's verdict on every record, in order (the
@@ -878,11 +892,11 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
     it arrives, and its final verdict when its call's commit (or the end of
     its term) decides it (rule 8). ``on_term`` sees every term each time a
     record changes it (the image keeps only the current one). Returns the
-    image after the last batch.
+    image after the last batch. ``known`` as for :class:`Delta`.
     """
     with bulk():
         for batch in batches:
-            delta = Delta(image, codec, on_term)
+            delta = Delta(image, codec, on_term, known)
             if on_decision is None:
                 for record in batch:
                     delta.replay(record)

@@ -65,9 +65,12 @@ DEFAULT_TOPIC = "jobreg"
 # fetch waits (the broker answers a long poll only when it expires).
 _LOG = logging.getLogger("registry.kafka")
 # Reconnects back off to at most 250 ms (librdkafka's default grows to 10 s), so
-# a leader renews soon after a short network interruption (registry.election).
-_CLIENT_DEFAULTS = {"socket.nagle.disable": True, "reconnect.backoff.max.ms": 250,
-                    "logger": _LOG}
+# a leader renews soon after a short network interruption (registry.election). The
+# first back-off is 10 ms, not 100: librdkafka holds a new client's first connection to
+# a broker the metadata named for half of it (measured: a new producer's start, and so
+# a failover's claim, 0.145 s -> 0.054 s), on Kafka as on the embedded broker.
+_CLIENT_DEFAULTS = {"socket.nagle.disable": True, "reconnect.backoff.ms": 10,
+                    "reconnect.backoff.max.ms": 250, "logger": _LOG}
 
 _DAY_MS = 24 * 60 * 60 * 1000
 
