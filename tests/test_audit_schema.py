@@ -43,7 +43,7 @@ from registry.errors import RegistryError
 from registry.events import JobStatus
 from registry.image import Outcome
 
-HEAD = "0005"
+HEAD = "0006"
 
 
 # --------------------------------------------------------------------------- fixtures, helpers
