@@ -127,14 +127,16 @@ class FoldTask:
             reader.close()
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import itertools
+
         import pyarrow as pa
 
-        by_partition: dict[int, list[LogRecord]] = {}
-        for batch in batches:
-            for r in _as_records(batch.to_pydict()):
-                by_partition.setdefault(r.partition, []).append(r)
+        # Folded as the input arrives (the reading and the folding overlap); one
+        # transaction per Kafka partition (a Spark partition holds one).
+        records = (r for batch in batches for r in _as_records(batch.to_pydict()))
         writer = self.writer()
-        out = [writer.write(p, records, self.batch_id) for p, records in sorted(by_partition.items())]
+        out = [writer.write(p, group, self.batch_id)
+               for p, group in itertools.groupby(records, key=lambda r: r.partition)]
         yield pa.RecordBatch.from_pydict(
             {"partition": [c.partition for c in out], "start": [c.start for c in out],
              "end": [c.end for c in out], "rows": [c.rows for c in out]},

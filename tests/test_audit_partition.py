@@ -128,7 +128,7 @@ def test_a_gap_and_offsets_out_of_order_are_refused(connect, pg_db) -> None:
     with pytest.raises(Gap, match="holds records in between"):
         list(task(iter([_arrow(records[6:])])))
     with pytest.raises(AuditError, match="out of order"):
-        list(task(iter([_arrow([records[5], records[4]])])))
+        list(task(iter([_arrow([records[4], records[6], records[5]])])))
     assert _rows(pg_db) == (4, 4)
     # a hole of transaction markers only is no gap: the next record of the log follows
     assert _summary(task(iter([_arrow(records[4:])])))[0][3] == len(records) - 4

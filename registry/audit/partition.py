@@ -37,7 +37,7 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,20 +183,15 @@ class PartitionWriter:
         kill = os.environ.get(FAULT_KILL_ENV)
         self._kill_after = int(kill) if kill else None
 
-    def write(self, partition: int, records: Sequence[LogRecord], batch_id: int
+    def write(self, partition: int, records: Iterable[LogRecord], batch_id: int
               ) -> PartitionCommit:
         """Fold ``records`` (all of ``partition``, offsets strictly increasing) and commit
         their rows, the namespaces' snapshots and the partition's progress in one
         transaction. Raises :class:`Fenced`, :class:`Gap` or :class:`AuditError`; then
-        nothing of the batch was written."""
-        for a, b in zip(records, records[1:], strict=False):
-            if b.offset <= a.offset:
-                raise AuditError(f"{self.topic}[{partition}]: offsets arrive out of order "
-                                 f"({a.offset} then {b.offset}): refusing the batch")
-        wrong = {r.partition for r in records} - {partition}
-        if wrong:
-            raise AuditError(f"records of partitions {sorted(wrong)} in a batch of "
-                             f"partition {partition}")
+        nothing of the batch was written.
+
+        ``records`` may be a lazy iterable (a Spark task's input as it arrives): the
+        partition is locked first, then the records are checked and folded as they come."""
         key = (self.url, self.stream, self.topic, partition)
         try:
             with self.engine.begin() as conn:
@@ -210,14 +205,6 @@ class PartitionWriter:
                 if generation != self.generation:
                     raise Fenced(f"{self.topic}[{partition}] belongs to run {generation}, not "
                                  f"{self.generation}: a task of an old run is refused")
-                fresh = [r for r in records if r.offset >= start]
-                if not fresh:
-                    return PartitionCommit(partition, start, start, 0)
-                if fresh[0].offset > start and self.probe is not None and \
-                        self.probe(partition, start, fresh[0].offset):
-                    raise Gap(f"{self.topic}[{partition}]: the batch starts at offset "
-                              f"{fresh[0].offset} but the database reflects the partition up "
-                              f"to {start} and the log holds records in between")
                 with _CACHE_LOCK:
                     cached = _CACHE.get(key)
                     if cached is not None and (cached.next_offset, cached.generation) != \
@@ -229,8 +216,10 @@ class PartitionWriter:
                 if cached is not None:
                     for ns, data in cached.states.items():
                         projection.adopt(ns, data)
-                rows = projection.project(fresh)
+                rows = projection.project(self._checked(partition, start, records))
                 end = rows.progress.get(partition, start)
+                if end == start:  # nothing new: the batch was committed already
+                    return PartitionCommit(partition, start, start, 0)
                 states = {ns: projection.state_of(ns, rows) for ns in rows.namespaces}
                 self._insert_rows(conn, rows)
                 self._snapshots(conn, partition, end, states)
@@ -247,6 +236,31 @@ class PartitionWriter:
             while len(_CACHE) > CACHE_PARTITIONS:
                 _CACHE.popitem(last=False)
         return PartitionCommit(partition, start, end, len(rows.records))
+
+    def _checked(self, partition: int, start: int, records: Iterable[LogRecord]
+                 ) -> Iterator[LogRecord]:
+        """``records`` from ``start`` on, each checked: of ``partition``, offsets strictly
+        increasing, and no gap before the first (see :attr:`probe`)."""
+        last = -1
+        first = True
+        for r in records:
+            if r.partition != partition:
+                raise AuditError(f"a record of partition {r.partition} in a batch of "
+                                 f"partition {partition}")
+            if r.offset <= last:
+                raise AuditError(f"{self.topic}[{partition}]: offsets arrive out of order "
+                                 f"({last} then {r.offset}): refusing the batch")
+            last = r.offset
+            if r.offset < start:
+                continue
+            if first:
+                first = False
+                if r.offset > start and self.probe is not None and \
+                        self.probe(partition, start, r.offset):
+                    raise Gap(f"{self.topic}[{partition}]: the batch starts at offset "
+                              f"{r.offset} but the database reflects the partition up to "
+                              f"{start} and the log holds records in between")
+            yield r
 
     # -- inside the transaction ------------------------------------------------------------
 
