@@ -36,6 +36,7 @@ import os
 import signal
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def _table(model: Any) -> Any:
 class _Cached:
     next_offset: int
     generation: int
-    states: dict[str, bytes]
+    state: Any  # the projection's state after this process's last commit of the partition
 
 
 _CACHE: OrderedDict[tuple[str, str, str, int], _Cached] = OrderedDict()
@@ -212,26 +213,25 @@ class PartitionWriter:
                         cached = None
                 projection = AuditProjection(
                     self.topic, loader=lambda ns: self._snapshot(conn, ns))
-                projection.start_at({partition: start})
                 if cached is not None:
-                    for ns, data in cached.states.items():
-                        projection.adopt(ns, data)
+                    projection.resume(cached.state)
+                projection.start_at({partition: start})
                 rows = projection.project(self._checked(partition, start, records))
                 end = rows.progress.get(partition, start)
                 if end == start:  # nothing new: the batch was committed already
                     return PartitionCommit(partition, start, start, 0)
                 states = {ns: projection.state_of(ns, rows) for ns in rows.namespaces}
-                self._insert_rows(conn, rows)
-                self._snapshots(conn, partition, end, states)
+                bulk = Bulk(conn)
+                self._insert_rows(bulk, conn, rows)
+                self._snapshots(bulk, partition, end, states)
                 self._advance(conn, partition, start, end, batch_id)
         except DBAPIError as e:
             raise AuditError(f"writing batch {batch_id} of {self.topic}[{partition}] to the "
                              f"audit database failed; nothing of it was committed: "
                              f"{' '.join(str(e.orig).split())}") from None
+        bulk.committed()
         with _CACHE_LOCK:
-            kept = dict(cached.states) if cached is not None else {}
-            kept.update(states)
-            _CACHE[key] = _Cached(end, generation, kept)
+            _CACHE[key] = _Cached(end, generation, projection.state_after(rows))
             _CACHE.move_to_end(key)
             while len(_CACHE) > CACHE_PARTITIONS:
                 _CACHE.popitem(last=False)
@@ -270,8 +270,7 @@ class PartitionWriter:
             s.c.stream == self.stream, s.c.topic == self.topic, s.c.namespace == ns)).first()
         return bytes(row[0]) if row is not None else None
 
-    def _insert_rows(self, conn: Connection, rows: BatchRows) -> None:
-        bulk = Bulk(conn)
+    def _insert_rows(self, bulk: Bulk, conn: Connection, rows: BatchRows) -> None:
         bulk.insert(_table(AuditRecord), rows.records)
         if self._kill_after is not None and rows.records:
             from sqlalchemy import func
@@ -290,10 +289,10 @@ class PartitionWriter:
         bulk.upsert(_table(AuditCheckpoint), rows.checkpoint_failures,
                     only=("counted", "ignored_reason", "failure_reason", "last_offset"))
 
-    def _snapshots(self, conn: Connection, partition: int, end: int,
+    def _snapshots(self, bulk: Bulk, partition: int, end: int,
                    states: dict[str, bytes]) -> None:
         now = int(time.time() * 1000)
-        Bulk(conn).upsert(_table(AuditSnapshot), [
+        bulk.upsert(_table(AuditSnapshot), [
             {"stream": self.stream, "topic": self.topic, "namespace": ns,
              "partition": partition, "next_offset": end, "state": data, "updated_at": now}
             for ns, data in sorted(states.items())])
@@ -333,6 +332,10 @@ def write_snapshots(engine: Engine, stream: str, topic: str, partition: int, end
             for ns in projection.namespaces()])
 
 
+_TEMP_TABLES: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+"""Per database session: the temporary tables :class:`Bulk` created in it."""
+
+
 class Bulk:
     """Many rows into one table, inside the caller's transaction, at the driver's speed.
 
@@ -345,6 +348,14 @@ class Bulk:
     def __init__(self, conn: Connection) -> None:
         self.raw = conn.connection.driver_connection
         self.postgres = conn.dialect.name == "postgresql"
+        self._filled: set[str] = set()  # temporary tables holding rows in this transaction
+        self._created: set[str] = set()  # temporary tables this transaction created
+
+    def committed(self) -> None:
+        """The transaction committed: the temporary tables it created stay for the session
+        (a rolled back one took them with it)."""
+        if self._created:
+            _TEMP_TABLES.setdefault(self.raw, set()).update(self._created)
 
     @staticmethod
     def _columns(table: Any) -> list[str]:
@@ -385,14 +396,19 @@ class Bulk:
         if self.postgres:
             tmp = f"_jobreg_{table.name}"
             with self.raw.cursor() as cur:
-                cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {tmp} "
-                            f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+                if tmp not in _TEMP_TABLES.get(self.raw, ()) and tmp not in self._created:
+                    # once per session (see committed); emptied by every commit
+                    cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {tmp} "
+                                f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+                    self._created.add(tmp)
+                elif tmp in self._filled:
+                    cur.execute(f"TRUNCATE {tmp}")
                 with cur.copy(f"COPY {tmp} ({names}) FROM STDIN") as copy:
                     for row in rows:
                         copy.write_row([row[c] for c in cols])
+                self._filled.add(tmp)
                 cur.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {tmp} "
                             f"{conflict}")
-                cur.execute(f"TRUNCATE {tmp}")
         else:
             marks = ", ".join("?" * len(cols))
             self.raw.executemany(

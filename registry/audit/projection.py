@@ -192,6 +192,17 @@ class AuditProjection:
         state = rows.state if rows is not None and rows.state is not None else self._state
         return encode_state(state, namespace)
 
+    def resume(self, state: _State | None) -> None:
+        """Continue from ``state`` (what :meth:`state_after` gave for the batch before):
+        a worker's cache, valid only at the same offsets."""
+        if state is not None:
+            self._state = state
+
+    @staticmethod
+    def state_after(rows: BatchRows) -> _State | None:
+        """The whole state ``rows`` leave the projection in (for :meth:`resume`)."""
+        return rows.state
+
     def adopt(self, namespace: str, data: bytes) -> None:
         """Take ``namespace``'s state from :func:`encode_state` (a snapshot, or a cache)."""
         _load(self._state, namespace, data)
