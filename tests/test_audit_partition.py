@@ -190,3 +190,54 @@ def test_two_namespaces_on_two_partitions_fold_in_parallel_and_agree_with_check(
     again = run_audit(pg_db, regs[0].bootstrap, regs[0].topic, spark=spark)
     assert again.records == 4 and again.caught_up == run.records
     assert check(pg_db, regs[0].bootstrap, regs[0].topic) == []
+
+
+def test_a_new_run_waits_for_a_task_holding_the_partition_then_fences_it(connect,
+                                                                          pg_db) -> None:
+    """A task of the old run holds its partition's lock (mid-commit) when a new driver
+    starts: the new run's generation waits for that commit, keeps its rows, and refuses the
+    old run's next task."""
+    import threading
+
+    from registry.audit.db import migrate
+    from registry.audit.partition import begin_run
+
+    migrate(pg_db)
+    reg = connect("held")
+    _jobs(reg, 6)
+    records = _log(reg)
+    old = _begin(pg_db, reg)
+    zombie = PartitionWriter(pg_db, reg.topic, old.generation, engine=old.engine)
+    started, bumped = threading.Event(), []
+    holding = old.engine.connect()
+    tx = holding.begin()
+    holding.exec_driver_sql(  # what a task does first: lock its partition's row
+        'SELECT next_offset FROM audit_progress WHERE "partition" = %s FOR UPDATE',
+        (reg.partition,))
+
+    def new_driver() -> None:
+        started.set()
+        bumped.append(begin_run(old.engine, "audit", reg.topic, 8)[0])
+
+    driver = threading.Thread(target=new_driver)
+    driver.start()
+    started.wait()
+    # wait until PostgreSQL says the new driver waits for a lock (no sleep margin; the
+    # deadline only turns a hang into a failure)
+    import time
+
+    deadline = time.monotonic() + 120
+    with old.engine.connect() as watch:
+        while not watch.exec_driver_sql("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                        ).scalar_one():
+            assert driver.is_alive() and time.monotonic() < deadline
+            watch.rollback()
+    assert not bumped
+    tx.commit()  # the held task finishes (here: without writing)
+    holding.close()
+    driver.join(60)
+    assert bumped == [old.generation + 1]
+    with pytest.raises(Fenced):
+        zombie.write(reg.partition, records, 0)
+    assert _rows(pg_db) == (0, 0)
+    old.close()
