@@ -1,18 +1,30 @@
 """The audit streaming job: Spark Structured Streaming from the registry topic into the audit
-database, exactly once.
+database, exactly once, the fold running on the executors.
 
-Each micro-batch reaches :func:`_write_batch` on the driver (``foreachBatch``), which
-hands the records, in offset order per partition, to
-:class:`registry.audit.writer.AuditWriter`: the library's fold decides every record
-(no rule is restated here) and the rows and the source offsets are committed in one
-database transaction.
+**Shape.** Every namespace lives on one Kafka partition, so a Kafka partition is the unit of
+order. Each micro-batch reaches :func:`run_audit`'s ``foreachBatch`` function, which runs
+``batch.mapInArrow(FoldTask(...), "partition int, start long, end long, rows long")
+.collect()``: no exchange, one task per Kafka partition (both sources plan one input
+partition per Kafka partition). Each task folds its partition's records with the library's
+fold and commits them through :class:`registry.audit.partition.PartitionWriter` (rows +
+that partition's progress + its namespaces' snapshots, one transaction); the driver gets
+one summary row per partition and never folds.
 
-**Where the stream starts.** The database is the only progress store: at start the
-job reads ``audit_progress``, folds the log up to it (no writes) and starts the query
-at exactly those offsets. Spark's own checkpoint lives in a fresh temporary directory
-per run, so a checkpoint that disagrees with the database (a restored backup, a
-database reset) can never skip or repeat records. A batch delivered again after a
-crash is cut at the database's progress by the writer.
+**SQLite** has one writer at a time: there the driver collects the batch (``toArrow``) and
+commits it partition by partition with the same :class:`PartitionWriter`.
+
+**Where the stream starts.** The database is the only progress store: at start the driver
+raises the run's generation (:func:`registry.audit.partition.begin_run`: tasks of an older
+driver are refused from then on), reads ``audit_progress`` and starts the query at exactly
+those offsets; nothing is folded on the driver, each task resumes its namespaces from their
+snapshots. Spark's own checkpoint lives in a fresh temporary directory per run, so a
+checkpoint that disagrees with the database (a restored backup, a database reset) can never
+skip or repeat records. A batch (or a task) delivered again after a crash is cut at the
+partition's progress.
+
+**Speculation stays off** (``spark.speculation=false``, set by
+:func:`consumers.spark.spark_session`): a speculative copy of a task would be fenced by the
+row lock and the compare-and-set, but it would fold the batch twice for nothing.
 
 Triggers: ``once`` is Spark's ``availableNow`` (everything there now, in batches of
 at most ``max_offsets_per_trigger`` records, then stop); ``follow`` is a
@@ -21,24 +33,29 @@ processing-time trigger that runs until stopped (Ctrl-C, or ``stop_after``).
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
+import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from registry.audit.db import AuditError
-from registry.audit.writer import AuditWriter, Pipeline
+from registry.audit.partition import PartitionWriter
+from registry.audit.writer import AuditWriter
 from registry.errors import ConfigError
 from registry.image import LogRecord
 from registry.kafka_config import Kafka, java_client_options
-from registry.log import topic_partitions
+from registry.log import LogReader, topic_partitions
 
-__all__ = ["AuditRun", "run_audit"]
+__all__ = ["SUMMARY_SCHEMA", "AuditRun", "FoldTask", "run_audit"]
+
+SUMMARY_SCHEMA = "partition int, start long, end long, rows long"
+"""What each task returns to the driver: one row per Kafka partition it committed."""
 
 
 @dataclass
@@ -52,22 +69,79 @@ class AuditRun:
     source: str
     startup: float = 0.0
     """Seconds of :attr:`seconds` before the stream read anything: the JVM and the Spark
-    session (unless one was passed in), the catch-up fold and starting the query."""
+    session (unless one was passed in), starting the run and starting the query."""
+
+
+def _columns(df: Any) -> Any:
+    """The micro-batch's columns the fold needs (a narrow projection: no exchange)."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    return df.select(
+        F.col("partition"), F.col("offset"), F.col("key"), F.col("value"),
+        F.floor(F.unix_micros(F.col("timestamp")) / 1000).cast("long").alias("ms"))
+
+
+def _as_records(cols: dict[str, list[Any]]) -> list[LogRecord]:
+    return [LogRecord(o, k, v, ms, p) for p, o, k, v, ms in zip(
+        cols["partition"], cols["offset"], cols["key"], cols["value"], cols["ms"], strict=True)]
 
 
 def _records(df: Any) -> list[LogRecord]:
-    """The micro-batch as LogRecords, each partition in offset order."""
-    from pyspark.sql import functions as F  # noqa: N812
-
-    table = df.select(
-        F.col("partition"), F.col("offset"), F.col("key"), F.col("value"),
-        F.floor(F.unix_micros(F.col("timestamp")) / 1000).cast("long").alias("ms"),
-    ).toArrow()
-    cols = table.to_pydict()
-    out = [LogRecord(o, k, v, ms, p) for p, o, k, v, ms in zip(
-        cols["partition"], cols["offset"], cols["key"], cols["value"], cols["ms"], strict=True)]
+    """The micro-batch as LogRecords on the driver, each partition in offset order (SQLite)."""
+    out = _as_records(_columns(df).toArrow().to_pydict())
     out.sort(key=lambda r: (r.partition, r.offset))
     return out
+
+
+@dataclass(frozen=True)
+class FoldTask:
+    """The function ``mapInArrow`` runs on the executors: one Spark partition's records (one
+    Kafka partition's, offsets strictly increasing) folded and committed by
+    :class:`PartitionWriter` for the run ``generation``; yields one summary row per Kafka
+    partition (:data:`SUMMARY_SCHEMA`). Calling it again with the same records (a retried
+    task) writes nothing: the progress cuts them."""
+
+    url: str
+    topic: str
+    generation: int
+    bootstrap: Any
+    stream: str = "audit"
+    kill_pid: int | None = None
+    timeout: float = 30.0
+    batch_id: int = -1
+
+    def writer(self) -> PartitionWriter:
+        return PartitionWriter(self.url, self.topic, self.generation, stream=self.stream,
+                               probe=self.probe, kill_pid=self.kill_pid)
+
+    def probe(self, partition: int, start: int, end: int) -> bool:
+        """Whether the log holds a record in ``[start, end)`` (a hole of transaction markers,
+        or of records the cleaner removed, is no gap)."""
+        reader = LogReader(self.bootstrap, self.topic, partition, start_offset=start)
+        try:
+            for batch in reader.read_to_end(self.timeout, until=end - 1):
+                if any(r.offset < end for r in batch):
+                    return True
+            return False
+        finally:
+            reader.close()
+
+    def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
+        import itertools
+
+        import pyarrow as pa
+
+        # Folded as the input arrives (the reading and the folding overlap); one
+        # transaction per Kafka partition (a Spark partition holds one).
+        records = (r for batch in batches for r in _as_records(batch.to_pydict()))
+        writer = self.writer()
+        out = [writer.write(p, group, self.batch_id)
+               for p, group in itertools.groupby(records, key=lambda r: r.partition)]
+        yield pa.RecordBatch.from_pydict(
+            {"partition": [c.partition for c in out], "start": [c.start for c in out],
+             "end": [c.end for c in out], "rows": [c.rows for c in out]},
+            schema=pa.schema([("partition", pa.int32()), ("start", pa.int64()),
+                              ("end", pa.int64()), ("rows", pa.int64())]))
 
 
 def _first_lines(e: BaseException, limit: int = 600) -> str:
@@ -97,13 +171,12 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
     writer = AuditWriter(url, topic, stream=stream)
     checkpoint = tempfile.mkdtemp(prefix="jobreg-audit-ckpt-")
     query = None
-    pipeline: Pipeline | None = None
     try:
         writer.require_schema()
         caught_up = writer.catch_up(bootstrap, timeout=timeout)
         partitions = topic_partitions(bootstrap, topic, timeout)
-        done = writer.projection.next_offsets
-        starting = json.dumps({topic: {str(p): done.get(p, -2) for p in range(partitions)}})
+        done = writer.next_offsets
+        starting = json.dumps({topic: {str(p): done.get(p, 0) or -2 for p in range(partitions)}})
         spark = spark or spark_session()
         used = "kafka" if source == "kafka" or (
             source == "auto" and kafka_format_available(spark)) else "jobreg-kafka"
@@ -117,12 +190,23 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
         df = read_stream(spark, bootstrap, topic, source="kafka" if used == "kafka" else "python",
                          starting_offsets=starting,
                          max_offsets_per_trigger=max_offsets_per_trigger, **wait)
-
-        # Spark reads the next micro-batch while this one is folded and committed.
-        pipeline = Pipeline(writer, on_batch=on_batch)
+        assert writer.generation is not None
+        on_executors = writer.engine.dialect.name != "sqlite"
+        task = FoldTask(url, topic, writer.generation, bootstrap, stream=stream,
+                        kill_pid=os.getpid(), timeout=timeout)
 
         def batch(frame: Any, batch_id: int) -> None:
-            pipeline.submit(_records(frame), batch_id)
+            if on_executors:
+                summaries = _columns(frame).mapInArrow(dataclasses.replace(task, batch_id=batch_id),
+                                                        SUMMARY_SCHEMA).collect()
+                n = sum(s["rows"] for s in summaries)
+                if summaries:
+                    writer.batches += 1
+                    writer.rows += n
+            else:  # SQLite: one writer; the driver commits partition by partition
+                n = writer.commit(_records(frame), batch_id)
+            if on_batch is not None:
+                on_batch(batch_id, n)
 
         sink = df.writeStream.foreachBatch(batch).option("checkpointLocation", checkpoint)
         sink = sink.trigger(availableNow=True) if mode == "once" else \
@@ -149,8 +233,6 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
                 time.monotonic() < quiet:
             time.sleep(0.05)
         query.stop()
-        closing, pipeline = pipeline, None
-        closing.close()  # raises the writer's own error (AuditError, ...) if it had one
         if failure is not None:
             raise AuditError(f"the audit stream failed: {_first_lines(failure)}") from None
         return AuditRun(writer.batches, writer.rows, caught_up, time.monotonic() - started,
@@ -158,8 +240,5 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
     finally:
         if query is not None and query.isActive:
             query.stop()
-        if pipeline is not None:
-            with contextlib.suppress(Exception):  # an error is raised above already
-                pipeline.close()
         writer.close()
         shutil.rmtree(checkpoint, ignore_errors=True)

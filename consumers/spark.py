@@ -42,6 +42,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.memory": "1g",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
     "spark.sql.adaptive.enabled": "false",  # not used by streaming queries; it warns if on
+    # The audit tasks commit to the database: a speculative copy would be fenced (row lock,
+    # compare-and-set on the progress) but would fold its batch twice for nothing.
+    "spark.speculation": "false",
 }
 
 

@@ -253,9 +253,10 @@ class ReplayFigures:
     rejected: int
 
 
-def _replay_log(records: int) -> Iterator[tuple[str, bytes]]:
-    """A realistic registry history of ``records`` records: two terms, submits, a failover
-    with adoptions, cancels, and 1% late writes of the old term (refused)."""
+def _replay_log(records: int, namespace: str = "replay") -> Iterator[tuple[str, bytes]]:
+    """A realistic registry history of ``records`` records of ``namespace``: two terms,
+    submits, a failover with adoptions, cancels, and 1% late writes of the old term
+    (refused)."""
     from .codec import encode
     from .events import (
         InlineGraph,
@@ -268,7 +269,7 @@ def _replay_log(records: int) -> Iterator[tuple[str, bytes]]:
     )
     from .keys import record_key
 
-    ns, graph = "replay", InlineGraph(b"g" * 200)
+    ns, graph = namespace, InlineGraph(b"g" * 200)
     body = records - 2
     submits, adopts = body // 2, body * 2 // 5
     late = body // 100

@@ -388,13 +388,22 @@ def bench_replay_cmd(records: int) -> None:
               help="Events per second for the freshness figures.")
 @click.option("--seconds", type=click.FloatRange(2), default=20.0, show_default=True,
               help="How long the steady load of the freshness figures lasts.")
-def bench_audit_cmd(events: int, rate: int, seconds: float) -> None:
-    """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, Spark next to
-    plain Python in the same run."""
+@click.option("--namespaces", type=click.IntRange(1), default=64, show_default=True,
+              help="Namespaces the events are spread over (on the topic's 8 partitions).")
+@click.option("--masters", default="local[1],local[2],local[4]", show_default=True,
+              help="The Spark masters of the scaling table, comma-separated.")
+def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
+                    masters: str) -> None:
+    """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, plain Python
+    next to Spark under each master (a scaling table), in the same run."""
     from registry.audit.bench import bench_audit, format_audit
 
+    chosen = [m.strip() for m in masters.split(",") if m.strip()]
+    if not chosen:
+        raise click.BadParameter("name at least one Spark master", param_hint="--masters")
     with registry_errors():
-        figures = bench_audit(events=events, rate=rate, seconds=seconds,
+        figures = bench_audit(events=events, rate=rate, seconds=seconds, namespaces=namespaces,
+                              masters=chosen,
                               progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_audit(figures))
 

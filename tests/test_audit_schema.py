@@ -43,7 +43,7 @@ from registry.errors import RegistryError
 from registry.events import JobStatus
 from registry.image import Outcome
 
-HEAD = "0005"
+HEAD = "0006"
 
 
 # --------------------------------------------------------------------------- fixtures, helpers
@@ -235,6 +235,35 @@ def test_each_revision_upgrades_and_downgrades_with_the_rows_it_finds(db_url: st
         downgrade(db_url)
         assert current_revision(db_url) is None
         assert schema(engine) == ({"alembic_version"}, set())
+    finally:
+        engine.dispose()
+
+
+def test_revision_0006_fences_old_progress_and_adds_the_snapshots(db_url: str) -> None:
+    """A progress row written at 0005 reads generation 0 at 0006 (no snapshots yet: the next
+    start adopts it); the downgrade drops the snapshots and the column and keeps the row."""
+    migrate(db_url, "0005")
+    engine = engine_for(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                'INSERT INTO audit_progress (stream, topic, "partition", next_offset, '
+                "batch_id, updated_at) VALUES ('audit', 'jobreg', 3, 42, 7, 1)")
+        migrate(db_url)
+        assert current_revision(db_url) == HEAD
+        assert diff_against_models(engine) == []
+        assert select(db_url, "SELECT next_offset, generation FROM audit_progress") == [
+            {"next_offset": 42, "generation": 0}]
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                'INSERT INTO audit_snapshots (stream, topic, namespace, "partition", '
+                "next_offset, state, updated_at) VALUES ('audit', 'jobreg', 'prod', 3, 42, "
+                + ("'\\x00'" if engine.dialect.name == "postgresql" else "x'00'") + ", 1)")
+        downgrade(db_url, "0005")
+        assert current_revision(db_url) == "0005"
+        assert "generation" not in _columns(engine, "audit_progress")
+        assert "audit_snapshots" not in schema(engine)[0]
+        assert select(db_url, "SELECT next_offset FROM audit_progress") == [{"next_offset": 42}]
     finally:
         engine.dispose()
 

@@ -164,7 +164,7 @@ def test_bad_databases_and_arguments(tmp_path) -> None:
     code, _, err = cli("audit", "run", "--max-offsets-per-trigger", "0")
     assert code == 2 and "Usage" in err
     code, out, _ = cli("audit", "migrate", "--db", f"sqlite:///{tmp_path / 'ok.db'}")
-    assert code == 0 and "revision 0005" in out
+    assert code == 0 and "revision 0006" in out
 
 
 def test_audit_run_touches_no_database_before_the_broker_answers(tmp_path) -> None:

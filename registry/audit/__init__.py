@@ -3,6 +3,8 @@
 * :mod:`registry.audit.models`: the tables (SQLAlchemy declarative models).
 * :mod:`registry.audit.db`: engines, Alembic migrations (``migrate``,
   ``downgrade``, ``current_revision``) and the read-only :func:`query` path.
+* :mod:`registry.audit.partition`: one Kafka partition's batch folded and committed in one
+  transaction (generation fencing, snapshots), shared by the Spark tasks and ``--plain``.
 * :mod:`registry.audit.pgcluster`: a throwaway PostgreSQL cluster for tests
   and benchmarks (not imported here).
 """

@@ -1,24 +1,32 @@
-"""``jobreg bench audit``: the audit stream's throughput and freshness, Spark next to plain
-Python doing the same work (consume, fold, write) in the same run.
+"""``jobreg bench audit``: the audit stream's throughput and freshness, and how Spark's
+throughput scales with its cores, next to plain Python doing the same work (consume, fold,
+write), all in one run.
 
-1. **Throughput**: a log of N events (two terms, submits, adoptions, cancels, 1% refused
-   late writes) written into SQLite and into a throwaway PostgreSQL, by the Spark job
-   (``availableNow``) and by plain Python (:func:`registry.audit.writer.run_plain`).
-   The Spark figures exclude the session's start and the first query's warm-up (paid
-   once per process; both reported).
-2. **Freshness**: a producer writes events at a steady rate; a watcher polls the
-   database's progress every 20 ms; freshness is the time from a record's delivery report
-   (the broker has it in the log) to the first poll that sees its row committed. p50 and p95, Spark (processing-time trigger)
-   next to plain Python following the log, into PostgreSQL.
+The log: ``events`` records over ``namespaces`` namespaces (64) on a topic of 8 partitions,
+each namespace a realistic history (two terms, submits, adoptions, cancels, 1% refused late
+writes), every namespace on its own partition as the client places it.
+
+1. **Throughput**: the log written into PostgreSQL (a throwaway cluster) by plain Python
+   (:func:`registry.audit.writer.run_plain`) and by the Spark job (``availableNow``) under
+   each master of ``masters`` (``local[1]``, ``local[2]``, ``local[4]``: one session after
+   the other in this process), and into SQLite by plain Python and the last master. The
+   Spark figures exclude the session's start and the first query's warm-up (paid once per
+   session; both reported).
+2. **Freshness**: a producer (a process of its own) writes events at a steady rate,
+   round-robin over the namespaces; a watcher polls the database's progress every 20 ms;
+   freshness is the time from a record's delivery report (the broker has it in the log) to
+   the first poll that sees its partition's progress past it. p50 and p95 into PostgreSQL,
+   plain Python following the log next to Spark (processing-time trigger) per master.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +40,10 @@ from .models import AuditProgress
 from .pgcluster import ThrowawayPostgres
 from .writer import AuditWriter, follow_plain, run_plain
 
-__all__ = ["AuditFigures", "bench_audit", "format_audit"]
+__all__ = ["MASTERS", "AuditFigures", "bench_audit", "format_audit"]
+
+MASTERS: tuple[str, ...] = ("local[1]", "local[2]", "local[4]")
+"""The Spark masters of the scaling table (``local[4]`` on a 2-core machine shows the bend)."""
 
 
 @dataclass
@@ -40,36 +51,47 @@ class AuditFigures:
     """Figures of one ``bench audit`` run."""
 
     events: int
+    namespaces: int = 64
+    partitions: int = 8
     throughput: dict[tuple[str, str], float] = field(default_factory=dict)  # (engine, db)
     freshness: dict[str, tuple[float, float, int]] = field(default_factory=dict)  # p50, p95, n
     rate: int = 0
-    spark_start_s: float = 0.0
-    spark_warmup_s: float = 0.0
+    spark_start_s: dict[str, float] = field(default_factory=dict)  # master -> seconds
+    spark_warmup_s: dict[str, float] = field(default_factory=dict)
+    cores: int = 0
 
 
-def _produce(bootstrap: str, topic: str, records: int) -> None:
+def _names(n: int) -> list[str]:
+    return [f"ns-{i:02d}" for i in range(n)]
+
+
+def _produce(bootstrap: str, topic: str, records: int, namespaces: int) -> None:
     from confluent_kafka import Producer
 
     from ..bench import _replay_log
     from ..keys import partition_for
 
     info = ensure_topic(bootstrap, topic, TopicConfig())
-    partition = partition_for("replay", info.partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "enable.idempotence": True})
-    for key, value in _replay_log(records):
-        while True:
-            try:
-                producer.produce(topic, value, key, partition=partition)
-                break
-            except BufferError:
-                producer.poll(0.05)
+    names = _names(namespaces)
+    for i, ns in enumerate(names):
+        partition = partition_for(ns, info.partitions)
+        share = records // namespaces + (1 if i < records % namespaces else 0)
+        for key, value in _replay_log(share, ns):
+            while True:
+                try:
+                    producer.produce(topic, value, key, partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
     producer.flush(120)
 
 
-def _steady(bootstrap: str, topic: str, rate: int, seconds: float,
-            sent: dict[int, float], stop: threading.Event) -> None:
-    """Submit-like events at ``rate``/s; ``sent[offset]`` = when its delivery was reported."""
+def _steady(bootstrap: str, topic: str, rate: int, seconds: float, namespaces: int,
+            sent: dict[str, float], stop: threading.Event) -> None:
+    """Submit-like events at ``rate``/s, round-robin over the namespaces;
+    ``sent["partition:offset"]`` = when its delivery was reported."""
     from confluent_kafka import Producer
 
     from ..codec import encode
@@ -77,33 +99,37 @@ def _steady(bootstrap: str, topic: str, rate: int, seconds: float,
     from ..keys import partition_for, record_key
 
     info = ensure_topic(bootstrap, topic, TopicConfig())
-    partition = partition_for("fresh", info.partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    names = _names(namespaces)
 
     def delivered(err: Any, msg: Any) -> None:
         if err is None:  # the record is in the log from now on
-            sent[msg.offset()] = time.monotonic()
+            sent[f"{msg.partition()}:{msg.offset()}"] = time.monotonic()
 
     def send(event: Any) -> None:
         producer.produce(topic, encode(event), record_key(event).encode(),
-                         partition=partition, on_delivery=delivered)
+                         partition=partition_for(event.namespace, info.partitions),
+                         on_delivery=delivered)
         producer.poll(0)
 
-    send(LeadershipGranted(event_id=new_event_id(), namespace="fresh", epoch=1, writer="jm",
-                           created_at=0, prev_epoch=0))
+    for ns in names:
+        send(LeadershipGranted(event_id=new_event_id(), namespace=ns, epoch=1, writer="jm",
+                               created_at=0, prev_epoch=0))
     t0 = time.monotonic()
     i = 0
     while not stop.is_set() and time.monotonic() - t0 < seconds:
         i += 1
-        send(JobSubmitted(event_id=new_event_id(), namespace="fresh", epoch=1, writer="jm",
-                          created_at=0, job_id=f"job-{i}", graph=InlineGraph(b"g" * 200)))
+        send(JobSubmitted(event_id=new_event_id(), namespace=names[i % len(names)], epoch=1,
+                          writer="jm", created_at=0, job_id=f"job-{i}",
+                          graph=InlineGraph(b"g" * 200)))
         delay = t0 + i / rate - time.monotonic()
         if delay > 0:
             time.sleep(delay)
     producer.flush(30)
 
 
-def _steady_elsewhere(bootstrap: str, topic: str, rate: int, seconds: float) -> dict[int, float]:
+def _steady_elsewhere(bootstrap: str, topic: str, rate: int, seconds: float,
+                      namespaces: int) -> dict[tuple[int, int], float]:
     """:func:`_steady` in a process of its own (the load must not share the audit job's
     interpreter); its times are ``time.monotonic()``, one clock for every process here."""
     import json
@@ -113,36 +139,44 @@ def _steady_elsewhere(bootstrap: str, topic: str, rate: int, seconds: float) -> 
     code = ("import json, sys, threading\n"
             "from registry.audit.bench import _steady\n"
             "sent = {}\n"
-            "_steady(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sent, "
-            "threading.Event())\n"
+            "_steady(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), "
+            "int(sys.argv[5]), sent, threading.Event())\n"
             "print(json.dumps(sent))\n")
-    done = subprocess.run([sys.executable, "-c", code, bootstrap, topic, str(rate), str(seconds)],
+    done = subprocess.run([sys.executable, "-c", code, bootstrap, topic, str(rate), str(seconds),
+                           str(namespaces)],
                           capture_output=True, text=True, timeout=seconds + 120, check=True)
-    return {int(k): v for k, v in json.loads(done.stdout).items()}
+    out: dict[tuple[int, int], float] = {}
+    for k, v in json.loads(done.stdout).items():
+        p, o = k.split(":")
+        out[(int(p), int(o))] = v
+    return out
 
 
-def _watch(url: str, topic: str, seen: dict[int, float], stop: threading.Event) -> None:
-    """Poll the progress table; ``seen[offset] = first time a poll saw it committed``."""
+def _watch(url: str, topic: str, seen: dict[tuple[int, int], float],
+           stop: threading.Event) -> None:
+    """Poll the progress table; ``seen[(partition, offset)]`` = first time a poll saw it
+    committed."""
     from .db import engine_for
 
     engine = engine_for(url)
     t = AuditProgress.__table__
-    last = 0
+    last: dict[int, int] = {}
     try:
         while not stop.is_set():
             with engine.connect() as conn:
                 now = time.monotonic()
-                ends = conn.execute(select(t.c.next_offset).where(t.c.topic == topic)).all()
-            top = max((e for (e,) in ends), default=0)
-            for offset in range(last, top):
-                seen[offset] = now
-            last = max(last, top)
+                ends = conn.execute(select(t.c.partition, t.c.next_offset).where(
+                    t.c.topic == topic)).all()
+            for partition, top in ends:
+                for offset in range(last.get(partition, 0), top):
+                    seen[(partition, offset)] = now
+                last[partition] = max(last.get(partition, 0), top)
             time.sleep(0.02)
     finally:
         engine.dispose()
 
 
-def _freshness(sent: dict[int, float], seen: dict[int, float]) -> tuple[float, float, int]:
+def _freshness(sent: dict[Any, float], seen: dict[Any, float]) -> tuple[float, float, int]:
     lags = sorted(seen[o] - t for o, t in sent.items() if o in seen)
     if not lags:
         return float("nan"), float("nan"), 0
@@ -150,98 +184,147 @@ def _freshness(sent: dict[int, float], seen: dict[int, float]) -> tuple[float, f
     return statistics.median(lags), p95, len(lags)
 
 
+def _spark(master: str) -> Any:
+    from consumers.spark import spark_session
+
+    before = os.environ.get("JOBREG_SPARK_MASTER")
+    os.environ["JOBREG_SPARK_MASTER"] = master  # the scaling table's master, whatever is set
+    try:
+        return spark_session(app_name="jobreg-bench-audit", master=master)
+    finally:
+        if before is None:
+            os.environ.pop("JOBREG_SPARK_MASTER", None)
+        else:
+            os.environ["JOBREG_SPARK_MASTER"] = before
+
+
 def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.0,
+                namespaces: int = 64, masters: Sequence[str] = MASTERS,
                 progress: Callable[[str], None] = lambda _: None) -> AuditFigures:
     """Run the audit benchmark on a fresh embedded broker and a throwaway PostgreSQL."""
     from consumers.audit_job import run_audit
-    from consumers.spark import spark_session
 
-    figures = AuditFigures(events=events, rate=rate)
+    figures = AuditFigures(events=events, rate=rate, namespaces=namespaces,
+                           partitions=TopicConfig().partitions, cores=os.cpu_count() or 0)
+    topic = "bench-audit"
     with EmbeddedBroker() as broker, ThrowawayPostgres() as pg, \
             tempfile.TemporaryDirectory() as tmp:
-        progress(f"producing {events:,} events")
-        _produce(broker.bootstrap, "bench-audit", events)
-        progress("starting Spark (local[2])")
-        t0 = time.perf_counter()
-        spark = spark_session(app_name="jobreg-bench-audit")
-        figures.spark_start_s = time.perf_counter() - t0
-        # The first streaming query of a JVM starts Spark's Python workers and compiles
-        # its plans; pay that once, outside the figures (it is reported separately).
-        warm = f"sqlite:///{tmp}/warm-up.db"
-        migrate(warm)
-        t0 = time.perf_counter()
-        run_audit(warm, broker.bootstrap, "bench-audit", spark=spark,
-                  max_offsets_per_trigger=1000, stop_after=lambda w: w.rows > 0,
-                  mode="follow", interval="100 milliseconds")
-        figures.spark_warmup_s = time.perf_counter() - t0
-        dbs = {"sqlite": lambda name: f"sqlite:///{tmp}/{name}.db",
-               "postgresql": lambda name: pg.create_database(name)}
-        for db, make in dbs.items():
-            for engine in ("plain", "spark"):
-                url = make(f"{engine}_{db}")
-                migrate(url)
-                progress(f"{events:,} events into {db} with {engine}")
-                t0 = time.perf_counter()
-                if engine == "spark":
-                    run = run_audit(url, broker.bootstrap, "bench-audit", spark=spark,
-                                    max_offsets_per_trigger=50_000)
-                    written = run.records
-                else:
-                    writer = AuditWriter(url, "bench-audit")
-                    writer.catch_up(broker.bootstrap)
-                    written = run_plain(writer, broker.bootstrap)
-                    writer.close()
-                elapsed = time.perf_counter() - t0
-                if written != events:
-                    raise RuntimeError(f"{engine} into {db} wrote {written} of {events} records")
-                figures.throughput[(engine, db)] = events / elapsed
-        for engine in ("plain", "spark"):
-            topic = f"bench-fresh-{engine}"
-            url = pg.create_database(f"fresh_{engine}")
+        bootstrap = broker.bootstrap
+        progress(f"producing {events:,} events over {namespaces} namespaces")
+        _produce(bootstrap, topic, events, namespaces)
+        n = 0
+
+        def fresh_db(name: str, db: str = "postgresql") -> str:
+            nonlocal n
+            n += 1
+            url = pg.create_database(f"{name}_{n}") if db == "postgresql" else \
+                f"sqlite:///{tmp}/{name}_{n}.db"
             migrate(url)
-            ensure_topic(broker.bootstrap, topic, TopicConfig())
+            return url
+
+        def throughput(engine: str, db: str, spark: Any = None) -> None:
+            url = fresh_db("t", db)
+            progress(f"{events:,} events into {db} with {engine}")
+            t0 = time.perf_counter()
+            if spark is not None:
+                written = run_audit(url, bootstrap, topic, spark=spark,
+                                    max_offsets_per_trigger=50_000).records
+            else:
+                writer = AuditWriter(url, topic)
+                writer.catch_up(bootstrap)
+                written = run_plain(writer, bootstrap)
+                writer.close()
+            elapsed = time.perf_counter() - t0
+            if written != events:
+                raise RuntimeError(f"{engine} into {db} wrote {written} of {events} records")
+            figures.throughput[(engine, db)] = events / elapsed
+
+        def freshness(engine: str, spark: Any = None) -> None:
+            fresh_topic = f"bench-fresh-{len(figures.freshness)}"
+            url = fresh_db("f")
+            ensure_topic(bootstrap, fresh_topic, TopicConfig())
             progress(f"freshness at {rate}/s for {seconds:g} s into postgresql with {engine}")
-            seen: dict[int, float] = {}
+            seen: dict[tuple[int, int], float] = {}
             stop = threading.Event()
-            watcher = threading.Thread(target=_watch, args=(url, topic, seen, stop))
-            if engine == "spark":
-                runner = threading.Thread(target=run_audit, args=(url, broker.bootstrap, topic),
+            watcher = threading.Thread(target=_watch, args=(url, fresh_topic, seen, stop))
+            writer = None
+            if spark is not None:
+                runner = threading.Thread(target=run_audit, args=(url, bootstrap, fresh_topic),
                                           kwargs=dict(spark=spark, mode="follow",
                                                       interval="250 milliseconds",
                                                       stop_event=stop))
             else:
-                writer = AuditWriter(url, topic)
-                runner = threading.Thread(target=follow_plain,
-                                          args=(writer, broker.bootstrap, stop))
+                writer = AuditWriter(url, fresh_topic)
+                writer.catch_up(bootstrap)
+                runner = threading.Thread(target=follow_plain, args=(writer, bootstrap, stop))
             watcher.start()
             runner.start()
-            time.sleep(8 if engine == "spark" else 1)  # the query's first batch, warm-up
-            sent = _steady_elsewhere(broker.bootstrap, topic, rate, seconds)
+            time.sleep(8 if spark is not None else 1)  # the query's first batch, warm-up
+            sent = _steady_elsewhere(bootstrap, fresh_topic, rate, seconds, namespaces)
             time.sleep(3)
             stop.set()
             runner.join(60)
             watcher.join(10)
-            if engine == "plain":
+            if writer is not None:
                 writer.close()
             figures.freshness[engine] = _freshness(sent, seen)
-        spark.stop()
+
+        throughput("plain", "postgresql")
+        throughput("plain", "sqlite")
+        freshness("plain")
+        for i, master in enumerate(masters):
+            progress(f"starting Spark ({master})")
+            t0 = time.perf_counter()
+            spark = _spark(master)
+            figures.spark_start_s[master] = time.perf_counter() - t0
+            # The first streaming query of a session starts Spark's Python workers and
+            # compiles its plans; pay that once, outside the figures (reported separately).
+            t0 = time.perf_counter()
+            run_audit(fresh_db("warm"), bootstrap, topic, spark=spark,
+                      max_offsets_per_trigger=1000, stop_after=lambda w: w.rows > 0,
+                      mode="follow", interval="100 milliseconds")
+            figures.spark_warmup_s[master] = time.perf_counter() - t0
+            engine = f"spark {master}"
+            throughput(engine, "postgresql", spark)
+            if i == len(masters) - 1:
+                throughput(engine, "sqlite", spark)
+            freshness(engine, spark)
+            spark.stop()
     return figures
 
 
 def format_audit(f: AuditFigures) -> str:
-    """The figures as a plain-text table with the targets."""
+    """The figures as plain-text tables: throughput and freshness with the targets, then the
+    scaling of Spark's throughput with its master (next to plain Python)."""
     rows: list[tuple[str, str, str]] = []
+    what = f"{f.events:,} events ({f.namespaces} namespaces, {f.partitions} partitions)"
     for (engine, db), per_s in sorted(f.throughput.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        target = ">= 20,000/s" if (engine, db) == ("spark", "postgresql") else ""
-        rows.append((f"{f.events:,} events into {db}, {engine}", f"{per_s:,.0f} events/s",
-                     target))
+        target = ">= 20,000/s" if db == "postgresql" and engine == "spark local[2]" else ""
+        rows.append((f"{what} into {db}, {engine}", f"{per_s:,.0f} events/s", target))
     for engine, (p50, p95, n) in f.freshness.items():
         rows.append((f"freshness at {f.rate:,}/s, {engine}, p50 ({n:,} records)",
                      f"{p50 * 1000:,.0f} ms", ""))
         rows.append((f"freshness at {f.rate:,}/s, {engine}, p95", f"{p95 * 1000:,.0f} ms",
-                     "< 2,000 ms" if engine == "spark" else ""))
-    rows.append(("Spark session start (once per process, not in the above)",
-                 f"{f.spark_start_s:.1f} s", ""))
-    rows.append(("first streaming query of the JVM (warm-up, not in the above)",
-                 f"{f.spark_warmup_s:.1f} s", ""))
-    return figures_table(rows)
+                     "< 2,000 ms" if engine.startswith("spark") else ""))
+    for master, s in f.spark_start_s.items():
+        rows.append((f"Spark {master} session start (not in the above)", f"{s:.1f} s", ""))
+    for master, s in f.spark_warmup_s.items():
+        rows.append((f"Spark {master} first query (warm-up, not in the above)", f"{s:.1f} s",
+                     ""))
+    out = figures_table(rows)
+    base = f.throughput.get(("plain", "postgresql"))
+    spark = [(e, v) for (e, db), v in f.throughput.items()
+             if db == "postgresql" and e.startswith("spark")]
+    if spark:
+        first = spark[0][1]
+        lines = ["", f"scaling into PostgreSQL on {f.cores} cores "
+                 "(events/s; ratios within this run)",
+                 f"{'engine':<16}  {'events/s':>9}  {'x first':>7}  {'x plain':>7}  "
+                 f"{'p50 ms':>7}  {'p95 ms':>7}"]
+        for engine, v in [("plain", base or 0.0), *spark]:
+            p50, p95, _ = f.freshness.get(engine, (float("nan"), float("nan"), 0))
+            lines.append(f"{engine:<16}  {v:>9,.0f}  {v / first:>7.2f}  "
+                         f"{(v / base if base else float('nan')):>7.2f}  "
+                         f"{p50 * 1000:>7,.0f}  {p95 * 1000:>7,.0f}")
+        out += "\n" + "\n".join(lines)
+    return out

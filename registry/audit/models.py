@@ -19,7 +19,8 @@ Conventions:
 Migration ``0001_audit_schema`` creates these tables plus the views listed in
 :data:`VIEWS`; later revisions add columns (``0002``: ``audit_jobs.reason``, ``0003``:
 ``audit_jobs.dirty``, ``0004``: ``audit_jobs.graph_uri`` and
-``audit_jobs.held_checkpoints``). A test compares the database migrated to head with this
+``audit_jobs.held_checkpoints``, ``0006``: ``audit_progress.generation`` and the table
+``audit_snapshots``). A test compares the database migrated to head with this
 metadata. Migrations are frozen: they do not import this module.
 """
 
@@ -55,6 +56,7 @@ __all__ = [
     "AuditProgress",
     "AuditQuarantine",
     "AuditRecord",
+    "AuditSnapshot",
     "AuditTerm",
     "Base",
 ]
@@ -256,6 +258,24 @@ class AuditProgress(Base):
     #: The first offset not yet reflected in the tables.
     next_offset: Mapped[int] = mapped_column(BigInteger)
     batch_id: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[int] = mapped_column(BigInteger)
+    #: The run allowed to write this partition (migration 0006): each start of the job
+    #: raises it; a task of another generation is refused (a zombie of an old driver).
+    generation: Mapped[int] = mapped_column(BigInteger, server_default="0", default=0)
+
+
+class AuditSnapshot(Base):
+    """A namespace's audit projection state (the fold's image and per-term counts) as of
+    its partition's ``next_offset``, committed with the rows and the progress (0006)."""
+
+    __tablename__ = "audit_snapshots"
+
+    stream: Mapped[str] = mapped_column(Text, primary_key=True)
+    topic: Mapped[str] = mapped_column(Text, primary_key=True)
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer)
+    next_offset: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[bytes] = mapped_column(LargeBinary)
     updated_at: Mapped[int] = mapped_column(BigInteger)
 
 

@@ -21,7 +21,8 @@ which namespace to blame, so the audit blames none).
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,7 @@ from ..fold import Delta, bulk
 from ..image import Decision, Image, LogRecord, Outcome, TermInfo
 from ..keys import parse_key
 
-__all__ = ["AuditProjection", "BatchRows"]
+__all__ = ["AuditProjection", "BatchRows", "decode_state", "encode_state"]
 
 _CHECKPOINT_STATUS = {CheckpointTriggered: "TRIGGERED", CheckpointCompleted: "COMPLETED",
                       CheckpointFailed: "FAILED", CheckpointDiscarded: "DISCARDED"}
@@ -79,6 +80,8 @@ class BatchRows:
     ``counted``, ``ignored_reason``, ``failure_reason`` and ``last_offset`` change."""
     progress: dict[int, int] = field(default_factory=dict)
     """partition -> the first offset not reflected, for the partitions this batch read."""
+    namespaces: set[str] = field(default_factory=set)
+    """The namespaces whose state this batch changed (their snapshots must be rewritten)."""
     state: _State | None = None
 
     def __len__(self) -> int:
@@ -88,9 +91,13 @@ class BatchRows:
 class AuditProjection:
     """Folds one topic into audit rows, batch by batch (see the module docstring)."""
 
-    def __init__(self, topic: str, codec: Codec | None = None) -> None:
+    def __init__(self, topic: str, codec: Codec | None = None,
+                 loader: Callable[[str], bytes | None] | None = None) -> None:
         self.topic = topic
         self.codec = codec or default_codec()
+        self.loader = loader
+        """Called with a namespace :meth:`project` meets for the first time; returns its
+        state (:func:`encode_state`) as of the projection's offsets, or ``None`` (new)."""
         self._state = _State()
 
     @property
@@ -138,6 +145,10 @@ class AuditProjection:
                     continue
                 delta = deltas.get(ns)
                 if delta is None:
+                    if ns not in state.images and self.loader is not None:
+                        data = self.loader(ns)
+                        if data is not None:
+                            _load(state, ns, data)
                     delta = deltas[ns] = Delta(
                         state.images.get(ns) or Image.empty(ns), self.codec,
                         lambda t, ns=ns: state.terms.__setitem__((ns, t.epoch), t))
@@ -155,6 +166,7 @@ class AuditProjection:
                              touched_terms, checkpoints)
         for ns, delta in deltas.items():
             state.images[ns] = delta.apply()
+        out.namespaces = set(deltas)
         for (ns, job_id), (offset, stamp) in touched_jobs.items():
             view = state.images[ns].jobs.get(job_id)
             if view is not None:
@@ -173,6 +185,27 @@ class AuditProjection:
         for row in checkpoints.values():
             (out.checkpoint_failures if row.pop("_partial") else out.checkpoints).append(row)
         return out
+
+    def state_of(self, namespace: str, rows: BatchRows | None = None) -> bytes:
+        """``namespace``'s state (:func:`encode_state`) as ``rows`` leave it (as it is now
+        when ``rows`` is ``None``)."""
+        state = rows.state if rows is not None and rows.state is not None else self._state
+        return encode_state(state, namespace)
+
+    def resume(self, state: _State | None) -> None:
+        """Continue from ``state`` (what :meth:`state_after` gave for the batch before):
+        a worker's cache, valid only at the same offsets."""
+        if state is not None:
+            self._state = state
+
+    @staticmethod
+    def state_after(rows: BatchRows) -> _State | None:
+        """The whole state ``rows`` leave the projection in (for :meth:`resume`)."""
+        return rows.state
+
+    def adopt(self, namespace: str, data: bytes) -> None:
+        """Take ``namespace``'s state from :func:`encode_state` (a snapshot, or a cache)."""
+        _load(self._state, namespace, data)
 
     def advance(self, rows: BatchRows) -> None:
         """Make the state ``rows`` computed current: call after the rows were committed."""
@@ -284,6 +317,42 @@ class AuditProjection:
             "location": getattr(event, "location", None),
             "failure_reason": _failure_reason(event),
             "last_offset": d.offset, "_partial": False}
+
+
+def encode_state(state: _State, ns: str) -> bytes:
+    """One namespace's part of the projection's state: a line of JSON (per-term write
+    counts, term times, every term seen) then the fold's image in the snapshot encoding
+    (:func:`registry.snapshot.encode_image`)."""
+    from ..snapshot import encode_image
+
+    head = {"format": "jobreg-audit-state/1",
+            "counts": sorted([e, *c] for (n, e), c in state.counts.items() if n == ns),
+            "times": sorted([e, *t] for (n, e), t in state.term_times.items() if n == ns),
+            "terms": sorted(list(t) for (n, _), t in state.terms.items() if n == ns)}
+    image = state.images.get(ns) or Image.empty(ns)
+    return json.dumps(head, separators=(",", ":")).encode() + b"\n" + encode_image(image)
+
+
+def decode_state(data: bytes) -> tuple[dict[str, Any], Image]:
+    """:func:`encode_state`'s inverse: the JSON head and the image."""
+    from ..snapshot import decode_image
+
+    line, _, body = data.partition(b"\n")
+    head = json.loads(line)
+    if head.get("format") != "jobreg-audit-state/1":
+        raise ValueError(f"not an audit state: {head.get('format')!r}")
+    return head, decode_image(body)
+
+
+def _load(state: _State, ns: str, data: bytes) -> None:
+    head, image = decode_state(data)
+    state.images[ns] = image
+    for e, acc, rej in head["counts"]:
+        state.counts[(ns, e)] = [acc, rej]
+    for e, granted, revoked in head["times"]:
+        state.term_times[(ns, e)] = [granted, revoked]
+    for t in head["terms"]:
+        state.terms[(ns, t[0])] = TermInfo(*t)
 
 
 def _failure_reason(event: Any) -> str | None:

@@ -1,18 +1,19 @@
 """Writing the audit tables exactly once, and checking them against the library's fold.
 
-:class:`AuditWriter` owns one :class:`~registry.audit.projection.AuditProjection`
-and one database. :meth:`AuditWriter.write` commits a batch's rows *and* the
-stream's progress (``audit_progress``: per partition, the first offset not yet
-reflected) in one database transaction. The database is the only progress
-store that counts:
+:class:`AuditWriter` is the plain (driver-side) entry to the audit database: it starts a
+run (:meth:`AuditWriter.catch_up`: raise the stream's generation, check the log reaches the
+database's progress) and commits batches of any partitions through
+:class:`~registry.audit.partition.PartitionWriter`, the per-partition fold-and-commit the
+Spark tasks run too. Per partition, the rows, the namespaces' snapshots and the progress
+(``audit_progress``: the first offset not yet reflected) commit in one transaction; the
+database is the only progress store that counts:
 
-* a crash before the commit leaves neither rows nor progress; the restarted
-  stream starts from the progress and writes the batch again;
-* a batch delivered twice (a source replaying after a crash, a Spark
-  checkpoint behind the database) is cut at the progress, so nothing is
-  written twice;
-* on start, :meth:`AuditWriter.catch_up` folds the log up to the progress (no
-  writes) so the projection's images match the rows already committed.
+* a crash before a commit leaves neither rows nor progress of that partition's batch; the
+  restarted stream starts from the progress and writes the batch again;
+* a batch delivered twice (a source replaying after a crash, a task retried after its
+  commit) is cut at the progress, so nothing is written twice;
+* nothing is folded at start: each partition's fold resumes from the namespaces'
+  snapshots in ``audit_snapshots``.
 
 :func:`check` compares a database with the fold the library computes on the
 same log up to the same offsets: every record exactly once, the same verdicts,
@@ -21,13 +22,10 @@ the same jobs and terms. Any difference is listed.
 
 from __future__ import annotations
 
-import os
-import signal
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, Engine, Table, delete, func, select
+from sqlalchemy import Engine, Table, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..image import LogRecord, Outcome
@@ -40,37 +38,54 @@ from .models import (
     AuditProgress,
     AuditQuarantine,
     AuditRecord,
+    AuditSnapshot,
     AuditTerm,
 )
-from .projection import AuditProjection, BatchRows
+from .partition import FAULT_KILL_ENV, PartitionWriter, begin_run, write_snapshots
+from .projection import AuditProjection
 
 __all__ = ["FAULT_KILL_ENV", "AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
-           "run_plain"]
-
-FAULT_KILL_ENV = "JOBREG_FAULT_KILL_AFTER_ROWS"
-"""Fault injection for crash tests: when set to N, the process kills itself (SIGKILL) as soon as
-it has written N record rows in all, after the rows and before their batch's commit."""
-
+           "log_reaches", "run_plain"]
 
 
 def _table(model: Any) -> Table:
     return model.__table__
 
 
+def log_reaches(bootstrap: str | Kafka, topic: str, partition: int, next_offset: int,
+                timeout: float) -> int:
+    """Whether the log of ``partition`` reaches ``next_offset``: ``next_offset`` when the
+    broker's end offset says so (it may under-report, never over-report), else the position
+    a read of the whole partition up to there gets to (below ``next_offset``: the database
+    reflects records the log lacks)."""
+    reader = LogReader(bootstrap, topic, partition)
+    try:
+        end = reader.end_offset(timeout)
+        if end is not None and end >= next_offset:
+            return next_offset
+        for _ in reader.read_to_end(timeout, until=next_offset - 1):
+            pass
+        return reader.position
+    finally:
+        reader.close()
+
+
 class AuditWriter:
-    """Projects batches of one topic's records into an audit database, exactly once."""
+    """Commits batches of one topic's records into an audit database, exactly once, per
+    partition (see the module docstring)."""
 
     def __init__(self, url: str, topic: str, *, stream: str = "audit") -> None:
         self.url = url
         self.topic = topic
         self.stream = stream
         self.engine: Engine = engine_for(url)
-        self.projection = AuditProjection(topic)
+        self.generation: int | None = None
+        self.next_offsets: dict[int, int] = {}
+        """partition -> the first offset the database did not reflect when the run began
+        (:meth:`catch_up`)."""
         self.batches = 0
         self.rows = 0
-        self._broken = False
-        kill = os.environ.get(FAULT_KILL_ENV)
-        self._kill_after = int(kill) if kill else None
+        self._partitions: PartitionWriter | None = None
 
     # -- start ---------------------------------------------------------------------
 
@@ -97,95 +112,98 @@ class AuditWriter:
 
     def catch_up(self, bootstrap: str | Kafka, *, timeout: float = 30.0,
                  on_progress: Callable[[int], None] | None = None) -> int:
-        """Fold the log up to the database's progress without writing; return the records
-        folded. Call once, before the first :meth:`write`."""
-        done = self.progress()
-        self.projection.start_at({})
+        """Begin a run: raise the stream's generation (fencing every task of an earlier
+        run), check that the log reaches the database's progress, and return the record
+        rows the database holds already. Call once, before the first :meth:`commit`.
+
+        Nothing is folded here: each partition's fold resumes from its namespaces'
+        snapshots. Only a partition written before migration 0006 (no snapshots yet) is
+        folded up to its progress once, here, to write them."""
+        partitions = topic_partitions(bootstrap, self.topic, timeout)
+        generation, done, legacy = begin_run(self.engine, self.stream, self.topic, partitions)
         folded = 0
         for partition, next_offset in sorted(done.items()):
-            reader = LogReader(bootstrap, self.topic, partition)
-            try:
-                for batch in reader.read_to_end(timeout, until=next_offset - 1):
-                    keep = [r for r in batch if r.offset < next_offset]
-                    self.projection.replay(keep)
-                    folded += len(keep)
-                    if on_progress is not None:
-                        on_progress(folded)
-                if reader.position < next_offset:
-                    raise AuditError(
-                        f"the audit database reflects {self.topic}[{partition}] up to offset "
-                        f"{next_offset - 1}, but the log ends at {reader.position}: another or "
-                        f"a wiped topic. Write into a new database (or delete this stream's "
-                        f"rows) to audit it")
-            finally:
-                reader.close()
-        self.projection.start_at(done)
+            if next_offset <= 0:
+                continue
+            if partition in legacy:
+                folded += self._adopt(bootstrap, partition, next_offset, timeout, on_progress)
+                continue
+            reached = log_reaches(bootstrap, self.topic, partition, next_offset, timeout)
+            if reached < next_offset:
+                self._ahead(partition, next_offset, reached)
+        self.generation = generation
+        self.next_offsets = done
+        self._partitions = PartitionWriter(self.url, self.topic, generation,
+                                           stream=self.stream, engine=self.engine)
+        r = _table(AuditRecord)
+        with self._conn() as conn:
+            return conn.execute(select(func.count()).select_from(r).where(
+                r.c.topic == self.topic)).scalar_one()
+
+    def _ahead(self, partition: int, next_offset: int, reached: int) -> None:
+        raise AuditError(
+            f"the audit database reflects {self.topic}[{partition}] up to offset "
+            f"{next_offset - 1}, but the log ends at {reached}: another or "
+            f"a wiped topic. Write into a new database (or delete this stream's "
+            f"rows) to audit it")
+
+    def _adopt(self, bootstrap: str | Kafka, partition: int, next_offset: int, timeout: float,
+               on_progress: Callable[[int], None] | None) -> int:
+        """Fold a partition written before migration 0006 up to its progress and write its
+        namespaces' snapshots; return the records folded."""
+        projection = AuditProjection(self.topic)
+        projection.start_at({})
+        folded = 0
+        reader = LogReader(bootstrap, self.topic, partition)
+        try:
+            for batch in reader.read_to_end(timeout, until=next_offset - 1):
+                keep = [r for r in batch if r.offset < next_offset]
+                projection.replay(keep)
+                folded += len(keep)
+                if on_progress is not None:
+                    on_progress(folded)
+            if reader.position < next_offset:
+                self._ahead(partition, next_offset, reader.position)
+        finally:
+            reader.close()
+        write_snapshots(self.engine, self.stream, self.topic, partition, next_offset,
+                        projection)
         return folded
 
     # -- write ---------------------------------------------------------------------
 
-    def write(self, records: Iterable[LogRecord], batch_id: int) -> int:
-        """Project ``records`` and commit their rows and the progress in one transaction;
-        return the number of records written (those already in the database are skipped).
-        The projection advances only once the commit succeeded."""
-        self._usable()
-        rows = self.projection.project(records)
-        n = self.commit(rows, batch_id)
-        self.projection.advance(rows)
+    def partition_writer(self) -> PartitionWriter:
+        """The per-partition fold-and-commit of this run. Without :meth:`catch_up` (no
+        broker at hand) the run begins here, over the partitions the database knows; a
+        partition it does not know starts at offset 0."""
+        if self._partitions is None:
+            generation, self.next_offsets, legacy = begin_run(
+                self.engine, self.stream, self.topic, 0)
+            if legacy:
+                raise AuditError(f"partitions {legacy} were written before migration 0006: "
+                                 "begin the run with AuditWriter.catch_up(bootstrap)")
+            self.generation = generation
+            self._partitions = PartitionWriter(self.url, self.topic, generation,
+                                               stream=self.stream, engine=self.engine)
+        return self._partitions
+
+    def commit(self, records: Iterable[LogRecord], batch_id: int) -> int:
+        """Fold and commit ``records`` (any partitions, each in offset order): one
+        transaction per partition (:meth:`PartitionWriter.write`); return the record rows
+        written (records already in the database are skipped)."""
+        by_partition: dict[int, list[LogRecord]] = {}
+        for r in records:
+            by_partition.setdefault(r.partition, []).append(r)
+        writer = self.partition_writer()
+        n = 0
+        for partition, batch in sorted(by_partition.items()):
+            n += writer.write(partition, batch, batch_id).rows
+        if by_partition:
+            self.batches += 1
+            self.rows += n
         return n
 
-    def prepare(self, records: Iterable[LogRecord]) -> BatchRows:
-        """Project ``records`` and advance the projection *before* the rows are committed
-        (so the next batch can be folded while this one is written). The rows must then
-        be committed, in order, with :meth:`commit`; if one commit fails this writer is
-        unusable (its projection is ahead of the database) and a new one must catch up."""
-        self._usable()
-        rows = self.projection.project(records)
-        self.projection.advance(rows)
-        return rows
-
-    def commit(self, rows: BatchRows, batch_id: int) -> int:
-        """Commit a batch's rows and the progress in one transaction; return its records."""
-        if not rows.progress:
-            return 0
-        try:
-            with self.engine.begin() as conn:
-                self._insert_rows(conn, rows)
-                self._progress(conn, rows, batch_id)
-        except DBAPIError as e:
-            self._broken = True
-            raise AuditError(f"writing batch {batch_id} to the audit database failed; nothing "
-                             f"of it was committed: {' '.join(str(e.orig).split())}") from None
-        except BaseException:
-            self._broken = True
-            raise
-        self.batches += 1
-        self.rows += len(rows.records)
-        return len(rows.records)
-
-    def _usable(self) -> None:
-        if self._broken:
-            raise AuditError("this audit writer lost a batch and is ahead of its database; "
-                             "start a new one (it catches up from the database's progress)")
-
-    def _insert_rows(self, conn: Connection, rows: BatchRows) -> None:
-        bulk = _Bulk(conn)
-        bulk.insert(_table(AuditRecord), rows.records)
-        if self._kill_after is not None and self.rows + len(rows.records) >= self._kill_after:
-            # rows are written, the transaction is open: die as a crashed driver would
-            os.kill(os.getpid(), signal.SIGKILL)
-        bulk.insert(_table(AuditQuarantine), rows.quarantine)
-        bulk.upsert(_table(AuditJob), rows.jobs)
-        bulk.upsert(_table(AuditTerm), rows.terms)
-        bulk.upsert(_table(AuditCheckpoint), rows.checkpoints)
-        bulk.upsert(_table(AuditCheckpoint), rows.checkpoint_failures,
-                    only=("counted", "ignored_reason", "failure_reason", "last_offset"))
-
-    def _progress(self, conn: Connection, rows: BatchRows, batch_id: int) -> None:
-        now = int(time.time() * 1000)
-        _Bulk(conn).upsert(_table(AuditProgress), [
-            {"stream": self.stream, "topic": self.topic, "partition": p, "next_offset": n,
-             "batch_id": batch_id, "updated_at": now} for p, n in sorted(rows.progress.items())])
+    write = commit
 
     def _conn(self) -> Any:
         try:
@@ -195,94 +213,28 @@ class AuditWriter:
                              f"{self.engine.url.render_as_string()!r}: {e}") from None
 
     def reset(self) -> None:
-        """Delete every row this stream wrote (all audit tables) and its progress."""
+        """Delete every row this stream wrote (all audit tables), its snapshots and its
+        progress."""
         with self.engine.begin() as conn:
             for model in (AuditRecord, AuditQuarantine, AuditJob, AuditTerm, AuditCheckpoint):
                 conn.execute(delete(_table(model)))
-            t = _table(AuditProgress)
-            conn.execute(delete(t).where(t.c.stream == self.stream, t.c.topic == self.topic))
+            for model in (AuditProgress, AuditSnapshot):
+                t = _table(model)
+                conn.execute(delete(t).where(t.c.stream == self.stream,
+                                             t.c.topic == self.topic))
 
     def close(self) -> None:
         """Release the database connections."""
         self.engine.dispose()
 
 
-class _Bulk:
-    """Many rows into one table, inside the caller's transaction, at the driver's speed.
-
-    SQLAlchemy's executemany costs more per row than folding the record did, so rows go
-    straight to the driver on the same connection (the same transaction): PostgreSQL
-    ``COPY`` (into the table, or into a temporary table merged with ``INSERT ... ON
-    CONFLICT`` for an upsert), SQLite ``executemany`` of one prepared statement.
-    """
-
-    def __init__(self, conn: Connection) -> None:
-        self.raw = conn.connection.driver_connection
-        self.postgres = conn.dialect.name == "postgresql"
-
-    @staticmethod
-    def _columns(table: Table) -> list[str]:
-        return [c.name for c in table.columns]
-
-    @staticmethod
-    def _q(name: str) -> str:
-        return f'"{name}"'
-
-    def insert(self, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-        """Insert ``rows`` (dicts with every column of ``table``)."""
-        if not rows:
-            return
-        cols = self._columns(table)
-        names = ", ".join(self._q(c) for c in cols)
-        if self.postgres:
-            with self.raw.cursor() as cur, \
-                    cur.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row([row[c] for c in cols])
-        else:
-            marks = ", ".join("?" * len(cols))
-            self.raw.executemany(f"INSERT INTO {table.name} ({names}) VALUES ({marks})",
-                                 [tuple(row[c] for c in cols) for row in rows])
-
-    def upsert(self, table: Table, rows: Sequence[dict[str, Any]],
-               only: Sequence[str] | None = None) -> None:
-        """Insert ``rows``; where the primary key exists, update ``only`` these columns (all
-        but the key if ``None``)."""
-        if not rows:
-            return
-        cols = self._columns(table)
-        keys = [c.name for c in table.primary_key.columns]
-        update = only or [c for c in cols if c not in keys]
-        names = ", ".join(self._q(c) for c in cols)
-        conflict = (f"ON CONFLICT ({', '.join(self._q(k) for k in keys)}) DO UPDATE SET "
-                    + ", ".join(f"{self._q(c)} = excluded.{self._q(c)}" for c in update))
-        if self.postgres:
-            tmp = f"_jobreg_{table.name}"
-            with self.raw.cursor() as cur:
-                cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {tmp} "
-                            f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
-                with cur.copy(f"COPY {tmp} ({names}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row([row[c] for c in cols])
-                cur.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {tmp} "
-                            f"{conflict}")
-                cur.execute(f"TRUNCATE {tmp}")
-        else:
-            marks = ", ".join("?" * len(cols))
-            self.raw.executemany(
-                f"INSERT INTO {table.name} ({names}) VALUES ({marks}) {conflict}",
-                [tuple(row[c] for c in cols) for row in rows])
-
-
 class Pipeline:
-    """Fold and commit batches on two background threads, so that reading batch N+2
-    (Kafka, or Spark's executors), folding N+1 and committing N overlap.
+    """Commit batches on a background thread, so that reading batch N+1 (Kafka) and
+    folding and committing batch N overlap.
 
-    Exactly once is unchanged: each batch is one transaction with its progress, committed
-    in order. The fold runs ahead of the commits (:meth:`AuditWriter.prepare`); a batch
-    that fails to commit stops the pipeline, its error is raised by the next
-    :meth:`submit` or by :meth:`close`, nothing queued behind it is written, and the
-    writer is unusable: a restart catches up from the database's progress.
+    Exactly once is unchanged: each batch commits partition by partition, each with its
+    progress, in order. A batch that fails stops the pipeline: its error is raised by the
+    next :meth:`submit` or by :meth:`close`, and nothing queued behind it is written.
     """
 
     def __init__(self, writer: AuditWriter, *, depth: int = 2,
@@ -294,28 +246,15 @@ class Pipeline:
         self.on_batch = on_batch
         self.written = 0
         self._records: queue.Queue[tuple[list[LogRecord], int] | None] = queue.Queue(depth)
-        self._rows: queue.Queue[tuple[BatchRows, int] | None] = queue.Queue(depth)
         self._error: BaseException | None = None
-        self._threads = [threading.Thread(target=target, name=name, daemon=True)
-                         for target, name in ((self._fold, "jobreg-audit-fold"),
-                                              (self._commit, "jobreg-audit-commit"))]
-        for t in self._threads:
-            t.start()
+        self._thread = threading.Thread(target=self._commit, name="jobreg-audit-commit",
+                                        daemon=True)
+        self._thread.start()
 
-    def _fold(self) -> None:
+    def _commit(self) -> None:
         while (item := self._records.get()) is not None:
             if self._error is not None:
                 continue  # drain: nothing after a failed batch may be written
-            try:
-                self._rows.put((self.writer.prepare(item[0]), item[1]))
-            except BaseException as e:  # noqa: B036 - handed to the caller's thread
-                self._error = e
-        self._rows.put(None)
-
-    def _commit(self) -> None:
-        while (item := self._rows.get()) is not None:
-            if self._error is not None:
-                continue
             try:
                 n = self.writer.commit(*item)
                 self.written += n
@@ -336,8 +275,7 @@ class Pipeline:
     def close(self) -> int:
         """Wait until every queued batch is committed; raise a failure; return records written."""
         self._records.put(None)
-        for t in self._threads:
-            t.join()
+        self._thread.join()
         self._raise()
         return self.written
 
@@ -559,9 +497,10 @@ def run_plain(writer: AuditWriter, bootstrap: str | Kafka, *, timeout: float = 3
     """The same work without Spark: read every partition from the database's progress to
     its end with confluent-kafka and write each batch; return the records written. The
     caller has run :meth:`AuditWriter.catch_up`. (The benchmark's baseline, and a
-    fallback where Spark cannot run.)"""
+    fallback where Spark cannot run.) Each batch commits through the same per-partition
+    fold-and-commit as the Spark tasks."""
     pipeline = Pipeline(writer, on_batch=on_batch)
-    progress = writer.projection.next_offsets
+    progress = writer.progress()
     batch_id = 0
     try:
         for partition in range(topic_partitions(bootstrap, writer.topic, timeout)):
@@ -582,7 +521,7 @@ def follow_plain(writer: AuditWriter, bootstrap: str | Kafka, stop: Any, *, poll
                  timeout: float = 30.0) -> int:
     """:func:`run_plain`, but following the log until ``stop`` (a ``threading.Event``) is set:
     each partition's new records are written as they arrive. Returns the records written."""
-    progress = writer.projection.next_offsets
+    progress = writer.progress()
     readers = [LogReader(bootstrap, writer.topic, p, start_offset=progress.get(p, 0))
                for p in range(topic_partitions(bootstrap, writer.topic, timeout))]
     pipeline = Pipeline(writer)

@@ -1,0 +1,416 @@
+"""Fold one Kafka partition's batch and commit it, exactly once: the one function the Spark
+tasks, the single-writer SQLite path and the plain path all call.
+
+Every namespace lives on one partition, so a partition is the unit of order, of state and
+of progress. :meth:`PartitionWriter.write` takes one partition's records (offsets strictly
+increasing) and, in **one database transaction**:
+
+1. locks the partition's ``audit_progress`` row (``SELECT ... FOR UPDATE`` on PostgreSQL;
+   SQLite has one writer at a time anyway);
+2. refuses the batch if the row's ``generation`` is not the writer's (:class:`Fenced`: a
+   zombie task of an old driver, or of an old plain run);
+3. cuts the records below the row's ``next_offset`` (a batch delivered again after a crash,
+   a task retried after its commit) and refuses a gap (:class:`Gap`: the first new record
+   lies beyond ``next_offset`` and the log holds a record in between);
+4. takes the state of the namespaces the batch names: from this process's cache when the
+   cache was left by this process's own commit of the same (offset, generation), else from
+   ``audit_snapshots``;
+5. folds (:class:`~registry.audit.projection.AuditProjection`, the library's fold);
+6. writes the rows (``COPY`` on PostgreSQL), upserts the snapshots of the namespaces the
+   batch changed, and advances the progress with a compare-and-set on the old offset and
+   the generation;
+7. commits.
+
+A failure anywhere leaves nothing of the batch; the partition's progress says where to
+start again. Different partitions commit independently: a failed Spark batch may leave
+some partitions committed and others not, and the next run starts each from its own row.
+
+:func:`begin_run` starts a run: it raises the stream's generation for every partition (so
+every task of an earlier run is fenced from then on; on PostgreSQL it waits for a task
+that holds a partition's lock to finish) and returns the progress to start from.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select, update
+from sqlalchemy.exc import DBAPIError
+
+from ..image import LogRecord
+from .db import AuditError, engine_for
+from .models import (
+    AuditCheckpoint,
+    AuditJob,
+    AuditProgress,
+    AuditQuarantine,
+    AuditRecord,
+    AuditSnapshot,
+    AuditTerm,
+)
+from .projection import AuditProjection, BatchRows
+
+__all__ = ["CACHE_PARTITIONS", "FAULT_KILL_ENV", "Fenced", "Gap", "PartitionCommit",
+           "PartitionWriter", "begin_run", "clear_cache"]
+
+FAULT_KILL_ENV = "JOBREG_FAULT_KILL_AFTER_ROWS"
+"""Fault injection for crash tests: when set to N, a batch whose rows bring the database's
+``audit_records`` to N rows or more SIGKILLs the process that runs the job (the driver, and
+the task's own process when they differ) after writing its rows and before its commit."""
+
+CACHE_PARTITIONS = 64
+"""At most this many partitions' states are kept in a process's cache (least recently used
+dropped first)."""
+
+
+class Fenced(AuditError):
+    """The partition belongs to another run (generation): this task must not write."""
+
+
+class Gap(AuditError):
+    """The batch starts beyond the partition's progress, and records lie in between."""
+
+
+@dataclass(frozen=True)
+class PartitionCommit:
+    """What one :meth:`PartitionWriter.write` committed: records ``[start, end)`` of
+    ``partition`` (``end == start`` when nothing was new) and the record rows written."""
+
+    partition: int
+    start: int
+    end: int
+    rows: int
+
+
+def _table(model: Any) -> Any:
+    return model.__table__
+
+
+@dataclass
+class _Cached:
+    next_offset: int
+    generation: int
+    state: Any  # the projection's state after this process's last commit of the partition
+
+
+_CACHE: OrderedDict[tuple[str, str, str, int], _Cached] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_ENGINES: dict[str, Engine] = {}
+
+
+def clear_cache() -> None:
+    """Forget every cached state of this process (tests: a fresh executor)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+
+
+def _engine(url: str) -> Engine:
+    """One engine per database URL per process (a Spark worker serves many tasks)."""
+    with _CACHE_LOCK:
+        engine = _ENGINES.get(url)
+        if engine is None:
+            engine = _ENGINES[url] = engine_for(url)
+        return engine
+
+
+def _progress_of(conn: Connection, stream: str, topic: str, *, partition: int | None = None,
+                 lock: bool = False) -> list[Any]:
+    t = _table(AuditProgress)
+    q = select(t.c.partition, t.c.next_offset, t.c.generation).where(
+        t.c.stream == stream, t.c.topic == topic)
+    if partition is not None:
+        q = q.where(t.c.partition == partition)
+    if lock:
+        q = q.with_for_update()
+    return list(conn.execute(q.order_by(t.c.partition)).all())
+
+
+def begin_run(engine: Engine, stream: str, topic: str, partitions: int
+              ) -> tuple[int, dict[int, int], list[int]]:
+    """Start a run of ``stream`` over ``topic``'s ``partitions``: raise the generation of
+    every partition's progress row (creating missing rows at offset 0) in one transaction.
+    Returns the new generation, partition -> next offset, and the partitions whose row
+    predates migration 0006 (generation 0, offset > 0: no snapshots yet, see
+    :meth:`registry.audit.writer.AuditWriter.catch_up`)."""
+    t = _table(AuditProgress)
+    now = int(time.time() * 1000)
+    try:
+        with engine.begin() as conn:
+            rows = _progress_of(conn, stream, topic, lock=True)
+            generation = max((g for _, _, g in rows), default=0) + 1
+            have = {p for p, _, _ in rows}
+            missing = [{"stream": stream, "topic": topic, "partition": p, "next_offset": 0,
+                        "batch_id": -1, "updated_at": now, "generation": generation}
+                       for p in range(partitions) if p not in have]
+            if missing:
+                conn.execute(t.insert(), missing)
+            conn.execute(update(t).where(t.c.stream == stream, t.c.topic == topic)
+                         .values(generation=generation))
+    except DBAPIError as e:
+        raise AuditError(f"starting the audit run failed: {' '.join(str(e.orig).split())}"
+                         ) from None
+    legacy = [p for p, n, g in rows if g == 0 and n > 0]
+    return generation, {**{p: 0 for p in range(partitions)}, **{p: n for p, n, _ in rows}}, \
+        legacy
+
+
+class PartitionWriter:
+    """Folds and commits one partition's batches into the audit database at ``url`` for the
+    run ``generation`` (see the module docstring).
+
+    ``probe(partition, start, end)``: whether the log holds a record at an offset in
+    ``[start, end)`` (``None``: the caller reads the partition itself from its progress,
+    so no gap can arise). ``kill_pid``: the process a fault-injected crash kills besides
+    this one (the Spark driver)."""
+
+    def __init__(self, url: str, topic: str, generation: int, *, stream: str = "audit",
+                 probe: Callable[[int, int, int], bool] | None = None,
+                 kill_pid: int | None = None, engine: Engine | None = None) -> None:
+        self.url = url
+        self.topic = topic
+        self.stream = stream
+        self.generation = generation
+        self.probe = probe
+        self.kill_pid = kill_pid
+        self.engine = engine or _engine(url)
+        kill = os.environ.get(FAULT_KILL_ENV)
+        self._kill_after = int(kill) if kill else None
+
+    def write(self, partition: int, records: Iterable[LogRecord], batch_id: int
+              ) -> PartitionCommit:
+        """Fold ``records`` (all of ``partition``, offsets strictly increasing) and commit
+        their rows, the namespaces' snapshots and the partition's progress in one
+        transaction. Raises :class:`Fenced`, :class:`Gap` or :class:`AuditError`; then
+        nothing of the batch was written.
+
+        ``records`` may be a lazy iterable (a Spark task's input as it arrives): the
+        partition is locked first, then the records are checked and folded as they come."""
+        key = (self.url, self.stream, self.topic, partition)
+        try:
+            with self.engine.begin() as conn:
+                locked = _progress_of(conn, self.stream, self.topic, partition=partition,
+                                      lock=True)
+                if not locked:  # a partition the run did not know at its start: from 0
+                    self._first_row(conn, partition, batch_id)
+                    locked = _progress_of(conn, self.stream, self.topic,
+                                          partition=partition, lock=True)
+                (_, start, generation), = locked
+                if generation != self.generation:
+                    raise Fenced(f"{self.topic}[{partition}] belongs to run {generation}, not "
+                                 f"{self.generation}: a task of an old run is refused")
+                with _CACHE_LOCK:
+                    cached = _CACHE.get(key)
+                    if cached is not None and (cached.next_offset, cached.generation) != \
+                            (start, generation):
+                        cached = None
+                projection = AuditProjection(
+                    self.topic, loader=lambda ns: self._snapshot(conn, ns))
+                if cached is not None:
+                    projection.resume(cached.state)
+                projection.start_at({partition: start})
+                rows = projection.project(self._checked(partition, start, records))
+                end = rows.progress.get(partition, start)
+                if end == start:  # nothing new: the batch was committed already
+                    return PartitionCommit(partition, start, start, 0)
+                states = {ns: projection.state_of(ns, rows) for ns in rows.namespaces}
+                bulk = Bulk(conn)
+                self._insert_rows(bulk, conn, rows)
+                self._snapshots(bulk, partition, end, states)
+                self._advance(conn, partition, start, end, batch_id)
+        except DBAPIError as e:
+            raise AuditError(f"writing batch {batch_id} of {self.topic}[{partition}] to the "
+                             f"audit database failed; nothing of it was committed: "
+                             f"{' '.join(str(e.orig).split())}") from None
+        bulk.committed()
+        with _CACHE_LOCK:
+            _CACHE[key] = _Cached(end, generation, projection.state_after(rows))
+            _CACHE.move_to_end(key)
+            while len(_CACHE) > CACHE_PARTITIONS:
+                _CACHE.popitem(last=False)
+        return PartitionCommit(partition, start, end, len(rows.records))
+
+    def _checked(self, partition: int, start: int, records: Iterable[LogRecord]
+                 ) -> Iterator[LogRecord]:
+        """``records`` from ``start`` on, each checked: of ``partition``, offsets strictly
+        increasing, and no gap before the first (see :attr:`probe`)."""
+        last = -1
+        first = True
+        for r in records:
+            if r.partition != partition:
+                raise AuditError(f"a record of partition {r.partition} in a batch of "
+                                 f"partition {partition}")
+            if r.offset <= last:
+                raise AuditError(f"{self.topic}[{partition}]: offsets arrive out of order "
+                                 f"({last} then {r.offset}): refusing the batch")
+            last = r.offset
+            if r.offset < start:
+                continue
+            if first:
+                first = False
+                if r.offset > start and self.probe is not None and \
+                        self.probe(partition, start, r.offset):
+                    raise Gap(f"{self.topic}[{partition}]: the batch starts at offset "
+                              f"{r.offset} but the database reflects the partition up to "
+                              f"{start} and the log holds records in between")
+            yield r
+
+    # -- inside the transaction ------------------------------------------------------------
+
+    def _snapshot(self, conn: Connection, ns: str) -> bytes | None:
+        s = _table(AuditSnapshot)
+        row = conn.execute(select(s.c.state).where(
+            s.c.stream == self.stream, s.c.topic == self.topic, s.c.namespace == ns)).first()
+        return bytes(row[0]) if row is not None else None
+
+    def _insert_rows(self, bulk: Bulk, conn: Connection, rows: BatchRows) -> None:
+        bulk.insert(_table(AuditRecord), rows.records)
+        if self._kill_after is not None and rows.records:
+            from sqlalchemy import func
+
+            total = conn.execute(select(func.count()).select_from(_table(AuditRecord))
+                                 ).scalar_one()
+            if total >= self._kill_after:
+                # rows are written, the transaction is open: die as a crashed job would
+                if self.kill_pid is not None and self.kill_pid != os.getpid():
+                    os.kill(self.kill_pid, signal.SIGKILL)
+                os.kill(os.getpid(), signal.SIGKILL)
+        bulk.insert(_table(AuditQuarantine), rows.quarantine)
+        bulk.upsert(_table(AuditJob), rows.jobs)
+        bulk.upsert(_table(AuditTerm), rows.terms)
+        bulk.upsert(_table(AuditCheckpoint), rows.checkpoints)
+        bulk.upsert(_table(AuditCheckpoint), rows.checkpoint_failures,
+                    only=("counted", "ignored_reason", "failure_reason", "last_offset"))
+
+    def _snapshots(self, bulk: Bulk, partition: int, end: int,
+                   states: dict[str, bytes]) -> None:
+        now = int(time.time() * 1000)
+        bulk.upsert(_table(AuditSnapshot), [
+            {"stream": self.stream, "topic": self.topic, "namespace": ns,
+             "partition": partition, "next_offset": end, "state": data, "updated_at": now}
+            for ns, data in sorted(states.items())])
+
+    def _first_row(self, conn: Connection, partition: int, batch_id: int) -> None:
+        """Create ``partition``'s progress row at offset 0 for this run, unless another
+        writer just did (then its generation decides)."""
+        if conn.dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        else:
+            from sqlalchemy.dialects.sqlite import insert
+        conn.execute(insert(_table(AuditProgress)).values(
+            stream=self.stream, topic=self.topic, partition=partition, next_offset=0,
+            batch_id=batch_id, updated_at=int(time.time() * 1000),
+            generation=self.generation).on_conflict_do_nothing())
+
+    def _advance(self, conn: Connection, partition: int, start: int, end: int,
+                 batch_id: int) -> None:
+        t = _table(AuditProgress)
+        done = conn.execute(update(t).where(
+            t.c.stream == self.stream, t.c.topic == self.topic, t.c.partition == partition,
+            t.c.next_offset == start, t.c.generation == self.generation).values(
+            next_offset=end, batch_id=batch_id, updated_at=int(time.time() * 1000)))
+        if done.rowcount != 1:  # cannot happen under the row lock; a guard, not a path
+            raise AuditError(f"{self.topic}[{partition}]: the progress moved under the lock")
+
+
+def write_snapshots(engine: Engine, stream: str, topic: str, partition: int, end: int,
+                    projection: AuditProjection) -> None:
+    """Write every namespace's state of ``projection`` as ``partition``'s snapshots at
+    ``end`` (a partition adopted from before migration 0006)."""
+    now = int(time.time() * 1000)
+    with engine.begin() as conn:
+        Bulk(conn).upsert(_table(AuditSnapshot), [
+            {"stream": stream, "topic": topic, "namespace": ns, "partition": partition,
+             "next_offset": end, "state": projection.state_of(ns), "updated_at": now}
+            for ns in projection.namespaces()])
+
+
+_TEMP_TABLES: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+"""Per database session: the temporary tables :class:`Bulk` created in it."""
+
+
+class Bulk:
+    """Many rows into one table, inside the caller's transaction, at the driver's speed.
+
+    SQLAlchemy's executemany costs more per row than folding the record did, so rows go
+    straight to the driver on the same connection (the same transaction): PostgreSQL
+    ``COPY`` (into the table, or into a temporary table merged with ``INSERT ... ON
+    CONFLICT`` for an upsert), SQLite ``executemany`` of one prepared statement.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.raw = conn.connection.driver_connection
+        self.postgres = conn.dialect.name == "postgresql"
+        self._filled: set[str] = set()  # temporary tables holding rows in this transaction
+        self._created: set[str] = set()  # temporary tables this transaction created
+
+    def committed(self) -> None:
+        """The transaction committed: the temporary tables it created stay for the session
+        (a rolled back one took them with it)."""
+        if self._created:
+            _TEMP_TABLES.setdefault(self.raw, set()).update(self._created)
+
+    @staticmethod
+    def _columns(table: Any) -> list[str]:
+        return [c.name for c in table.columns]
+
+    @staticmethod
+    def _q(name: str) -> str:
+        return f'"{name}"'
+
+    def insert(self, table: Any, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert ``rows`` (dicts with every column of ``table``)."""
+        if not rows:
+            return
+        cols = self._columns(table)
+        names = ", ".join(self._q(c) for c in cols)
+        if self.postgres:
+            with self.raw.cursor() as cur, \
+                    cur.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row([row[c] for c in cols])
+        else:
+            marks = ", ".join("?" * len(cols))
+            self.raw.executemany(f"INSERT INTO {table.name} ({names}) VALUES ({marks})",
+                                 [tuple(row[c] for c in cols) for row in rows])
+
+    def upsert(self, table: Any, rows: Sequence[dict[str, Any]],
+               only: Sequence[str] | None = None) -> None:
+        """Insert ``rows``; where the primary key exists, update ``only`` these columns (all
+        but the key if ``None``)."""
+        if not rows:
+            return
+        cols = self._columns(table)
+        keys = [c.name for c in table.primary_key.columns]
+        update_cols = only or [c for c in cols if c not in keys]
+        names = ", ".join(self._q(c) for c in cols)
+        conflict = (f"ON CONFLICT ({', '.join(self._q(k) for k in keys)}) DO UPDATE SET "
+                    + ", ".join(f"{self._q(c)} = excluded.{self._q(c)}" for c in update_cols))
+        if self.postgres:
+            tmp = f"_jobreg_{table.name}"
+            with self.raw.cursor() as cur:
+                if tmp not in _TEMP_TABLES.get(self.raw, ()) and tmp not in self._created:
+                    # once per session (see committed); emptied by every commit
+                    cur.execute(f"CREATE TEMP TABLE IF NOT EXISTS {tmp} "
+                                f"(LIKE {table.name} INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
+                    self._created.add(tmp)
+                elif tmp in self._filled:
+                    cur.execute(f"TRUNCATE {tmp}")
+                with cur.copy(f"COPY {tmp} ({names}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row([row[c] for c in cols])
+                self._filled.add(tmp)
+                cur.execute(f"INSERT INTO {table.name} ({names}) SELECT {names} FROM {tmp} "
+                            f"{conflict}")
+        else:
+            marks = ", ".join("?" * len(cols))
+            self.raw.executemany(
+                f"INSERT INTO {table.name} ({names}) VALUES ({marks}) {conflict}",
+                [tuple(row[c] for c in cols) for row in rows])
