@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from .broker import EmbeddedBroker
 from .client import Registry
@@ -253,6 +254,24 @@ class ReplayFigures:
     rejected: int
 
 
+def produce_all(producer: Any, topic: str, partition: int,
+                records: Iterable[tuple[str, bytes]],
+                every_100k: Callable[[int], object] | None = None) -> None:
+    """Queue every ``(key, value)`` on ``partition``, waiting while librdkafka's queue is
+    full; ``every_100k(n)`` is called after each 100,000th record (the caller flushes)."""
+    for n, (key, value) in enumerate(records, 1):
+        while True:
+            try:
+                producer.produce(topic, value, key, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 100_000 == 0:
+            producer.poll(0)
+            if every_100k is not None:
+                every_100k(n)
+
+
 def _replay_log(records: int, namespace: str = "replay") -> Iterator[tuple[str, bytes]]:
     """A realistic registry history of ``records`` records of ``namespace``: two terms,
     submits, a failover with adoptions, cancels, and 1% late writes of the old term
@@ -316,16 +335,8 @@ def bench_replay(*, records: int = 1_000_000, work_dir: str | None = None,
                              "queue.buffering.max.messages": 500_000,
                              "queue.buffering.max.kbytes": 1_048_576})
         t0 = time.perf_counter()
-        for n, (key, value) in enumerate(_replay_log(records), 1):
-            while True:
-                try:
-                    producer.produce(topic, value, key, partition=partition)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            if n % 100_000 == 0:
-                producer.poll(0)
-                progress(f"  {n:,} produced")
+        produce_all(producer, topic, partition, _replay_log(records),
+                    lambda n: progress(f"  {n:,} produced"))
         left = producer.flush(120)
         produce_s = time.perf_counter() - t0
         del producer  # leave the broker before it stops

@@ -287,6 +287,20 @@ def test_a_record_confirmed_without_its_offset_is_found_by_reading_the_log(conne
     assert reg.job("job").status == "ACTIVE"
 
 
+def _leader_racing_a_claim(connect, proxy_class):
+    """A leader (term 1 of jm-old, its producer made) whose producer is replaced by
+    ``proxy_class(real, claim)``; ``claim()`` makes a second client claim the namespace
+    (jm-new) and lands its term in ``claimed``."""
+    old, new = connect(), connect()
+    term = old.claim_leadership("jm-old")
+    term.submit("warm", b"g")  # the term's producer exists
+    claimed = []
+    proxy = proxy_class(term._writer._producer,
+                        lambda: claimed.append(new.claim_leadership("jm-new")))
+    term._writer._producer = proxy
+    return old, new, term, proxy, claimed
+
+
 class _ClaimBeforeCommit:
     """Stands in for a leader's producer: before the transaction commits, another client
     claims the namespace (which fences the producer's transactional id)."""
@@ -316,13 +330,7 @@ def test_a_write_fenced_between_produce_and_commit_never_answers_falsely(connect
     their own offsets, inside the old term). Whatever the broker does with such records,
     the call's answer must be true: Fenced only if the record never counts, a receipt only
     if it does, else OutcomeUnknown."""
-    old, new = connect(), connect()
-    term = old.claim_leadership("jm-old")
-    term.submit("warm", b"g")  # the term's producer exists
-    claimed = []
-    proxy = _ClaimBeforeCommit(term._writer._producer,
-                               lambda: claimed.append(new.claim_leadership("jm-new")))
-    term._writer._producer = proxy
+    old, new, term, proxy, claimed = _leader_racing_a_claim(connect, _ClaimBeforeCommit)
     try:
         term.submit("raced", b"g")
         answer = "ok"
@@ -442,13 +450,7 @@ class _CommitTimesOutAfterAClaim:
 def test_records_in_doubt_when_the_term_ends_are_unknown_not_fenced(connect) -> None:
     """The term ended and the log does not hold the call's records, but their transaction
     failed without a delivery report for them: the answer is OutcomeUnknown naming them."""
-    old, new = connect(), connect()
-    term = old.claim_leadership("jm-old")
-    term.submit("warm", b"g")  # the term's producer exists
-    claimed = []
-    proxy = _CommitTimesOutAfterAClaim(term._writer._producer,
-                                       lambda: claimed.append(new.claim_leadership("jm-new")))
-    term._writer._producer = proxy
+    old, new, term, proxy, claimed = _leader_racing_a_claim(connect, _CommitTimesOutAfterAClaim)
     with pytest.raises(OutcomeUnknown) as unknown:
         term.submit("raced", b"g")
     assert proxy.timed_out and claimed, "the race did not happen"

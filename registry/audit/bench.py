@@ -68,7 +68,7 @@ def _names(n: int) -> list[str]:
 def _produce(bootstrap: str, topic: str, records: int, namespaces: int) -> None:
     from confluent_kafka import Producer
 
-    from ..bench import _replay_log
+    from ..bench import _replay_log, produce_all
     from ..keys import partition_for
 
     info = ensure_topic(bootstrap, topic, TopicConfig())
@@ -78,13 +78,7 @@ def _produce(bootstrap: str, topic: str, records: int, namespaces: int) -> None:
     for i, ns in enumerate(names):
         partition = partition_for(ns, info.partitions)
         share = records // namespaces + (1 if i < records % namespaces else 0)
-        for key, value in _replay_log(share, ns):
-            while True:
-                try:
-                    producer.produce(topic, value, key, partition=partition)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
+        produce_all(producer, topic, partition, _replay_log(share, ns))
     producer.flush(120)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, Table, delete, func, select
+from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..image import LogRecord, Outcome
@@ -41,15 +41,13 @@ from .models import (
     AuditSnapshot,
     AuditTerm,
 )
-from .partition import FAULT_KILL_ENV, PartitionWriter, begin_run, write_snapshots
+from .partition import FAULT_KILL_ENV, PartitionWriter, _table, begin_run, write_snapshots
 from .projection import AuditProjection
 
 __all__ = ["FAULT_KILL_ENV", "AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
            "log_reaches", "run_plain"]
 
 
-def _table(model: Any) -> Table:
-    return model.__table__
 
 
 def log_reaches(bootstrap: str | Kafka, topic: str, partition: int, next_offset: int,
