@@ -17,10 +17,22 @@ begins, nothing can lie between, and the records the writer sent, at the
 offsets the broker gave them, are exactly what a read would return. The chain
 goes on from one transaction to the next while each begins two offsets after
 the last (the one between is the previous transaction's commit marker); any
-other gap means records of others, and the writer reads. This saves a fetch
-per write on any broker, and on the embedded one, whose fetches cost more the
-more batches a partition holds, it is what keeps writes steady at size. The
-reader's consumer is paused between reads, so it fetches only when asked.
+other gap means records of others, and the writer reads.
+
+What a read would return, but not yet what every reader reads: a commit's
+return does not make the records readable. Kafka answers EndTxn once the commit
+is decided and writes the markers after; the embedded broker keeps a transaction
+whose marker lands after another transaction's open record unreadable until that
+one ends (campaign seed 180083). So the records are taken only once a
+read_committed fetch answered after the commit puts the last stable offset past
+them: a probe consumer fetches from two offsets after the last record, where the
+partition ends when the commit marker follows it, and reports the end (or a
+record) there. A fetch from the end carries no records, so on the embedded broker,
+whose fetches with records cost more the more batches a partition holds, the probe
+stays cheap at size; on Kafka a fetch costs the same wherever it starts. If the
+probe does not confirm within a moment, the writer reads its records back, which
+waits for them to become readable. The reader's consumers are paused between
+reads, so they fetch only when asked.
 """
 
 from __future__ import annotations
@@ -295,6 +307,11 @@ def transactional_id(topic: str, namespace: str) -> str:
 
 
 _STALL_S = 0.5  # a read without a record for this long asks whether records lie ahead
+# A take_own probe: its fetches wait at most this at the broker (at the end of the partition
+# a fetch is held for its whole wait), and it gives up after _PROBE_S; then the writer reads
+# its records back, which waits as long as the call may.
+_PROBE_WAIT_MS = 1
+_PROBE_S = 0.2
 _MAX_FETCH_WAIT_MS = 1000
 
 
@@ -323,18 +340,22 @@ class LogReader:
         self._eof = False
         self._known_end: int | None = None  # every offset below it was read (or taken)
         self._moved = False  # the position moved without the consumer (take_own)
+        self._probe: Consumer | None = None  # made by the first take_own
 
-    def _new_consumer(self) -> Consumer:
-        return Consumer(self.kafka.settings(_CLIENT_DEFAULTS, {
+    def _settings(self, fetch_wait_ms: int, reset: str) -> dict:
+        return self.kafka.settings(_CLIENT_DEFAULTS, {
             "group.id": f"jobreg-reader-{uuid.uuid4()}",  # required by librdkafka; never used
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
             "isolation.level": "read_committed",
-            "fetch.wait.max.ms": self.fetch_wait_ms,
+            "fetch.wait.max.ms": fetch_wait_ms,
             "fetch.error.backoff.ms": 10,
-            "auto.offset.reset": "earliest",
-        }))
+            "auto.offset.reset": reset,
+        })
+
+    def _new_consumer(self) -> Consumer:
+        return Consumer(self._settings(self.fetch_wait_ms, "earliest"))
 
     def _unstick(self, timeout: float) -> None:
         """A read made no progress for a while: if the broker says records lie ahead, wait
@@ -381,15 +402,49 @@ class LogReader:
 
     def take_own(self, records: list[LogRecord]) -> bool:
         """Take a writer's own just-committed records as read, if nothing can lie before
-        them (see the module docstring); ``False``: read them instead."""
+        them and every reader can read them (see the module docstring); ``False``: read
+        them instead."""
         first, last = records[0].offset, records[-1].offset
         if self._known_end != first or last - first != len(records) - 1 \
-                or self.position > first:
+                or self.position > first or not self._readable(last):
             return False
         self.position = last + 1
         self._known_end = last + 2  # if our commit marker is all that follows
         self._moved = True
         return True
+
+    def _readable(self, last: int) -> bool:
+        """Whether a read_committed fetch answered now puts the last stable offset past
+        ``last`` (every reader then reads the records up to it), within _PROBE_S.
+
+        The probe fetches from ``last + 2``, the end of the partition if the commit marker
+        follows the records and nothing else was appended; it never reads what it fetches
+        for the log, so where it starts decides only what a fetch costs. Evidence is an
+        end of partition past ``last``, or any record at ``last`` or after (a
+        read_committed fetch returns only stable records). On Kafka a probe before the
+        marker is written asks past the end: the consumer then starts from the last
+        stable offset (``latest``), and the records themselves confirm.
+        """
+        if self._probe is None:
+            self._probe = Consumer(self._settings(_PROBE_WAIT_MS, "latest"))
+        tp = TopicPartition(self.topic, self.partition, last + 2)
+        deadline = time.monotonic() + _PROBE_S
+        try:
+            self._probe.assign([tp])
+            while (left := deadline - time.monotonic()) > 0:
+                for m in self._probe.consume(100, min(left, 0.05)):
+                    err = m.error()
+                    if err is None and m.offset() >= last:
+                        return True
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF \
+                            and m.offset() > last:
+                        return True
+        except KafkaException:
+            return False  # the caller reads instead, and reports what fails there
+        finally:
+            with contextlib.suppress(KafkaException):
+                self._probe.unassign()
+        return False
 
     def _resume(self) -> None:
         moved, self._moved = self._moved, False
@@ -547,8 +602,10 @@ class LogReader:
     def close(self) -> None:
         """Leave the broker; the reader cannot be used afterwards."""
         consumer, self._consumer = self._consumer, _Closed("reader")
-        if not isinstance(consumer, _Closed):
-            consumer.close()
+        probe, self._probe = self._probe, None
+        for client in (consumer, probe):
+            if client is not None and not isinstance(client, _Closed):
+                client.close()
 
 
 def _warm_up(producer: Producer, timeout: float, topic: str | None) -> None:

@@ -458,3 +458,71 @@ def test_records_in_doubt_when_the_term_ends_are_unknown_not_fenced(connect) -> 
     assert "raced" not in connect().sync().jobs
     for reg in (old, new):
         reg.close()
+
+
+class _OtherTransactionOpensBeforeCommit:
+    """Stands in for a leader's producer: once its records are appended and before it
+    commits, another transactional producer (another namespace's leader on the same
+    partition) appends a record and leaves its transaction open. The leader's commit
+    marker then lands after that record (campaign seed 180083)."""
+
+    def __init__(self, real, other) -> None:
+        self._real, self._other = real, other
+
+    def commit_transaction(self, *args):
+        if self._other is not None:
+            other, self._other = self._other, None
+            self._real.flush(10)
+            other()
+        return self._real.commit_transaction(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+@pytest.mark.integration
+def test_a_write_is_acknowledged_only_once_every_reader_can_read_it(connect) -> None:
+    """A commit's return does not make its records readable: Kafka writes the commit
+    markers after it answers, and the embedded broker keeps a transaction that overlaps an
+    open one unreadable until that one ends. An acknowledged write must be in what any
+    reader reads from then on."""
+    import threading
+
+    from confluent_kafka import Producer
+
+    reg = connect()
+    term = reg.claim_leadership("jm-0")
+    term.submit("warm", b"g")  # the term's producer exists; the reader is at the end
+    other = Producer({"bootstrap.servers": reg.bootstrap,
+                      "transactional.id": f"other-{new_event_id()}"})
+    other.init_transactions(10)
+
+    def open_other() -> None:
+        other.begin_transaction()
+        other.produce(reg.topic, key=b"other", value=b"x", partition=reg.partition)
+        other.flush(10)
+
+    term._writer._producer = _OtherTransactionOpensBeforeCommit(term._writer._producer,
+                                                                open_other)
+    answers: list[object] = []
+
+    def call() -> None:
+        try:
+            answers.append(term.submit("acked", b"g"))
+        except Exception as e:  # the answer, whatever it is, is checked below
+            answers.append(e)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    caller.join(1.0)  # either branch below must hold; the wait only picks one
+    if not caller.is_alive() and not isinstance(answers[0], Exception):
+        # Acknowledged while the other transaction is still open: a reader must see it.
+        assert "acked" in connect().sync().jobs, "an acknowledged write is not readable"
+    other.commit_transaction(10)
+    caller.join(60)
+    assert not caller.is_alive()
+    if not isinstance(answers[0], Exception):
+        assert "acked" in connect().sync().jobs
+    else:
+        assert isinstance(answers[0], OutcomeUnknown), answers[0]
+    other.flush(10)
