@@ -425,14 +425,18 @@ class LogReader:
         marker is written asks past the end: the consumer then starts from the last
         stable offset (``latest``), and the records themselves confirm.
         """
-        if self._probe is None:
-            self._probe = Consumer(self._settings(_PROBE_WAIT_MS, "latest"))
         tp = TopicPartition(self.topic, self.partition, last + 2)
         deadline = time.monotonic() + _PROBE_S
         try:
-            self._probe.assign([tp])
+            if self._probe is None:
+                self._probe = Consumer(self._settings(_PROBE_WAIT_MS, "latest"))
+                self._probe.assign([tp])
+            else:  # a seek wakes the fetcher at once (see _resume)
+                self._probe.resume([tp])
+                self._probe.seek(tp)
             while (left := deadline - time.monotonic()) > 0:
-                for m in self._probe.consume(100, min(left, 0.05)):
+                first = self._probe.poll(left)  # consume(n, t) would wait all of t for n
+                for m in [] if first is None else [first, *self._probe.consume(100, 0)]:
                     err = m.error()
                     if err is None and m.offset() >= last:
                         return True
@@ -442,8 +446,9 @@ class LogReader:
         except KafkaException:
             return False  # the caller reads instead, and reports what fails there
         finally:
-            with contextlib.suppress(KafkaException):
-                self._probe.unassign()
+            if self._probe is not None:
+                with contextlib.suppress(KafkaException):
+                    self._probe.pause([tp])
         return False
 
     def _resume(self) -> None:
