@@ -29,6 +29,7 @@ demo: $(BIN)/.installed
 
 test: $(BIN)/.installed system
 	$(BIN)/ruff check registry consumers tests
+	$(BIN)/lint-imports
 	$(BIN)/jobreg catalog --check
 	$(BIN)/pytest -q
 

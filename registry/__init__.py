@@ -9,7 +9,6 @@ import logging
 from importlib.metadata import PackageNotFoundError, version
 
 from .blobs import BlobStore, FileBlobStore
-from .broker import EmbeddedBroker
 from .client import DEFAULT_INLINE_LIMIT, Receipt, Registry, Term
 from .election import Election
 from .errors import (
@@ -37,6 +36,17 @@ from .fold import fold, replay
 from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
 from .log import DEFAULT_TOPIC, TopicConfig
 from .recovery import CleanupResult, RecoveredJob, RecoveryResult
+
+
+def __getattr__(name: str):
+    # The embedded broker is development tooling (registry.dev); it stays importable from
+    # here without the runtime importing the dev floor until someone asks for it.
+    if name == "EmbeddedBroker":
+        from .dev.broker import EmbeddedBroker
+
+        return EmbeddedBroker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 try:
     __version__ = version("jobreg")

@@ -269,7 +269,7 @@ def broker(port: int | None, log_file: str | None) -> None:
     For development and tests only: it listens on 127.0.0.1 and keeps everything
     in memory, so all topics and records are lost when it stops.
     """
-    from registry.broker import EmbeddedBroker, find_tansu_binary
+    from registry.dev.broker import EmbeddedBroker, find_tansu_binary
 
     with registry_errors(EXIT_USAGE):
         binary = find_tansu_binary()
@@ -313,7 +313,7 @@ def demo(out_dir: str, audit_engine: str) -> None:
 
     Exits 1 if any guarantee did not hold.
     """
-    from registry.demo import run_demo
+    from registry.dev.demo import run_demo
 
     with registry_errors():
         verdicts = run_demo(click.echo, out_dir=out_dir, audit=audit_engine)
@@ -347,7 +347,7 @@ def bench() -> None:
               show_default=True, help="Jobs per batched transaction.")
 def bench_core_cmd(submits: int, batch_jobs: int, batch_size: int) -> None:
     """Fenced submit latency, batched throughput, replay versus the raw consume+decode limit."""
-    from registry.bench import bench_core, format_table
+    from registry.dev.bench import bench_core, format_table
 
     with registry_errors():
         result = bench_core(submits=submits, batch_jobs=batch_jobs, batch_size=batch_size,
@@ -360,7 +360,7 @@ def bench_core_cmd(submits: int, batch_jobs: int, batch_size: int) -> None:
               show_default=True, help="Events in the log for the start-up comparison.")
 def bench_recovery_cmd(log_events: int) -> None:
     """Failover time (claim -> 1,000 and 10,000 jobs adopted); start-up from scratch vs snapshot."""
-    from registry.bench import bench_recovery, format_recovery
+    from registry.dev.bench import bench_recovery, format_recovery
 
     with registry_errors():
         figures = bench_recovery(log_events=log_events,
@@ -373,7 +373,7 @@ def bench_recovery_cmd(log_events: int) -> None:
               help="Records in the log replayed.")
 def bench_replay_cmd(records: int) -> None:
     """Forensics throughput: state_at from the broker, dump, open_dump + state_at."""
-    from registry.bench import bench_replay, format_replay
+    from registry.dev.bench import bench_replay, format_replay
 
     with registry_errors():
         figures = bench_replay(records=records,
@@ -396,7 +396,7 @@ def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
                     masters: str) -> None:
     """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, plain Python
     next to Spark under each master (a scaling table), in the same run."""
-    from registry.audit.bench import bench_audit, format_audit
+    from registry.dev.bench_audit import bench_audit, format_audit
 
     chosen = [m.strip() for m in masters.split(",") if m.strip()]
     if not chosen:
@@ -409,7 +409,7 @@ def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
 
 
 def _store_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
-    from registry.bench_peers import STORES
+    from registry.dev.bench_peers import STORES
 
     names = tuple(dict.fromkeys(s.strip().lower() for s in value.split(",") if s.strip()))
     unknown = [s for s in names if s not in STORES]
@@ -431,7 +431,7 @@ def _store_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
 def bench_peers_cmd(submits: int, jobs: int, threads: int, only: tuple[str, ...]) -> None:
     """jobreg next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style), started from
     Debian's packages on loopback: submit p50/p99, failover, throughput, ratios, durability."""
-    from registry.bench_peers import PeersError, bench_peers, format_peers
+    from registry.dev.bench_peers import PeersError, bench_peers, format_peers
 
     with registry_errors():
         try:
@@ -463,7 +463,7 @@ def bench_soak_cmd(settings: Settings, writes: int, window: int, jobs: int, seed
     Failed writes are counted, not fatal; the run stops early (exit 1) after 20 failures in a
     row, or when under 1 write/s succeeded for 60 s or for 3 windows in a row.
     """
-    from registry.bench_soak import bench_soak, format_soak
+    from registry.dev.bench_soak import bench_soak, format_soak
 
     with registry_errors():
         figures = bench_soak(writes=writes, window=window, jobs=jobs, seed=seed,
@@ -487,7 +487,7 @@ def bench_image_cmd(events: int, jobs: int, rate: int, seed: int) -> None:
     """Is the image bounded by live state? Folds a long synthetic log of the soak's mix (no
     broker) and prints the image's size per live job, and what the duplicate window and the
     terminal job ids add to it."""
-    from registry.bench_soak import bench_image, format_image
+    from registry.dev.bench_soak import bench_image, format_image
 
     figures = bench_image(events=events, jobs=jobs, rate=rate, seed=seed,
                           progress=lambda msg: click.echo(f"... {msg}", err=True))
@@ -1045,13 +1045,13 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
     """
     from pathlib import Path
 
-    from registry.torture import runner
+    from registry.dev.torture import runner
 
     def progress(msg: str) -> None:
         click.echo(msg, err=True)
 
     if selftest:
-        from registry.torture.selftest import selftest as run_selftest
+        from registry.dev.torture.selftest import selftest as run_selftest
 
         base = Path(check_dir) if check_dir else None
         if base is not None and not (base / "run.json").exists():

@@ -1,6 +1,6 @@
 """PostgreSQL fixtures: one throwaway cluster per test session, a fresh database per test.
 
-``postgres_cluster`` (session) starts :class:`registry.audit.pgcluster.ThrowawayPostgres`
+``postgres_cluster`` (session) starts :class:`registry.dev.pgcluster.ThrowawayPostgres`
 on 127.0.0.1 and stops it, by its pid, when the session ends. ``postgres_url``
 (session) is the URL of the database ``jobreg_audit_test`` on it; ``pg_db``
 (per test) creates a database of its own and drops it afterwards, so tests
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from registry.audit.pgcluster import PostgresNotFound, ThrowawayPostgres
+from registry.dev.pgcluster import PostgresNotFound, ThrowawayPostgres
 
 #: The session's shared database (``postgres_url``).
 TEST_DATABASE = "jobreg_audit_test"

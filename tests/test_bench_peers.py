@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from registry.bench_peers import missing_peers
+from registry.dev.bench_peers import missing_peers
 
 JOBREG = [sys.executable, "-m", "registry.cli"]
 MISSING = missing_peers()

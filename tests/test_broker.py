@@ -20,8 +20,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from registry import broker as broker_module
-from registry.broker import ENV_VAR, EmbeddedBroker, find_tansu_binary
+from registry.dev import broker as broker_module
+from registry.dev.broker import ENV_VAR, EmbeddedBroker, find_tansu_binary
 from registry.errors import BrokerError, BrokerStartError, ConfigError
 
 integration = pytest.mark.integration
@@ -311,7 +311,7 @@ def test_temporary_log_is_removed_on_stop() -> None:
 def test_atexit_stops_a_broker_the_program_forgot(tmp_path) -> None:
     program = textwrap.dedent(
         """
-        from registry.broker import EmbeddedBroker
+        from registry.dev.broker import EmbeddedBroker
         b = EmbeddedBroker().start()
         print(b.pid, flush=True)
         """
@@ -430,8 +430,8 @@ def test_the_broker_dies_with_its_owner_even_when_killed(fixed: bool) -> None:
     that thread, only with the process."""
     script = textwrap.dedent("""
         import sys, threading, time
-        from registry import broker as module
-        from registry.broker import EmbeddedBroker
+        from registry.dev import broker as module
+        from registry.dev.broker import EmbeddedBroker
         if len(sys.argv) > 1:
             module._SETPRIV = None  # as before the fix (the test's own check that it bites)
         box = []

@@ -31,10 +31,10 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from registry import broker as broker_module
-from registry.broker import EmbeddedBroker, _probe_cluster_id, _ProtocolError
+from registry.dev import broker as broker_module
+from registry.dev.broker import EmbeddedBroker, _probe_cluster_id, _ProtocolError
+from registry.dev.torture.proxy import FaultProxy
 from registry.errors import BrokerError, ConfigError
-from registry.torture.proxy import FaultProxy
 
 integration = pytest.mark.integration
 

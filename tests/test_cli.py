@@ -49,7 +49,7 @@ def test_demo_plays_the_incidents_and_every_guarantee_holds(tmp_path) -> None:
     explain = run("--from-file", str(dumps / "incident-000.avro"), "explain", "job-a")
     assert explain.returncode == 0 and "cancelled" in explain.stdout, explain.stderr
     # it leaves nothing running: no coordinator, broker or Spark process of ours survives
-    leftovers = subprocess.run(["pgrep", "-f", f"registry.coordinator|{tmp_path}"],
+    leftovers = subprocess.run(["pgrep", "-f", f"registry.dev.coordinator|{tmp_path}"],
                                capture_output=True, text=True)
     assert leftovers.stdout.strip() == ""
 

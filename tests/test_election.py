@@ -182,7 +182,7 @@ def test_a_network_interruption_shorter_than_the_lease_causes_no_failover(topic,
     inside the tolerance registry.election states); the leader keeps its term, its renewals
     resume, no contender takes over, and it writes on."""
     from registry import EmbeddedBroker
-    from registry.torture.proxy import FaultProxy
+    from registry.dev.torture.proxy import FaultProxy
 
     lease = 3.0
     listen, advertised = _free_port(), _free_port()
@@ -388,7 +388,7 @@ def test_a_resumed_leader_that_cannot_read_the_log_keeps_trying_and_learns_when_
     which it reads the log is the round it learns it lost; it never sends a renewal (which would
     fence the new leader's producer at the broker) nor any other record."""
     from registry import EmbeddedBroker, Fenced, LeaseExpired
-    from registry.torture.proxy import FaultProxy
+    from registry.dev.torture.proxy import FaultProxy
 
     listen, advertised = _free_port(), _free_port()
     with EmbeddedBroker(port=listen, advertised_port=advertised) as broker, \

@@ -1,4 +1,4 @@
-"""Tests of the fault-injecting TCP proxy (registry/torture/proxy.py) with plain sockets.
+"""Tests of the fault-injecting TCP proxy (registry/dev/torture/proxy.py) with plain sockets.
 
 An echo server on 127.0.0.1 stands behind the proxy. Every wait is bounded and
 every thread (the proxy's, the echo server's, the tests' own) is joined.
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from registry.torture.proxy import FaultProxy
+from registry.dev.torture.proxy import FaultProxy
 
 TIMEOUT = 5.0  # the longest any single wait in these tests may take
 

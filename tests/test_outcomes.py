@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from registry import LeaseExpired, OutcomeUnknown
-from registry.broker import EmbeddedBroker
 from registry.codec import default_codec
+from registry.dev.broker import EmbeddedBroker
 from registry.errors import BrokerError, Fenced, WriteRejected
 from registry.events import JobCancelled, new_event_id, now_ms
 from registry.image import Outcome

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from registry.torture.checker import RULES, check
-from registry.torture.runner import CampaignConfig, first_examples, run_once
-from registry.torture.selftest import PLANTS, plant, selftest, synthetic_run
+from registry.dev.torture.checker import RULES, check
+from registry.dev.torture.runner import CampaignConfig, first_examples, run_once
+from registry.dev.torture.selftest import PLANTS, plant, selftest, synthetic_run
 
 JOBREG = [sys.executable, "-m", "registry.cli"]
 SEED = 7
@@ -104,8 +104,8 @@ def test_a_worker_refuses_to_run_other_code_than_its_run(tmp_path) -> None:
     """A campaign left running while the code changes would judge a mix of versions (an
     editable install reads the files anew in every worker): the run records a fingerprint
     of its code, a worker with other code exits 3, and the checker reports the exit."""
-    from registry.torture.runner import code_fingerprint
-    from registry.torture.worker import main
+    from registry.dev.torture.runner import code_fingerprint
+    from registry.dev.torture.worker import main
 
     (tmp_path / "run.json").write_text(json.dumps({"code": "0" * 16}))
     assert main([str(tmp_path), "w1", "0"]) == 3

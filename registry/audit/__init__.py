@@ -5,8 +5,6 @@
   ``downgrade``, ``current_revision``) and the read-only :func:`query` path.
 * :mod:`registry.audit.partition`: one Kafka partition's batch folded and committed in one
   transaction (generation fencing, snapshots), shared by the Spark tasks and ``--plain``.
-* :mod:`registry.audit.pgcluster`: a throwaway PostgreSQL cluster for tests
-  and benchmarks (not imported here).
 """
 
 from __future__ import annotations

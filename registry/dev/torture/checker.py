@@ -1,7 +1,7 @@
 """Judges a finished run from its folder: the histories, the raw log, and what the library said.
 
 Pure: it reads files only. Records are decoded with :mod:`registry.codec`; what the
-records mean comes from :mod:`registry.torture.model`, the checker's own model of the
+records mean comes from :mod:`registry.dev.torture.model`, the checker's own model of the
 documented rules, never from :mod:`registry.fold`. The library's answers that a run
 records (each record's verdict from a fresh client, the final state from a fresh client
 and from snapshots) are observations to judge, like the histories.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .model import FENCING_REASONS, TERMINAL, NamespaceModel, unb64
+from registry.dev.torture.model import FENCING_REASONS, TERMINAL, NamespaceModel, unb64
 
 __all__ = ["RULES", "Op", "Report", "Violation", "check", "load_ops"]
 

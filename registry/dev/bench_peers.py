@@ -290,8 +290,8 @@ def _filesystem(path: str) -> str:
 
 
 def _run_jobreg(submits: int, jobs: int, progress: _Progress) -> StoreFigures:
-    from .broker import EmbeddedBroker, find_tansu_binary
-    from .client import Registry
+    from registry.client import Registry
+    from registry.dev.broker import EmbeddedBroker, find_tansu_binary
 
     f = StoreFigures("jobreg")
     tansu = find_tansu_binary()

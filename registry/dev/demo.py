@@ -1,7 +1,7 @@
 """``jobreg demo``: the incidents of the seeds, played live against an embedded broker.
 
 Each incident runs in its own namespace with real coordinator processes
-(:mod:`registry.coordinator`: each its own Python process with its own
+(:mod:`registry.dev.coordinator`: each its own Python process with its own
 :class:`~registry.client.Registry`), frozen with SIGSTOP for a GC pause or a
 network blip and killed for a crash, in the interleaving of the incident
 report. Then the audit stream (Spark, local mode) materializes the SQL views
@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .broker import EmbeddedBroker
-from .client import Registry
-from .coordinator import CoordinatorProcess
-from .image import Decision
+from registry.client import Registry
+from registry.dev.broker import EmbeddedBroker
+from registry.dev.coordinator import CoordinatorProcess
+from registry.image import Decision
 
 __all__ = ["Verdict", "run_demo"]
 
@@ -257,10 +257,10 @@ AUDIT_QUESTIONS = [
 
 
 def _audit(bootstrap: str, out_dir: Path, out: Out, engine: str) -> list[Verdict]:
-    from .audit.db import migrate, query
-    from .audit.writer import AuditWriter, check, run_plain
-    from .log import DEFAULT_TOPIC
-    from .render import table
+    from registry.audit.db import migrate, query
+    from registry.audit.writer import AuditWriter, check, run_plain
+    from registry.log import DEFAULT_TOPIC
+    from registry.render import table
 
     db = out_dir / "audit.db"
     db.unlink(missing_ok=True)
@@ -296,10 +296,10 @@ def _audit(bootstrap: str, out_dir: Path, out: Out, engine: str) -> list[Verdict
 def _reports(bootstrap: str, out_dir: Path, out: Out) -> list[Path]:
     """The incident reports, and a dump of every incident's namespace beside them (so that
     forensics and ``jobreg audit check --from-file`` still work once the broker is gone)."""
-    from .forensics import BrokerSource, Forensics
-    from .keys import partition_for
-    from .log import DEFAULT_TOPIC, topic_partitions
-    from .report import write_report
+    from registry.forensics import BrokerSource, Forensics
+    from registry.keys import partition_for
+    from registry.log import DEFAULT_TOPIC, topic_partitions
+    from registry.report import write_report
 
     partitions = topic_partitions(bootstrap, DEFAULT_TOPIC)
     paths = []

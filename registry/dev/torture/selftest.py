@@ -4,7 +4,7 @@ a finished run, and checks that the checker names it.
 :func:`synthetic_run` builds a small clean run folder without a broker (a scripted history
 of two namespaces on one partition; the library's fold supplies the verdicts and final
 states a real run would have recorded). :data:`PLANTS` holds one function per rule of
-:data:`~registry.torture.checker.RULES`; each works on any run folder, real or synthetic,
+:data:`~registry.dev.torture.checker.RULES`; each works on any run folder, real or synthetic,
 adding the records, history lines or file changes that break its rule and nothing that a
 correct registry would produce. :func:`selftest` plants each into its own copy and
 reports, per rule, whether the checker's count for that rule went up.
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .checker import RULES, _Run, check
-from .model import b64
+from registry.dev.torture.checker import RULES, _Run, check
+from registry.dev.torture.model import b64
 
 __all__ = ["PLANTS", "plant", "selftest", "synthetic_run"]
 
@@ -443,7 +443,7 @@ def _held_blobs(p: _Plot) -> list[tuple[str, str, Any]]:
 
 
 def _graph_lost(p: _Plot) -> str:
-    from .checker import _blob_path
+    from registry.dev.torture.checker import _blob_path
 
     for _ns, job, j in _held_blobs(p):
         path = _blob_path(p.run, j.graph[1])

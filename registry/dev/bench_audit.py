@@ -32,13 +32,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ..bench import figures_table
-from ..broker import EmbeddedBroker
-from ..log import TopicConfig, ensure_topic
-from .db import migrate
-from .models import AuditProgress
-from .pgcluster import ThrowawayPostgres
-from .writer import AuditWriter, follow_plain, run_plain
+from registry.audit.db import migrate
+from registry.audit.models import AuditProgress
+from registry.audit.writer import AuditWriter, follow_plain, run_plain
+from registry.dev.bench import figures_table
+from registry.dev.broker import EmbeddedBroker
+from registry.dev.pgcluster import ThrowawayPostgres
+from registry.log import TopicConfig, ensure_topic
 
 __all__ = ["MASTERS", "AuditFigures", "bench_audit", "format_audit"]
 
@@ -68,8 +68,8 @@ def _names(n: int) -> list[str]:
 def _produce(bootstrap: str, topic: str, records: int, namespaces: int) -> None:
     from confluent_kafka import Producer
 
-    from ..bench import _replay_log, produce_all
-    from ..keys import partition_for
+    from registry.dev.bench import _replay_log, produce_all
+    from registry.keys import partition_for
 
     info = ensure_topic(bootstrap, topic, TopicConfig())
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
@@ -88,9 +88,9 @@ def _steady(bootstrap: str, topic: str, rate: int, seconds: float, namespaces: i
     ``sent["partition:offset"]`` = when its delivery was reported."""
     from confluent_kafka import Producer
 
-    from ..codec import encode
-    from ..events import InlineGraph, JobSubmitted, LeadershipGranted, new_event_id
-    from ..keys import partition_for, record_key
+    from registry.codec import encode
+    from registry.events import InlineGraph, JobSubmitted, LeadershipGranted, new_event_id
+    from registry.keys import partition_for, record_key
 
     info = ensure_topic(bootstrap, topic, TopicConfig())
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -131,7 +131,7 @@ def _steady_elsewhere(bootstrap: str, topic: str, rate: int, seconds: float,
     import sys
 
     code = ("import json, sys, threading\n"
-            "from registry.audit.bench import _steady\n"
+            "from registry.dev.bench_audit import _steady\n"
             "sent = {}\n"
             "_steady(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), "
             "int(sys.argv[5]), sent, threading.Event())\n"
@@ -150,7 +150,7 @@ def _watch(url: str, topic: str, seen: dict[tuple[int, int], float],
            stop: threading.Event) -> None:
     """Poll the progress table; ``seen[(partition, offset)]`` = first time a poll saw it
     committed."""
-    from .db import engine_for
+    from registry.audit.db import engine_for
 
     engine = engine_for(url)
     t = AuditProgress.__table__

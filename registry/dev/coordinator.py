@@ -1,6 +1,6 @@
 """A scripted coordinator process: one job manager, driven over stdin, for the demo.
 
-``python -m registry.coordinator BOOTSTRAP NAMESPACE CONTENDER TOPIC TIMEOUT`` connects a
+``python -m registry.dev.coordinator BOOTSTRAP NAMESPACE CONTENDER TOPIC TIMEOUT`` connects a
 :class:`~registry.client.Registry` of its own (its own consumer and producers, in
 its own process: a separate coordinator as in a Flink HA setup) and then runs
 commands, one JSON object per line on stdin, answering each with one JSON line on
@@ -39,7 +39,7 @@ class CoordinatorProcess:
         self.contender = contender
         self.timeout = timeout
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "registry.coordinator", bootstrap, namespace, contender, topic,
+            [sys.executable, "-m", "registry.dev.coordinator", bootstrap, namespace, contender, topic,
              str(registry_timeout)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             bufsize=1)
@@ -106,12 +106,12 @@ def _reply(**fields: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the coordinator until ``exit`` or the end of stdin."""
-    from .client import Registry
-    from .codec import encode
-    from .errors import RegistryError, WriteRejected
-    from .events import EVENT_TYPES, InlineGraph, new_event_id, now_ms
-    from .keys import record_key
-    from .log import write_raw
+    from registry.client import Registry
+    from registry.codec import encode
+    from registry.errors import RegistryError, WriteRejected
+    from registry.events import EVENT_TYPES, InlineGraph, new_event_id, now_ms
+    from registry.keys import record_key
+    from registry.log import write_raw
 
     bootstrap, namespace, contender, topic, timeout = (argv or sys.argv[1:])[:5]
     reg = Registry.connect(bootstrap, namespace, topic=topic, timeout=float(timeout))

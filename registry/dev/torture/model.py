@@ -50,10 +50,10 @@ import base64
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..codec import decode
-from ..errors import CodecError
-from ..events import CHECKPOINT_FAILURE_REASONS as _KNOWN_REASONS
-from ..fold import DUPLICATE_WINDOW_MS
+from registry.codec import decode
+from registry.errors import CodecError
+from registry.events import CHECKPOINT_FAILURE_REASONS as _KNOWN_REASONS
+from registry.fold import DUPLICATE_WINDOW_MS
 
 __all__ = ["FENCING_REASONS", "Cp", "Graph", "MJob", "NamespaceModel", "Verdict", "graph_of"]
 

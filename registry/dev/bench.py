@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .broker import EmbeddedBroker
-from .client import Registry
-from .codec import default_codec
-from .fold import fold_batches
-from .forensics import DumpSource
-from .image import Image
-from .log import LogReader
+from registry.client import Registry
+from registry.codec import default_codec
+from registry.dev.broker import EmbeddedBroker
+from registry.fold import fold_batches
+from registry.forensics import DumpSource
+from registry.image import Image
+from registry.log import LogReader
 
 __all__ = ["CoreResult", "RecoveryFigures", "ReplayFigures", "bench_core", "bench_recovery",
            "bench_replay", "format_recovery", "format_replay", "format_table"]
@@ -174,7 +174,7 @@ def bench_recovery(*, job_counts: tuple[int, ...] = (1000, 10_000), log_events: 
     """Failover (claim -> every live job adopted) and client start-up, on a fresh embedded broker."""
     import tempfile
 
-    from .snapshot import write_snapshot
+    from registry.snapshot import write_snapshot
 
     figures = RecoveryFigures(failover=[])
     graph = b"g" * 200
@@ -276,8 +276,8 @@ def _replay_log(records: int, namespace: str = "replay") -> Iterator[tuple[str, 
     """A realistic registry history of ``records`` records of ``namespace``: two terms,
     submits, a failover with adoptions, cancels, and 1% late writes of the old term
     (refused)."""
-    from .codec import encode
-    from .events import (
+    from registry.codec import encode
+    from registry.events import (
         InlineGraph,
         JobAdopted,
         JobCancelled,
@@ -286,7 +286,7 @@ def _replay_log(records: int, namespace: str = "replay") -> Iterator[tuple[str, 
         LeadershipGranted,
         new_event_id,
     )
-    from .keys import record_key
+    from registry.keys import record_key
 
     ns, graph = namespace, InlineGraph(b"g" * 200)
     body = records - 2
@@ -321,9 +321,9 @@ def bench_replay(*, records: int = 1_000_000, work_dir: str | None = None,
 
     from confluent_kafka import Producer
 
-    from .forensics import BrokerSource, Forensics
-    from .keys import partition_for
-    from .log import TopicConfig, ensure_topic
+    from registry.forensics import BrokerSource, Forensics
+    from registry.keys import partition_for
+    from registry.log import TopicConfig, ensure_topic
 
     topic = "jobreg-bench-replay"
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory(dir=work_dir) as tmp:

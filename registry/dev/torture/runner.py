@@ -5,15 +5,15 @@ One run (:func:`run_once`), in this order:
 1. start an embedded broker (Tansu, in memory, 127.0.0.1) behind the fault proxy, unless
    a ``bootstrap`` is given (then no broker or network faults: only client-side ones);
 2. create a fresh topic ``torture-<seed>-<random>`` and write ``run.json``;
-3. start the workers (:mod:`registry.torture.worker`) and the nemesis
-   (:mod:`registry.torture.nemesis`); write a snapshot of each namespace midway;
+3. start the workers (:mod:`registry.dev.torture.worker`) and the nemesis
+   (:mod:`registry.dev.torture.nemesis`); write a snapshot of each namespace midway;
 4. at the time bound: stop the nemesis (everything paused resumes, the network heals),
    SIGTERM the workers, SIGKILL the ones still running after a grace;
 5. read the log: ``log.jsonl`` (every raw record of the namespaces' partitions, base64),
    and, from the library, each namespace's final state from a fresh client and from
    every snapshot (``final/<ns>.json``), the fold's verdict per record
    (``decisions/<ns>.jsonl``) and a dump (``dump/<ns>.avro``: ``jobreg --from-file``);
-6. stop the broker, run :func:`registry.torture.checker.check`, write
+6. stop the broker, run :func:`registry.dev.torture.checker.check`, write
    ``violations.json`` and ``summary.json``.
 
 The run folder also holds ``history/<process>.jsonl`` (the workers' histories),
@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .model import b64
+from registry.dev.torture.model import b64
 
 __all__ = ["NAMESPACES", "CampaignConfig", "campaign", "format_summary", "gc_grace", "run_once"]
 
@@ -100,7 +100,7 @@ class _Workers:
             err = (self.run_dir / "logs" / f"{name}.{inc}.err").open("ab")
             try:
                 self._procs[name] = subprocess.Popen(
-                    [sys.executable, "-m", "registry.torture.worker", str(self.run_dir), name,
+                    [sys.executable, "-m", "registry.dev.torture.worker", str(self.run_dir), name,
                      str(inc)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=err, start_new_session=True)
             finally:
@@ -194,13 +194,12 @@ def _free_run_dir(base: Path, index: int, seed: int) -> Path:
 def run_once(config: CampaignConfig, index: int, seed: int,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """One run of the campaign (see the module docstring); returns its summary."""
-    from registry.broker import EmbeddedBroker
+    from registry.dev.broker import EmbeddedBroker
+    from registry.dev.torture.checker import check
+    from registry.dev.torture.nemesis import Nemesis
+    from registry.dev.torture.proxy import FaultProxy
     from registry.keys import partition_for
     from registry.log import ensure_topic
-
-    from .checker import check
-    from .nemesis import Nemesis
-    from .proxy import FaultProxy
 
     say = progress or (lambda _m: None)
     began = time.monotonic()
@@ -533,7 +532,7 @@ def check_folder(path: str | Path, progress: Callable[[str], None] | None = None
                  ) -> list[dict[str, Any]]:
     """Re-check finished runs: ``path`` is one run folder (it holds ``run.json``) or a
     campaign folder of them. Rewrites each ``violations.json``; returns the summaries."""
-    from .checker import check
+    from registry.dev.torture.checker import check
 
     say = progress or (lambda _m: None)
     path = Path(path)

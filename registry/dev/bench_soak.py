@@ -46,11 +46,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .errors import Fenced
+from registry.errors import Fenced
 
 if TYPE_CHECKING:
-    from .client import Registry, Term
-    from .image import Image
+    from registry.client import Registry, Term
+    from registry.image import Image
 
 __all__ = ["MIX", "ImageFigures", "SoakFigures", "SoakWindow", "bench_image", "bench_soak",
            "format_image", "format_soak"]
@@ -295,7 +295,7 @@ def _rss_mib() -> float:
 
 def _image_size(image: Image) -> tuple[int | None, int | None]:
     """(uncompressed, gzip'd) length of the snapshot body of ``image``."""
-    from .snapshot import encode_image
+    from registry.snapshot import encode_image
 
     try:
         body = encode_image(image)
@@ -326,8 +326,8 @@ def bench_soak(*, writes: int = TARGET_WRITES, window: int = 10_000, jobs: int =
     """
     import tempfile
 
-    from .broker import EmbeddedBroker
-    from .client import Registry
+    from registry.client import Registry
+    from registry.dev.broker import EmbeddedBroker
 
     rng = random.Random(seed)
     topic = f"jobreg-soak-{uuid.uuid4().hex[:10]}"
@@ -444,7 +444,7 @@ def _window_line(w: SoakWindow, *, partial: bool = False) -> str:
 
 def _startup(figures: SoakFigures, reg: Registry, bootstrap: str, topic: str,
              timeout: float, tmp: str, progress: Callable[[str], None]) -> None:
-    from .client import Registry
+    from registry.client import Registry
 
     figures.log_offsets = reg.image.provenance.last_offset + 1
     path = os.path.join(tmp, "soak.snapshot")
@@ -488,8 +488,8 @@ def _delete_topic(bootstrap: str, topic: str) -> None:
 
 def format_soak(f: SoakFigures) -> str:
     """The soak's windows, then its figures next to the targets, as plain text."""
-    from .bench import figures_table
-    from .render import table
+    from registry.dev.bench import figures_table
+    from registry.render import table
 
     where = "an embedded broker" if f.embedded else f.bootstrap
     head = (f"soak: {f.writes_asked:,} fenced writes asked, one namespace ({NAMESPACE!r}) of "
@@ -587,10 +587,10 @@ class _FoldingTerm:
     advances ``1/rate`` s per record (so the duplicate window holds ``rate`` x 60 s of ids)."""
 
     def __init__(self, rate: int) -> None:
-        from .codec import default_codec
-        from .events import LeadershipGranted, new_event_id
-        from .fold import Delta
-        from .image import Image
+        from registry.codec import default_codec
+        from registry.events import LeadershipGranted, new_event_id
+        from registry.fold import Delta
+        from registry.image import Image
 
         self.codec = default_codec()
         self.rate = rate
@@ -602,8 +602,8 @@ class _FoldingTerm:
         self._write(LeadershipGranted(event_id=new_event_id(), prev_epoch=0, **self.env))
 
     def _write(self, event) -> None:  # type: ignore[no-untyped-def]
-        from .image import LogRecord
-        from .keys import record_key
+        from registry.image import LogRecord
+        from registry.keys import record_key
 
         stamp = 1_700_000_000_000 + self.offset * 1000 // self.rate
         d = self.delta.replay(LogRecord(self.offset, record_key(event).encode(),
@@ -613,7 +613,7 @@ class _FoldingTerm:
         self.offset += 1
         if self.offset % 10_000 == 0:  # a batch, as a reader would fold
             self.image = self.delta.apply()
-            from .fold import Delta
+            from registry.fold import Delta
             self.delta = Delta(self.image, self.codec)
 
     def finish(self) -> Image:
@@ -624,7 +624,7 @@ class _FoldingTerm:
         return {**self.env, "event_id": self._new_id()}
 
     def submit(self, job: str, graph: bytes, max_checkpoint_failures: int = 0) -> None:
-        from .events import InlineGraph, JobSubmitted
+        from registry.events import InlineGraph, JobSubmitted
 
         self._write(JobSubmitted(job_id=job, graph=InlineGraph(graph),
                                  max_checkpoint_failures=max_checkpoint_failures, **self._e()))
@@ -634,26 +634,26 @@ class _FoldingTerm:
             self.submit(job, graph, max_checkpoint_failures)
 
     def cancel(self, job: str, reason: str = "") -> None:
-        from .events import JobCancelled
+        from registry.events import JobCancelled
 
         view = self.delta.job(job)
         self._write(JobCancelled(job_id=job, reason=reason, graph=view.graph,
                                  checkpoints=view.checkpoints, **self._e()))
 
     def mark_clean(self, job: str) -> None:
-        from .events import JobCleanedUp
+        from registry.events import JobCleanedUp
 
         view = self.delta.job(job)
         self._write(JobCleanedUp(job_id=job, status=view.status, reason=view.reason,
                                  **self._e()))
 
     def adopt(self, job: str) -> None:
-        from .events import JobAdopted
+        from registry.events import JobAdopted
 
         self._write(JobAdopted(job_id=job, **self._e()))
 
     def _checkpoint(self, kind, job: str, cp: int, **extra) -> None:  # type: ignore[no-untyped-def]
-        from .fold import checkpoint_step
+        from registry.fold import checkpoint_step
 
         view = self.delta.job(job)
         state, _ = checkpoint_step(view.checkpoints, kind, cp, location=extra.get("location", ""),
@@ -661,17 +661,17 @@ class _FoldingTerm:
         self._write(kind(job_id=job, checkpoint_id=cp, state=state, **extra, **self._e()))
 
     def checkpoint_triggered(self, job: str, cp: int) -> None:
-        from .events import CheckpointTriggered
+        from registry.events import CheckpointTriggered
 
         self._checkpoint(CheckpointTriggered, job, cp)
 
     def checkpoint_completed(self, job: str, cp: int, location: str) -> None:
-        from .events import CheckpointCompleted
+        from registry.events import CheckpointCompleted
 
         self._checkpoint(CheckpointCompleted, job, cp, location=location)
 
     def checkpoint_failed(self, job: str, cp: int, reason: str, task: str | None = None) -> None:
-        from .events import CheckpointFailed
+        from registry.events import CheckpointFailed
 
         self._checkpoint(CheckpointFailed, job, cp, reason=reason, task=task)
 
@@ -712,7 +712,7 @@ def bench_image(*, events: int = 1_000_000, jobs: int = 1000, rate: int = 200, s
 
 def format_image(f: ImageFigures) -> str:
     """The image figures next to the target, as plain text."""
-    from .bench import figures_table
+    from registry.dev.bench import figures_table
 
     head = f"The image after {f.events:,} records ({f.rate}/s of broker time, no broker)"
     return head + "\n" + figures_table([

@@ -1,6 +1,6 @@
 """One coordinator process of a fault campaign: random operations, and their history.
 
-``python -m registry.torture.worker RUN_DIR PROCESS INCARNATION`` reads ``RUN_DIR/run.json``,
+``python -m registry.dev.torture.worker RUN_DIR PROCESS INCARNATION`` reads ``RUN_DIR/run.json``,
 connects a :class:`~registry.client.Registry` of its own per namespace, contends in each
 with ``reg.elect(contender, lease)`` (a background thread per namespace: it waits to lead,
 and once the term is lost or given up, contends again), and runs random operations from
@@ -458,7 +458,7 @@ def _receipts(result: Any) -> list[dict[str, Any]] | None:
 def main(argv: list[str] | None = None) -> int:
     """Run one worker until SIGTERM or the deadline."""
     run_dir, process, incarnation = (argv or sys.argv[1:])[:3]
-    from .runner import code_fingerprint
+    from registry.dev.torture.runner import code_fingerprint
 
     wanted = json.loads((Path(run_dir) / "run.json").read_text()).get("code")
     if wanted is not None and wanted != code_fingerprint():

@@ -39,7 +39,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from .db import AuditError
+from registry.audit.db import AuditError
 
 __all__ = ["DEFAULT_BINDIR", "ENV_VAR", "PostgresNotFound", "ThrowawayPostgres", "find_pg_bindir"]
 
