@@ -79,6 +79,7 @@ from .events import (
     JobTerminated,
     LeadershipGranted,
     LeadershipRevoked,
+    LeaseRenewed,
     as_call,
     new_event_id,
     now_ms,
@@ -566,7 +567,7 @@ class Term:
         self.namespace = registry.namespace
         self._writer: TransactionalWriter | None = None
         self._blobs_put: dict[str, tuple[GraphRef, bytes]] = {}  # this call's blobs
-        self._lease_guard: Callable[[], None] | None = None  # set by an Election
+        self._lease_guard: Callable[[], None] | None = None  # guard_writes
 
     def __repr__(self) -> str:
         return f"Term(namespace={self.namespace!r}, epoch={self.epoch}, contender={self.contender!r})"
@@ -898,16 +899,35 @@ class Term:
         # newer grant already followed ours), then settle whatever refused records the
         # log holds.
         self.registry.sync()
-        if self._fenced_by_image() is None:
+        if self.fenced() is None:
             if self._writer is None:
                 self._writer = TransactionalWriter(self.registry.kafka, self.registry.topic,
                                                    self.namespace, self.registry.partition,
                                                    self.registry.timeout)
             self.reassert()
 
-    def _fenced_by_image(self) -> Fenced | None:
-        # The fold's own fencing rule, asked of the image: used when the broker
-        # fenced our producer and our record never reached the log.
+    # -- for an election ----------------------------------------------------------------
+
+    def guard_writes(self, guard: Callable[[], None] | None) -> None:
+        """Call ``guard`` before anything of a write is sent; it refuses the write by
+        raising (the built-in election raises :class:`~registry.errors.LeaseExpired` while
+        the lease is not valid, :class:`~registry.errors.Fenced` once the term is lost).
+        Settling keys after a decided write calls it again and, refused, leaves them for the
+        next write. ``None`` removes it."""
+        self._lease_guard = guard
+
+    def renew_lease(self) -> Receipt:
+        """Write a :class:`~registry.events.LeaseRenewed` of this term, past the write guard
+        (a renewal is what makes a lease valid again). Raises as any write does."""
+        event = LeaseRenewed(event_id=new_event_id(), namespace=self.namespace,
+                             epoch=self.epoch, writer=self.contender, created_at=now_ms())
+        return self._write([event], guard=False)[0]
+
+    def fenced(self) -> Fenced | None:
+        """The :class:`~registry.errors.Fenced` a write of this term would get from the
+        fold's fencing rule, asked of the image as read so far (``None``: the term is
+        current as far as this client has read). Reads nothing: call
+        :meth:`Registry.sync` first for an answer as of now."""
         image = self.registry.image
         reason = fencing_reason(image.epoch, image.leader, image.revoked, self.epoch,
                                 self.contender)
@@ -963,7 +983,7 @@ class Term:
     def _settle(self, guard: bool) -> None:
         reg = self.registry
         for _ in range(2):
-            if not reg.image.unsettled or self._fenced_by_image() is not None:
+            if not reg.image.unsettled or self.fenced() is not None:
                 return
             pairs = plan_reassertions(reg.image, self.epoch, self.contender)
             if not pairs:
@@ -1059,7 +1079,7 @@ class Term:
                         # the current leader's included: read the log first, and make
                         # one only while this term is still current.
                         reg.sync()
-                        fenced = self._fenced_by_image()
+                        fenced = self.fenced()
                         if fenced is not None:
                             raise fenced_now(fenced)
                         self._writer = TransactionalWriter(reg.kafka, reg.topic,
@@ -1092,7 +1112,7 @@ class Term:
                         raise unknown(str(e), lost) from lost
                 if all(self._decided(copies) for copies in slots):
                     break
-                fenced = self._fenced_by_image()
+                fenced = self.fenced()
                 if fenced is not None:
                     raise fenced_now(fenced) from failure
                 if failure is None:

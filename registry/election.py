@@ -75,7 +75,6 @@ from .errors import (
     LeaseExpired,
     RegistryError,
 )
-from .events import LeaseRenewed, new_event_id, now_ms
 
 if TYPE_CHECKING:
     from .client import Registry, Term
@@ -190,7 +189,7 @@ class Election:
         except RegistryError:
             return None  # unreachable or unknown outcome: look again
         self._valid_until = started + _SAFETY * self.lease
-        term._lease_guard = self._guard
+        term.guard_writes(self._guard)
         self.term = term
         self._renewer = threading.Thread(target=self._renew_loop, args=(term,),
                                          name=f"jobreg-lease-{self.contender}", daemon=True)
@@ -222,10 +221,8 @@ class Election:
                     failures += 1
                     continue
             sent = self._clock()
-            event = LeaseRenewed(event_id=new_event_id(), namespace=term.namespace,
-                                 epoch=term.epoch, writer=term.contender, created_at=now_ms())
             try:
-                term._write([event], guard=False)
+                term.renew_lease()
             except Fenced as e:
                 self._lose(term, e)
                 return
@@ -250,7 +247,7 @@ class Election:
         except Exception as e:  # noqa: BLE001 - unreadable now, whatever the reason
             self._note_failure(term, e, failures)
             return "unreadable"
-        fenced = term._fenced_by_image()
+        fenced = term.fenced()
         if fenced is None:
             return "current"
         self._lose(term, fenced)

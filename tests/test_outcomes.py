@@ -60,7 +60,7 @@ def test_a_decided_cancel_is_returned_though_the_lease_lapses_before_the_follow_
         if len(calls) > 1:
             raise LeaseExpired("lease lapsed after the call was sent")
 
-    term._lease_guard = guard
+    term.guard_writes(guard)
     _zombie_cancel(reg, "job-b", 1, "jm-0")  # lands before our cancel; we have not read it
     receipt = term.cancel("job-a", reason="done")
     assert _accepted(reg, receipt.event_id)
@@ -120,7 +120,7 @@ def test_a_lease_expired_before_sending_sends_nothing(connect):
     def guard() -> None:
         raise LeaseExpired("not renewed")
 
-    term._lease_guard = guard
+    term.guard_writes(guard)
     with pytest.raises(LeaseExpired) as caught:
         term.cancel("job-a")
     assert caught.value.event_ids == ()
