@@ -26,6 +26,11 @@ partition's progress.
 :func:`consumers.spark.spark_session`): a speculative copy of a task would be fenced by the
 row lock and the compare-and-set, but it would fold the batch twice for nothing.
 
+**The entry point.** :func:`materialize` is what the rest of jobreg calls (the CLI's
+``audit run``, the demo, the audit benchmark): it migrates the database and runs the job
+with Spark or, with ``engine="plain"``, the same fold and writes from plain Python. Nothing
+in ``registry`` imports another module of ``consumers`` (an import contract says so).
+
 Triggers: ``once`` is Spark's ``availableNow`` (everything there now, in batches of
 at most ``max_offsets_per_trigger`` records, then stop); ``follow`` is a
 processing-time trigger that runs until stopped (Ctrl-C, or ``stop_after``).
@@ -44,9 +49,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from registry.audit.db import AuditError
+from registry.audit.db import AuditError, migrate
 from registry.audit.partition import PartitionWriter
-from registry.audit.writer import AuditWriter
+from registry.audit.writer import AuditWriter, follow_plain, run_plain
 from registry.errors import ConfigError
 from registry.image import LogRecord
 from registry.kafka_config import Kafka, java_client_options
@@ -148,6 +153,46 @@ def _first_lines(e: BaseException, limit: int = 600) -> str:
     """The start of an error's message (a failed query's carries a whole JVM trace)."""
     text = " ".join(str(e).split())
     return text if len(text) <= limit else text[:limit] + " ..."
+
+
+def materialize(url: str, bootstrap: str | Kafka, topic: str, *,
+                engine: Literal["spark", "plain"] = "spark",
+                mode: Literal["once", "follow"] = "once",
+                stop_event: threading.Event | None = None,
+                on_batch: Callable[[int, int], None] | None = None,
+                timeout: float = 30.0, **spark_options: Any) -> AuditRun:
+    """Migrate the database at ``url``, then run the audit job into it: :func:`run_audit`
+    (``spark_options`` are its ``interval``, ``max_offsets_per_trigger``, ``source``,
+    ``stream``, ``spark``), or with ``engine="plain"`` the same fold and writes without
+    Spark (``on_batch`` is then called in ``once`` mode only). The run's
+    :attr:`AuditRun.source` is ``"plain"`` there, and its ``startup`` 0."""
+    migrate(url)
+    if engine == "spark":
+        return run_audit(url, bootstrap, topic, mode=mode, stop_event=stop_event,
+                         on_batch=on_batch, timeout=timeout, **spark_options)
+    if spark_options:
+        raise ConfigError(f"options of the Spark job without Spark: {sorted(spark_options)}")
+    writer = AuditWriter(url, topic)
+    try:
+        started = time.monotonic()
+        writer.require_schema()
+        caught_up = writer.catch_up(bootstrap, timeout=timeout)
+        if mode == "once":
+            run_plain(writer, bootstrap, timeout=timeout, on_batch=on_batch)
+        else:
+            follow_plain(writer, bootstrap, stop_event or threading.Event(), timeout=timeout)
+        return AuditRun(writer.batches, writer.rows, caught_up, time.monotonic() - started,
+                        "plain")
+    finally:
+        writer.close()
+
+
+def spark_session(**kwargs: Any) -> Any:
+    """:func:`consumers.spark.spark_session`, for callers outside ``consumers`` (this module
+    is their one entry point)."""
+    from consumers.spark import spark_session as make
+
+    return make(**kwargs)
 
 
 def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,

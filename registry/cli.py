@@ -844,7 +844,6 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
     broker has answered)."""
     from sqlalchemy.engine import make_url
 
-    from registry.audit.db import migrate
     from registry.log import topic_partitions
 
     _need_bootstrap(settings)
@@ -864,36 +863,19 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
     previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if not once else None
     try:
         with registry_errors():
-            migrate(db_url)
-            if plain:
-                from registry.audit.writer import AuditWriter, follow_plain, run_plain
+            from consumers.audit_job import materialize
 
-                writer = AuditWriter(db_url, settings.topic)
-                try:
-                    started = time.monotonic()
-                    writer.require_schema()
-                    caught_up = writer.catch_up(bootstrap, timeout=settings.timeout)
-                    if once:
-                        run_plain(writer, bootstrap, timeout=settings.timeout, on_batch=note)
-                    else:
-                        follow_plain(writer, bootstrap, stop, timeout=settings.timeout)
-                    result = {"batches": writer.batches, "records": writer.rows,
-                              "caught_up": caught_up,
-                              "seconds": round(time.monotonic() - started, 3),
-                              "source": "plain"}
-                finally:
-                    writer.close()
-            else:
-                from consumers.audit_job import run_audit
-
-                run = run_audit(db_url, bootstrap, settings.topic,
-                                mode="once" if once else "follow", interval=interval,
-                                max_offsets_per_trigger=max_offsets_per_trigger,
-                                source=source, stop_event=stop, on_batch=note,
-                                timeout=settings.timeout)
-                result = {"batches": run.batches, "records": run.records,
-                          "caught_up": run.caught_up, "seconds": round(run.seconds, 3),
-                          "source": run.source, "startup_seconds": round(run.startup, 3)}
+            spark = {} if plain else {"interval": interval, "source": source,
+                                      "max_offsets_per_trigger": max_offsets_per_trigger}
+            run = materialize(db_url, bootstrap, settings.topic,
+                              engine="plain" if plain else "spark",
+                              mode="once" if once else "follow", stop_event=stop,
+                              on_batch=note, timeout=settings.timeout, **spark)
+            result = {"batches": run.batches, "records": run.records,
+                      "caught_up": run.caught_up, "seconds": round(run.seconds, 3),
+                      "source": run.source}
+            if not plain:
+                result["startup_seconds"] = round(run.startup, 3)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)

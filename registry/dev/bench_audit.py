@@ -179,7 +179,7 @@ def _freshness(sent: dict[Any, float], seen: dict[Any, float]) -> tuple[float, f
 
 
 def _spark(master: str) -> Any:
-    from consumers.spark import spark_session
+    from consumers.audit_job import spark_session
 
     before = os.environ.get("JOBREG_SPARK_MASTER")
     os.environ["JOBREG_SPARK_MASTER"] = master  # the scaling table's master, whatever is set

@@ -257,28 +257,21 @@ AUDIT_QUESTIONS = [
 
 
 def _audit(bootstrap: str, out_dir: Path, out: Out, engine: str) -> list[Verdict]:
-    from registry.audit.db import migrate, query
-    from registry.audit.writer import AuditWriter, check, run_plain
+    from consumers.audit_job import materialize
+    from registry.audit.db import query
+    from registry.audit.writer import check
     from registry.log import DEFAULT_TOPIC
     from registry.render import table
 
     db = out_dir / "audit.db"
     db.unlink(missing_ok=True)
     url = f"sqlite:///{db}"
-    migrate(url)
     started = time.monotonic()
     if engine == "spark":
-        from consumers.audit_job import run_audit
-
         out("     starting Spark (local[2]) and the audit stream ...")
-        run = run_audit(url, bootstrap, DEFAULT_TOPIC,
-                        on_batch=lambda i, n: out(f"     batch {i}: {n} records"))
-        records = run.records
-    else:
-        writer = AuditWriter(url, DEFAULT_TOPIC)
-        writer.catch_up(bootstrap)
-        records = run_plain(writer, bootstrap)
-        writer.close()
+    run = materialize(url, bootstrap, DEFAULT_TOPIC, engine="spark" if engine == "spark"
+                      else "plain", on_batch=lambda i, n: out(f"     batch {i}: {n} records"))
+    records = run.records
     out(f"     {records} records into {db} ({engine}, {time.monotonic() - started:.1f} s)")
     for question, sql in AUDIT_QUESTIONS:
         columns, rows = query(url, sql)
