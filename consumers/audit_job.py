@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import tempfile
 import threading
@@ -111,13 +110,12 @@ class FoldTask:
     generation: int
     bootstrap: Any
     stream: str = "audit"
-    kill_pid: int | None = None
     timeout: float = 30.0
     batch_id: int = -1
 
     def writer(self) -> PartitionWriter:
         return PartitionWriter(self.url, self.topic, self.generation, stream=self.stream,
-                               probe=self.probe, kill_pid=self.kill_pid)
+                               probe=self.probe)
 
     def probe(self, partition: int, start: int, end: int) -> bool:
         """Whether the log holds a record in ``[start, end)`` (a hole of transaction markers,
@@ -238,7 +236,7 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
         assert writer.generation is not None
         on_executors = writer.engine.dialect.name != "sqlite"
         task = FoldTask(url, topic, writer.generation, bootstrap, stream=stream,
-                        kill_pid=os.getpid(), timeout=timeout)
+                        timeout=timeout)
 
         def batch(frame: Any, batch_id: int) -> None:
             if on_executors:

@@ -661,3 +661,29 @@ def test_malformed_url_is_an_audit_error(url: str) -> None:
     with pytest.raises(AuditError) as caught:
         query(url, "SELECT 1")
     assert "secret" not in str(caught.value)
+
+
+def test_query_after_a_writer_died_mid_transaction_reads_what_was_committed(tmp_path) -> None:
+    """A writer SIGKILLed inside a transaction that spilled pages into the file leaves a hot
+    journal; a read-only connection cannot roll it back and refused every read ("attempt to
+    write a readonly database") until a writer came. The read rolls it back first."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    migrate(url)
+    with engine_for(url).begin() as conn:
+        conn.execute(sa.text("CREATE TABLE scratch (v TEXT)"))
+        conn.execute(sa.text("INSERT INTO scratch VALUES ('committed')"))
+    writer = ("import os, signal, sqlite3, sys\n"
+              "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+              "db.execute('PRAGMA cache_size = 1')\n"  # spill to the file early
+              "db.execute('BEGIN')\n"
+              "db.executemany('INSERT INTO scratch VALUES (?)', [('x' * 500,)] * 5000)\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    died = subprocess.run([sys.executable, "-c", writer, str(tmp_path / "audit.db")])
+    assert died.returncode == -signal.SIGKILL
+    assert os.path.getsize(tmp_path / "audit.db-journal") > 0, "no hot journal was left"
+    assert query(url, "SELECT v FROM scratch") == (["v"], [("committed",)])

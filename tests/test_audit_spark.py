@@ -3,19 +3,19 @@ records while it runs, and a driver killed in the middle of a batch."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
 import time
 
 import pytest
+from crashing import crashing_env
 from test_audit_writer import _incident_002
 from test_forensics import _incident_000
 
 from consumers.audit_job import run_audit
 from registry.audit.db import migrate, query
-from registry.audit.writer import FAULT_KILL_ENV, check
+from registry.audit.writer import check
 from registry.log import write_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -117,7 +117,7 @@ def test_a_driver_killed_mid_batch_restarts_with_every_row_exactly_once(connect,
               reg.topic, "audit", "run", "--once", "--db", db_url,
               "--max-offsets-per-trigger", "2000"]
     killed = subprocess.run(jobreg, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, FAULT_KILL_ENV: "3000"})
+                            env=crashing_env(3000))
     assert killed.returncode == -9, killed.stderr[-2000:]
     _, [(kept,)] = query(db_url, "SELECT count(*) FROM audit_records")
     assert 0 < kept < 3000  # whole batches only: the one being written died uncommitted

@@ -3,15 +3,15 @@ SQLite and PostgreSQL, `check` against the library's fold, crashes before the co
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
+from crashing import crashing_env
 from test_forensics import _incident_000
 
 from registry.audit.db import migrate, query
-from registry.audit.writer import FAULT_KILL_ENV, AuditWriter, check, run_plain
+from registry.audit.writer import AuditWriter, check, run_plain
 from registry.codec import encode
 from registry.events import InlineGraph, JobLockReleased, JobSubmitted, new_event_id
 from registry.keys import job_key, lock_key
@@ -191,7 +191,7 @@ def test_a_crash_before_the_commit_leaves_every_row_exactly_once(connect, db_url
                                   graph=InlineGraph(b"z"))))
     total = reg.sync().provenance.last_offset + 1 - _gaps(reg)
     args = [sys.executable, "-c", CRASHER, db_url, reg.topic, reg.bootstrap]
-    env = {**os.environ, FAULT_KILL_ENV: "7000"}  # plain batches are at most 5,000 records
+    env = crashing_env(7000)  # plain batches are at most 5,000 records
     killed = subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
     assert killed.returncode == -9, killed.stderr  # SIGKILL inside a batch, rows written
     _, [(kept,)] = query(db_url, "SELECT count(*) FROM audit_records")

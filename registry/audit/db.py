@@ -43,7 +43,7 @@ import os
 import re
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -161,8 +161,24 @@ def _sqlite_url(url: URL, readonly: bool) -> URL:
         return url
     if not path.is_file():
         raise AuditError(f"no SQLite database at {str(path)!r} (create it with migrate first)")
+    if path.with_name(path.name + "-journal").exists():
+        _roll_back_crashed_writer(path)
     uri = "file:" + quote(str(path.resolve()))
     return url.set(database=uri, query={**url.query, "mode": "ro", "uri": "true"})
+
+
+def _roll_back_crashed_writer(path: Path) -> None:
+    """Roll back what a writer that died mid-transaction left in the file (a hot journal).
+    A read-only connection cannot, and refuses every read until someone does ("attempt to
+    write a readonly database"); a read on a read-write connection makes SQLite do it, as
+    any client does on open. A journal of a writer still at work is not hot: then this read
+    only waits for its lock, like any reader's."""
+    try:
+        with closing(sqlite3.connect(path, timeout=_SQLITE_BUSY_TIMEOUT)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:
+        raise AuditError(f"cannot recover SQLite database {str(path)!r} after a crashed "
+                         f"write: {e}") from None
 
 
 def _pg_connect_args(url: URL, readonly: bool) -> dict[str, Any]:

@@ -32,8 +32,6 @@ that holds a partition's lock to finish) and returns the progress to start from.
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 import weakref
@@ -58,13 +56,8 @@ from .models import (
 )
 from .projection import AuditProjection, BatchRows
 
-__all__ = ["CACHE_PARTITIONS", "FAULT_KILL_ENV", "Fenced", "Gap", "PartitionCommit",
+__all__ = ["CACHE_PARTITIONS", "Fenced", "Gap", "PartitionCommit",
            "PartitionWriter", "begin_run", "clear_cache"]
-
-FAULT_KILL_ENV = "JOBREG_FAULT_KILL_AFTER_ROWS"
-"""Fault injection for crash tests: when set to N, a batch whose rows bring the database's
-``audit_records`` to N rows or more SIGKILLs the process that runs the job (the driver, and
-the task's own process when they differ) after writing its rows and before its commit."""
 
 CACHE_PARTITIONS = 64
 """At most this many partitions' states are kept in a process's cache (least recently used
@@ -168,21 +161,17 @@ class PartitionWriter:
 
     ``probe(partition, start, end)``: whether the log holds a record at an offset in
     ``[start, end)`` (``None``: the caller reads the partition itself from its progress,
-    so no gap can arise). ``kill_pid``: the process a fault-injected crash kills besides
-    this one (the Spark driver)."""
+    so no gap can arise)."""
 
     def __init__(self, url: str, topic: str, generation: int, *, stream: str = "audit",
                  probe: Callable[[int, int, int], bool] | None = None,
-                 kill_pid: int | None = None, engine: Engine | None = None) -> None:
+                 engine: Engine | None = None) -> None:
         self.url = url
         self.topic = topic
         self.stream = stream
         self.generation = generation
         self.probe = probe
-        self.kill_pid = kill_pid
         self.engine = engine or _engine(url)
-        kill = os.environ.get(FAULT_KILL_ENV)
-        self._kill_after = int(kill) if kill else None
 
     def write(self, partition: int, records: Iterable[LogRecord], batch_id: int
               ) -> PartitionCommit:
@@ -272,16 +261,6 @@ class PartitionWriter:
 
     def _insert_rows(self, bulk: Bulk, conn: Connection, rows: BatchRows) -> None:
         bulk.insert(_table(AuditRecord), rows.records)
-        if self._kill_after is not None and rows.records:
-            from sqlalchemy import func
-
-            total = conn.execute(select(func.count()).select_from(_table(AuditRecord))
-                                 ).scalar_one()
-            if total >= self._kill_after:
-                # rows are written, the transaction is open: die as a crashed job would
-                if self.kill_pid is not None and self.kill_pid != os.getpid():
-                    os.kill(self.kill_pid, signal.SIGKILL)
-                os.kill(os.getpid(), signal.SIGKILL)
         bulk.insert(_table(AuditQuarantine), rows.quarantine)
         bulk.upsert(_table(AuditJob), rows.jobs)
         bulk.upsert(_table(AuditTerm), rows.terms)

@@ -41,10 +41,10 @@ from .models import (
     AuditSnapshot,
     AuditTerm,
 )
-from .partition import FAULT_KILL_ENV, PartitionWriter, _table, begin_run, write_snapshots
+from .partition import PartitionWriter, _table, begin_run, write_snapshots
 from .projection import AuditProjection
 
-__all__ = ["FAULT_KILL_ENV", "AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
+__all__ = ["AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
            "log_reaches", "run_plain"]
 
 
