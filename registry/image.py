@@ -142,7 +142,7 @@ class Decision(NamedTuple):
     """The fold's verdict on one record.
 
     ``reason`` is a stable code (``stale_epoch``, ``cas_failed``,
-    ``terminal_job``, ...; see :mod:`registry.fold`), ``detail`` says it for
+    ``terminal_job``, ...; see :mod:`registry.rules`), ``detail`` says it for
     people. For fencing rejections ``expected_epoch`` is the epoch the fold
     holds, ``actual_epoch`` the record's, and ``leader`` the current leader.
     """
@@ -189,7 +189,7 @@ class Image:
       Earlier terms are history: :meth:`registry.forensics.Forensics.terms`.
     * ``rejected`` / ``ignored`` / ``quarantined``: the newest refused records,
       records that were valid but had no effect (with why), and undecodable
-      ones, at most :data:`registry.fold.HISTORY_KEPT` of each; forensics
+      ones, at most :data:`registry.rules.HISTORY_KEPT` of each; forensics
       replays the log for all of them.
     * ``unsettled``: job-record keys whose newest record was not accepted, and
       so must be reasserted by the leader before the cleaner could see them

@@ -27,9 +27,10 @@ from registry.events import (
     as_call,
     new_event_id,
 )
-from registry.fold import _EFFECTS, _RULES, Delta, fold, fold_batches, plan_reassertions
+from registry.fold import Delta, fold, fold_batches, plan_reassertions
 from registry.image import Image, LogRecord, Outcome
 from registry.keys import record_key
+from registry.rules import _EFFECTS, _RULES
 
 
 class Log:

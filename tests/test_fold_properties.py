@@ -320,7 +320,7 @@ def test_incident_004_late_failure_of_a_discarded_checkpoint_is_ignored() -> Non
 # -- the image is bounded by live state (fold rule 1's window, HISTORY_KEPT) -------------
 
 W = DUPLICATE_WINDOW_MS
-fold_module = importlib.import_module("registry.fold")  # the package exports fold(), not it
+fold_module = importlib.import_module("registry.rules")  # where the rules read it
 # Long enough to cross the bounds: hours of ticks cross many duplicate windows, and with
 # HISTORY_KEPT cut to 8 the refused, ignored and quarantined lists overflow.
 long_histories = st.lists(op, min_size=250, max_size=400).map(build)

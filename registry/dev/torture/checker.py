@@ -2,7 +2,7 @@
 
 Pure: it reads files only. Records are decoded with :mod:`registry.codec`; what the
 records mean comes from :mod:`registry.dev.torture.model`, the checker's own model of the
-documented rules, never from :mod:`registry.fold`. The library's answers that a run
+documented rules, never from :mod:`registry.rules`. The library's answers that a run
 records (each record's verdict from a fresh client, the final state from a fresh client
 and from snapshots) are observations to judge, like the histories.
 

@@ -1,5 +1,5 @@
 """The checker's own model of the fold's documented rules, written from the README and the
-rule list in :mod:`registry.fold`'s docstring, not from its code.
+rule list in :mod:`registry.rules`' docstring, not from its code.
 
 It folds one namespace's raw records (offset, key, value, broker time) and says, per
 record, what the documented rules decide: ``ACCEPTED``, ``IGNORED`` (kept without

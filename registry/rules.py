@@ -1,0 +1,835 @@
+"""The fold's rules: the only code that turns log records into registry state.
+
+Pure: no I/O, no Avro, no clock. :class:`Delta` is handed a decoder (a record's value ->
+its event); :mod:`registry.fold` binds the codec's and is what callers use.
+``registry.fold.replay(image, record) -> image`` is pure and total: it never raises because
+of what a record contains. Records that cannot be decoded (or have an unknown
+type) are quarantined; records that break a rule are rejected with a reason;
+the image keeps the newest of both (:data:`HISTORY_KEPT`), forensics all.
+Everything that shows state calls this module.
+
+Rules, in the order the fold applies them to one record of this namespace:
+
+0. Records whose key names another namespace are skipped (namespaces share
+   partitions). A record without a value (tombstone) or that does not decode
+   is quarantined.
+1. A duplicate ``event_id`` has no second effect (outcome ``DUPLICATE``).
+   The fold does not remember every id ever folded: broker time is cut into
+   windows of :data:`DUPLICATE_WINDOW_MS` (window ``timestamp // W``), and
+   it remembers the ids folded in the newest window any record reached and
+   in the one before (an id folded in an earlier window than the newest is
+   remembered in the newest). It assumes every copy of an event lands
+   within one window of the first (a client re-sends only within one call,
+   and gives up re-sending half a window after its first send; the
+   idempotent producer's own retries never reach the log twice). Records
+   without a broker timestamp (models) never open a window.
+2. The event must name this namespace and sit under the key its type
+   belongs to (``namespace_mismatch``, ``wrong_key``).
+3. ``LeadershipGranted`` is a compare-and-set: accepted iff ``prev_epoch`` is
+   the current epoch (``cas_failed``) and it claims ``prev_epoch + 1``
+   (``bad_epoch``).
+4. Every other event is accepted only from the current term: ``no_leader``,
+   ``stale_epoch``, ``future_epoch``, ``not_leader`` (right epoch, wrong
+   writer), ``term_revoked``. Fencing rejections carry the expected
+   (current) and actual (record) epoch and the current leader.
+5. Jobs: a new id may be submitted; a known id may not (``job_exists``), a
+   terminal one never again (``terminal_job``). Cancel and terminate make a
+   job terminal for ever, whether or not its submit is still in the log
+   (compaction may have removed it), and make its result (Flink's job
+   result store): dirty, holding the graph and checkpoint state the job
+   ended with, which cleanup must delete. Each such record carries a copy of
+   them; the fold takes its own when it knows the job and the record's when
+   it does not (the cleaner removed the submit, as it always does once a
+   cancel follows it on the job's key). A record whose copy differs from the
+   fold's (a raw write, or a copy taken before a concurrent write) is
+   accepted, and its key is unsettled until the leader restates the result.
+   Records written before results (schema version 1) leave a clean result
+   with no graph, as they always did. ``JobCleanedUp`` makes a terminal
+   job's result clean (no graph, no checkpoints; a second one changes
+   nothing); it restates the status and reason, so it alone keeps the job
+   terminal once the cleaner removed the cancel. It refuses a live job
+   (``job_live``). Adopt sets the owner to the current
+   term, release clears it; neither applies to unknown (``unknown_job``) or
+   terminal jobs.
+   A reassertion sets the job's whole state, except that it can never make a
+   terminal job live again. A failed recovery marks a live job
+   ``RECOVERY_FAILED`` (no owner, the error kept); only an adopt (a retry)
+   or a cancel moves it on; it cannot be released.
+6. Checkpoints (Flink's ``CheckpointFailureManager``; :func:`checkpoint_step`):
+   ids of triggers increase per job; a failure of a checkpoint that was
+   discarded, completed, or is not newer than the last completed one, that
+   was already counted, or that is not pending, is ignored (outcome
+   ``IGNORED``, with why); so is a failure whose ``failure_reason`` Flink
+   does not count (it still ends the pending checkpoint). Other failures
+   count once per checkpoint id, a failure in the trigger phase (checkpoint
+   id -1) each time; a completion resets the count and keeps the newest
+   ``retained_checkpoints``; a ``JobRestarted`` resets the count, discards
+   the pending checkpoints and keeps the retained ones. Each record carries the job's
+   checkpoint state after it and its sequence number ``seq``: the fold
+   computes the state itself and refuses a record whose state differs
+   (``checkpoint_state_mismatch``) or whose ``seq`` is not the next one
+   (``stale_checkpoint_seq``), unless ``seq`` jumps ahead, which only
+   compaction causes (the earlier records of the key are gone): then the
+   carried state is the state.
+7. ``LeaseRenewed`` is fenced like any write and counts in the term's
+   ``TermInfo``; no clock is read by the fold.
+8. Calls (KRaft's metadata transactions, ZooKeeper's ``multi``): a call of
+   several records (``submit_many``, ``adopt(a, b)``, a recovery batch; only
+   :data:`~registry.events.MEMBER_TYPES`) writes each record with
+   ``call_id`` set and ends with a ``CallCommitted`` of ``size`` records
+   under a key of its own. A record with a ``call_id`` is fenced when it
+   arrives (a fenced one is refused at once) and otherwise waits (outcome
+   ``PENDING``, no effect). At the commit, itself fenced like any write, the
+   waiting records are applied in log order, all or none: the first one a
+   rule refuses sinks the call (it keeps its own reason; every other record
+   and the commit are refused as ``call_aborted``, naming it). A record
+   refused as ``unknown_job`` does not sink its call (after compaction an
+   unknown job cannot be told from one whose records were compacted away).
+   A commit that finds fewer than ``size`` records (only compaction removes
+   them: the others were superseded on their keys) decides each present one
+   on its own. An accepted grant ends the calls its predecessor left open
+   (``call_not_committed``). A refused record of a call on the key of a job
+   that does not exist is unsettled like any other: the leader reasserts
+   that the job is ``ABSENT``, so no record of a refused call outlives the
+   cleaner.
+
+Every event type has exactly one rule (``_RULES``); a type without one is
+quarantined (``no_rule``), never guessed at.
+
+After each record the fold notes whether the newest record of a known job's
+key was accepted (or, rule 8, of an unknown job's key a refused call
+record landed on); keys where it was not are ``unsettled`` until the leader
+reasserts them (:func:`registry.fold.plan_reassertions`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import immutables
+
+from .errors import CodecError
+from .events import (
+    CHECKPOINT_FAILURE_REASONS,
+    COUNTED_FAILURE_REASONS,
+    UNKNOWN_CHECKPOINT,
+    CallCommitted,
+    CheckpointCompleted,
+    CheckpointDiscarded,
+    CheckpointEvent,
+    CheckpointFailed,
+    CheckpointState,
+    CheckpointTriggered,
+    CompletedCheckpoint,
+    Event,
+    JobAdopted,
+    JobCancelled,
+    JobCleanedUp,
+    JobEvent,
+    JobLockReleased,
+    JobReasserted,
+    JobRecoveryFailed,
+    JobRestarted,
+    JobStatus,
+    JobSubmitted,
+    JobTerminated,
+    LeadershipGranted,
+    LeadershipRevoked,
+    LeaseRenewed,
+)
+from .image import Decision, Image, JobView, LogRecord, Outcome, Provenance, TermInfo
+from .keys import allowed_keys, parse_key, record_key
+
+__all__ = [
+    "DUPLICATE_WINDOW_MS",
+    "HISTORY_KEPT",
+    "CheckpointRuleViolation",
+    "Delta",
+    "checkpoint_step",
+    "fencing_detail",
+    "fencing_reason",
+]
+
+
+DUPLICATE_WINDOW_MS = 60_000
+"""Rule 1's window: every copy of an event is assumed to land within this many
+milliseconds (broker time) of the first; ids are remembered for one to two windows."""
+
+HISTORY_KEPT = 1_000
+"""How many of the newest refused, ignored and quarantined records an image keeps
+(the image is bounded by live state; forensics replays the log for all of them)."""
+
+
+class _Verdict(Exception):
+    """Internal: a rejection raised inside a rule and turned into a Decision."""
+
+    def __init__(self, reason: str, detail: str, expected: int | None = None,
+                 actual: int | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.expected = expected
+        self.actual = actual
+
+
+def fencing_reason(epoch: int, leader: str | None, revoked: bool, writer_epoch: int,
+                   writer: str) -> str | None:
+    """Rule 4: why a write of ``writer`` with ``writer_epoch`` is fenced, or ``None`` if it is not.
+
+    The one statement of the fencing rule; the client asks it too when the
+    broker fenced its producer before its record reached the log.
+    """
+    if leader is None:
+        return "no_leader"
+    if writer_epoch < epoch:
+        return "stale_epoch"
+    if writer_epoch > epoch:
+        return "future_epoch"
+    if writer != leader:
+        return "not_leader"
+    if revoked:
+        return "term_revoked"
+    return None
+
+
+def fencing_detail(reason: str, epoch: int, leader: str | None, writer_epoch: int,
+                   writer: str) -> str:
+    """The sentence for people that goes with a fencing ``reason`` (both epochs, the leader)."""
+    head = f"expected epoch {epoch}, actual {writer_epoch}: "
+    return head + {
+        "no_leader": f"no term has been granted; {writer!r} cannot write",
+        "stale_epoch": f"{writer!r} writes for an old term; the leader is {leader!r}",
+        "future_epoch": f"no grant for epoch {writer_epoch} was accepted",
+        "not_leader": f"epoch {epoch} belongs to {leader!r}, not {writer!r}",
+        "term_revoked": f"term {epoch} of {leader!r} was revoked; no write of it is accepted",
+    }[reason]
+
+
+class CheckpointRuleViolation(Exception):
+    """A checkpoint event that breaks rule 6 outright (the fold refuses it)."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _counts(failure_reason: str) -> bool:
+    """Whether a failure for ``failure_reason`` counts: Flink's counted reasons, and a name
+    this jobreg does not know (read as ``UNSPECIFIED``, the enum's default)."""
+    return failure_reason in COUNTED_FAILURE_REASONS \
+        or failure_reason not in CHECKPOINT_FAILURE_REASONS
+
+
+def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
+                    *, location: str = "", retained: int = 1,
+                    failure_reason: str = "UNSPECIFIED",
+                    legacy: bool = False) -> tuple[CheckpointState, str | None]:
+    """Rule 6: the checkpoint state after one event, and why it was ignored (``None``: it counted).
+
+    Pure; the fold applies it, and the client calls it to compute the state
+    its records carry. Raises :class:`CheckpointRuleViolation` for an event
+    the fold refuses. Follows Flink's ``CheckpointFailureManager``: only
+    :data:`~registry.events.COUNTED_FAILURE_REASONS` count, each checkpoint
+    id once, a failure in the trigger phase (:data:`~registry.events.UNKNOWN_CHECKPOINT`)
+    every time; a failure of a checkpoint that is not pending is dropped, as
+    Flink's coordinator drops a decline of a checkpoint it does not know; a
+    completion or a restart (:class:`~registry.events.JobRestarted`, Flink's
+    ``clearCount`` when it fails the job) starts the count again. ``legacy``: a
+    failure written before reasons existed (``CheckpointFailed`` schema version 1)
+    is judged by the rule of its time, under which the state it carries was
+    computed: it counts whether or not the checkpoint is pending.
+    """
+    cp = checkpoint_id
+    last = state.last_completed
+    pending, discarded, counted = set(state.pending), set(state.discarded), set(state.counted)
+    unknown = state.unknown_failures
+    seq = state.seq + 1
+    if kind is JobRestarted:
+        if cp != last:
+            raise CheckpointRuleViolation(
+                "restart_checkpoint_mismatch",
+                f"a restart names checkpoint {cp}, but the newest completed checkpoint is {last}")
+        # Flink aborts the pending checkpoints when it fails the job over: discarded here.
+        return CheckpointState(seq, last, state.retained, (),
+                               tuple(sorted(discarded | pending)), (), 0), None
+    if kind is CheckpointFailed and cp == UNKNOWN_CHECKPOINT:
+        if _counts(failure_reason):
+            unknown += 1
+            why = None
+        else:
+            why = f"a trigger failure for {failure_reason} does not count"
+        return dataclasses.replace(state, seq=seq, unknown_failures=unknown), why
+    if kind is CheckpointTriggered:
+        newest = max([last, *pending, *discarded, *counted])
+        if cp <= newest:
+            raise CheckpointRuleViolation(
+                "checkpoint_id_not_increasing",
+                f"checkpoint {cp} triggered after checkpoint {newest}; ids increase per job")
+        pending.add(cp)
+        why = None
+    elif cp <= last:
+        why = f"checkpoint {cp} is not newer than the last completed checkpoint {last}"
+    elif cp in discarded and kind is not CheckpointDiscarded:
+        why = f"checkpoint {cp} was discarded"
+    elif kind is CheckpointCompleted:
+        retained_cps = (*state.retained, CompletedCheckpoint(cp, location))
+        return CheckpointState(
+            seq, cp, retained_cps[-max(retained, 1):], tuple(sorted(p for p in pending if p > cp)),
+            tuple(sorted(d for d in discarded if d > cp)), (), 0), None
+    elif kind is CheckpointFailed:
+        if cp in counted:
+            why = f"a failure of checkpoint {cp} was already counted"
+        elif cp not in pending and not legacy:
+            why = f"checkpoint {cp} is not pending (never triggered, or already failed)"
+        else:
+            pending.discard(cp)  # Flink aborts the pending checkpoint, whatever the reason
+            if _counts(failure_reason):
+                counted.add(cp)
+                why = None
+            else:
+                why = f"a failure for {failure_reason} does not count"
+    else:  # CheckpointDiscarded
+        if cp in discarded:
+            why = f"checkpoint {cp} was already discarded"
+        else:
+            discarded.add(cp)
+            pending.discard(cp)
+            why = None
+    return CheckpointState(seq, last, state.retained, tuple(sorted(pending)),
+                           tuple(sorted(discarded)), tuple(sorted(counted)), unknown), why
+
+
+def _newest(kept: tuple[Decision, ...], new: list[Decision]) -> tuple[Decision, ...]:
+    if not new:
+        return kept
+    both = kept + tuple(new)
+    return both[-HISTORY_KEPT:] if len(both) > HISTORY_KEPT else both
+
+
+class Delta:
+    """Accumulates the effect of records on an image (KRaft's ``MetadataDelta``).
+
+    ``Delta(image).replay(r1) ... .apply()`` gives the same image as replaying
+    the records one by one; it exists so a batch costs one copy of each
+    touched collection instead of one per record.
+    """
+
+    def __init__(self, image: Image, decode: Callable[[bytes], Event],
+                 on_term: Callable[[TermInfo], None] | None = None,
+                 known: Mapping[int, Event] | None = None) -> None:
+        """``decode``: a record's value -> its event, raising :class:`CodecError` for one
+        that is not an event (:mod:`registry.fold` binds the codec's). ``known``: offset ->
+        the event a record at that offset holds, when the caller has it already (a writer
+        folding what it just wrote); those are not decoded."""
+        self._base = image
+        self._known: Mapping[int, Event] = known or {}
+        self._members: dict[int, Event] = {}  # a waiting call member's event, by offset
+        self._on_term = on_term
+        self._decode = decode
+        self._ns = image.provenance.namespace
+        self._prefix = self._ns + "/"
+        self.epoch = image.epoch
+        self.leader = image.leader
+        self.revoked = image.revoked
+        self._jobs = image.jobs.mutate()
+        self._term = image.term
+        self._unsettled = image.unsettled.mutate()
+        self._windows = {w: ids.mutate() for w, ids in image.recent_ids.items()}
+        self._newest: int | None = max(self._windows, default=None)
+        self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
+        self._rejected: list[Decision] = []
+        self._ignored: list[Decision] = []
+        self._quarantined: list[Decision] = []
+        self._duplicates = image.duplicates
+        self._restate = False  # rule 5: the record just accepted must be restated
+        self._last_offset = image.provenance.last_offset
+        self._log_time = image.provenance.log_time
+        self.last_event: Event | None = None
+        self.resolved: list[tuple[LogRecord, Decision, Event]] = []
+        """The records of calls the last :meth:`replay` decided (rule 8): each record, its
+        final decision and its event, in log order. Empty for most records."""
+
+    # -- the one entry point -------------------------------------------------
+
+    def replay(self, record: LogRecord) -> Decision:
+        """Fold one record; return the verdict. Never raises for record content.
+
+        :attr:`last_event` is then the record's decoded event (``None`` if it did
+        not decode), for consumers that need more of it than the verdict says;
+        :attr:`resolved` the earlier records of a call this record decided.
+        """
+        self.last_event = None
+        if self.resolved:
+            self.resolved = []
+        self._last_offset = record.offset
+        if record.timestamp is not None:
+            self._log_time = record.timestamp
+        key: str | None = None
+        if record.key is not None:
+            try:
+                key = record.key.decode("utf-8")
+            except UnicodeDecodeError:
+                key = None
+        parsed = parse_key(key) if key is not None else None
+        if parsed is not None and parsed.namespace != self._ns:
+            return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
+        if record.value is None:
+            return self._quarantine(record, key, "tombstone",
+                                    "a record without a value (tombstone): jobreg never writes one")
+        event = self._known.get(record.offset)
+        if event is None:
+            try:
+                event = self._decode(record.value)
+            except CodecError as e:
+                return self._quarantine(record, key, "undecodable", str(e))
+        if parsed is None and event.namespace != self._ns:
+            return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
+        if type(event) not in _RULES:
+            return self._quarantine(record, key, "no_rule",
+                                    f"the fold has no rule for {event.TYPE} events")
+        self.last_event = event
+        self._restate = False
+        decision = self._decide(record, key, event)
+        if parsed is not None and parsed.job_id is not None:
+            self._note_settlement(key, parsed.job_id, decision)
+        return decision
+
+    def job(self, job_id: str) -> JobView | None:
+        """The job as the records replayed so far leave it (``None``: unknown); for
+        consumers that record the state after each record, such as the audit stream."""
+        return self._jobs.get(job_id)
+
+    def term(self, epoch: int) -> TermInfo | None:
+        """The term ``epoch`` as the records replayed so far leave it, if it is the current
+        one (``None`` otherwise: the image keeps only the current term; pass ``on_term``
+        to see every term as it changes)."""
+        term = self._term
+        return term if term is not None and term.epoch == epoch else None
+
+    def apply(self) -> Image:
+        """The image with every replayed record applied."""
+        base = self._base
+        return Image(
+            provenance=Provenance(self._ns, self._last_offset, self.epoch, self._log_time),
+            epoch=self.epoch,
+            leader=self.leader,
+            revoked=self.revoked,
+            jobs=self._jobs.finish(),
+            term=self._term,
+            rejected=_newest(base.rejected, self._rejected),
+            ignored=_newest(base.ignored, self._ignored),
+            quarantined=_newest(base.quarantined, self._quarantined),
+            unsettled=self._unsettled.finish(),
+            recent_ids=immutables.Map({w: ids.finish() for w, ids in self._windows.items()}),
+            duplicates=self._duplicates,
+            calls=(base.calls if not self._calls and not base.calls
+                   else immutables.Map(self._calls)),
+        )
+
+    # -- internals -----------------------------------------------------------
+
+    def _quarantine(self, record: LogRecord, key: str | None, reason: str, detail: str) -> Decision:
+        d = Decision(record.offset, Outcome.QUARANTINED, record.timestamp, key,
+                     reason=reason, detail=detail)
+        self._quarantined.append(d)
+        parsed = parse_key(key) if key is not None else None
+        if parsed is not None and parsed.job_id is not None and key is not None:
+            self._note_settlement(key, parsed.job_id, d)
+        return d
+
+    def _note_settlement(self, key: str, job_id: str, decision: Decision, *,
+                         member: bool = False) -> None:
+        # ``key`` is a job key of this namespace (``parse_key`` said so). An accepted
+        # record whose copy of the job's state the fold did not take (rule 5) is
+        # restated like a refused one.
+        if decision.outcome == Outcome.ACCEPTED and not self._restate:
+            if key in self._unsettled:
+                del self._unsettled[key]
+        elif job_id in self._jobs or (member and decision.outcome == Outcome.REJECTED):
+            self._unsettled[key] = decision.offset
+
+    def _decide(self, record: LogRecord, key: str | None, event: Event) -> Decision:
+        # Decisions are built positionally: this is the hot path of every replay.
+        job_id = getattr(event, "job_id", None)
+        event_id = event.event_id
+        windows = self._windows
+        stamp = record.timestamp
+        if stamp is not None and self._newest is not None \
+                and stamp // DUPLICATE_WINDOW_MS > self._newest:
+            # Rule 1: a new window; forget the ids of all but the previous one. (A record
+            # stamped earlier than the newest window, the broker's clock stepped back, is
+            # remembered in the newest.)
+            newest = self._newest = stamp // DUPLICATE_WINDOW_MS
+            for old in [w for w in windows if w < newest - 1]:
+                del windows[old]
+            windows[newest] = immutables.Map().mutate()
+        for ids in windows.values():
+            if event_id in ids:
+                self._duplicates += 1
+                return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key,
+                                event.TYPE, event_id, job_id, event.epoch, event.writer,
+                                "duplicate",
+                                f"event {event_id} was already folded; no second effect")
+        newest = self._newest
+        if newest is None:  # the first id (without a broker timestamp: window 0, for ever)
+            newest = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
+            windows[newest] = immutables.Map().mutate()
+        windows[newest][event_id] = None
+        try:
+            if event.namespace != self._ns:
+                raise _Verdict("namespace_mismatch",
+                               f"event names namespace {event.namespace!r}, its key {key!r}")
+            if key != record_key(event) and key not in allowed_keys(event):
+                raise _Verdict("wrong_key", f"a {event.TYPE} must be keyed "
+                               f"{' or '.join(allowed_keys(event))}, not {key!r}")
+            ignored = _RULES[type(event)](self, event, record)
+        except _Verdict as v:
+            d = Decision(record.offset, Outcome.REJECTED, record.timestamp, key, event.TYPE,
+                         event.event_id, job_id, event.epoch, event.writer, v.reason, v.detail,
+                         v.expected, v.actual, self.leader)
+            self._rejected.append(d)
+            if isinstance(event, CallCommitted) and event.event_id in self._calls:
+                self._end_call(event.event_id, v.reason, f"the call's commit at offset "
+                               f"{record.offset} was refused: {v.detail}", v)
+            return d
+        if isinstance(ignored, Decision):
+            return ignored
+        if ignored is _PENDING:
+            return Decision(record.offset, Outcome.PENDING, record.timestamp, key, event.TYPE,
+                            event.event_id, job_id, event.epoch, event.writer, "pending",
+                            f"record of call {event.call_id}; decided at its commit",  # type: ignore[attr-defined]
+                            None, None, self.leader)
+        if ignored is not None:
+            d = Decision(record.offset, Outcome.IGNORED, record.timestamp, key, event.TYPE,
+                         event.event_id, job_id, event.epoch, event.writer, "ignored", ignored,
+                         None, None, self.leader)
+            self._ignored.append(d)
+            return d
+        return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, key, event.TYPE,
+                        event.event_id, job_id, event.epoch, event.writer, None, _said(event),
+                        None, None, self.leader)
+
+    # -- the rules: one per event type (see _RULES) ----------------------------
+
+    def _grant(self, e: LeadershipGranted, record: LogRecord) -> None:
+        if e.prev_epoch != self.epoch:
+            raise _Verdict("cas_failed",
+                           f"grant to {e.writer!r} expected epoch {e.prev_epoch} to be current, "
+                           f"but epoch {self.epoch} is (leader {self.leader!r})",
+                           expected=self.epoch, actual=e.prev_epoch)
+        if e.epoch != e.prev_epoch + 1:
+            raise _Verdict("bad_epoch", f"a grant after epoch {e.prev_epoch} must claim epoch "
+                           f"{e.prev_epoch + 1}, not {e.epoch}",
+                           expected=e.prev_epoch + 1, actual=e.epoch)
+        # Rule 8: the old term's open calls end here, in log order (the image keeps them in
+        # a hash map, whose order is no order: a replay must refuse them in the same order
+        # whatever the batch splits).
+        for call_id in sorted(self._calls, key=lambda c: self._calls[c][0].offset):
+            self._end_call(call_id, "call_not_committed",
+                           f"term {self.epoch} ended (epoch {e.epoch} granted at offset "
+                           f"{record.offset}) before the call was committed")
+        self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
+        self._set_term(TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms))
+
+    def _set_term(self, info: TermInfo) -> None:
+        self._term = info
+        if self._on_term is not None:
+            self._on_term(info)
+
+    def _fence(self, e: Event) -> None:
+        reason = fencing_reason(self.epoch, self.leader, self.revoked, e.epoch, e.writer)
+        if reason is not None:
+            raise _Verdict(reason, fencing_detail(reason, self.epoch, self.leader, e.epoch,
+                                                  e.writer), expected=self.epoch, actual=e.epoch)
+
+    def _revoked(self, e: LeadershipRevoked, record: LogRecord) -> None:
+        self._fence(e)
+        self.revoked = True
+        info = self._term
+        if info is not None:
+            self._set_term(info._replace(revoked_offset=record.offset))
+
+    def _renewed(self, e: LeaseRenewed, record: LogRecord) -> None:
+        self._fence(e)
+        info = self._term
+        if info is not None:
+            self._set_term(info._replace(renewals=info.renewals + 1,
+                                         last_renewal_offset=record.offset))
+
+    def _job_write(self, e: JobEvent, record: LogRecord) -> str | object | None:
+        """Rules 4, 5, 6 and 8 for a job event: fenced, then waiting for its call's commit
+        or applied now."""
+        self._fence(e)
+        call_id = getattr(e, "call_id", None)
+        if call_id is not None:
+            self._calls[call_id] = self._calls.get(call_id, ()) + (record,)
+            self._members[record.offset] = e
+            return _PENDING
+        return self._apply(e)
+
+    def _apply(self, e: JobEvent) -> str | None:
+        """Apply a fenced job event; return why it was ignored, if it was."""
+        return _EFFECTS[type(e)](self, e, self._jobs.get(e.job_id))
+
+    def _submitted(self, e: JobSubmitted, job: JobView | None) -> None:
+        if job is not None:
+            if not job.live:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                               "terminal id can never be submitted again")
+            raise _Verdict("job_exists", f"job {e.job_id!r} already exists")
+        self._jobs[e.job_id] = JobView(e.job_id, JobStatus.ACTIVE, e.epoch, e.graph, None,
+                                       e.max_checkpoint_failures, e.retained_checkpoints)
+
+    def _ended(self, e: JobCancelled | JobTerminated, job: JobView | None) -> None:
+        status = JobStatus.CANCELLED if isinstance(e, JobCancelled) else e.state
+        if status not in JobStatus.TERMINAL:
+            raise _Verdict("bad_state", f"a job can terminate as FINISHED or FAILED, "
+                           f"not {status!r}")
+        if job is not None and not job.live:
+            raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
+        if e.schema_version < 2:  # written before results: clean, no graph (as always)
+            self._jobs[e.job_id] = JobView(e.job_id, status, None, None,
+                                           reason=e.reason or None)
+            return
+        graph, checkpoints = e.graph, e.checkpoints
+        if job is not None:  # the fold's own copy; a differing record's is restated
+            if (graph, checkpoints) != (job.graph, job.checkpoints):
+                self._restate = True
+            graph, checkpoints = job.graph, job.checkpoints
+        self._jobs[e.job_id] = JobView(e.job_id, status, None, graph, checkpoints=checkpoints,
+                                       reason=e.reason or None, dirty=True)
+
+    def _cleaned_up(self, e: JobCleanedUp, job: JobView | None) -> None:
+        if e.status not in JobStatus.TERMINAL:
+            raise _Verdict("bad_state", f"only a terminal job has a result to clean up, "
+                           f"and {e.status!r} is not a terminal status")
+        if job is not None and job.live:
+            raise _Verdict("job_live", f"job {e.job_id!r} is {job.status}: a live job has no "
+                           "result to clean up")
+        status, reason = e.status, e.reason
+        if job is not None:  # the fold's own copy; a differing record's is restated
+            if (status, reason) != (job.status, job.reason):
+                self._restate = True
+            status, reason = job.status, job.reason
+        self._jobs[e.job_id] = JobView(e.job_id, status, None, None, reason=reason)
+
+    def _reasserted(self, e: JobReasserted, job: JobView | None) -> None:
+        if e.status == JobStatus.ABSENT:  # rule 8: the job does not exist
+            if job is not None and not job.live:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                               "reassertion cannot make a terminal id unknown")
+            if job is not None:
+                del self._jobs[e.job_id]
+            return
+        if e.status not in JobStatus.ALL:
+            raise _Verdict("bad_state", f"unknown job status {e.status!r}")
+        if job is not None and not job.live and e.status not in JobStatus.TERMINAL:
+            raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                           "reassertion cannot make it live again")
+        if e.status in JobStatus.TERMINAL:
+            self._jobs[e.job_id] = (
+                JobView(e.job_id, e.status, None, e.graph, checkpoints=e.checkpoints,
+                        reason=e.reason, dirty=True) if e.dirty
+                else JobView(e.job_id, e.status, None, None, reason=e.reason))
+        else:
+            self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
+                                           e.error, e.max_checkpoint_failures,
+                                           e.retained_checkpoints, e.checkpoints)
+
+    @staticmethod
+    def _live(e: JobEvent, job: JobView | None) -> JobView:
+        if job is None:
+            raise _Verdict("unknown_job", f"job {e.job_id!r} was never submitted")
+        if not job.live:
+            raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}")
+        return job
+
+    # The lock records (adopt, release, recovery failed) each set the whole lock
+    # aspect of the job, and none checks who holds the lock now: fencing
+    # already limits them to the current leader, and a precondition on the
+    # lock key's earlier records would flip once the cleaner removed them.
+    def _adopted(self, e: JobAdopted, job: JobView | None) -> None:
+        job = self._live(e, job)
+        self._jobs[e.job_id] = job._replace(status=JobStatus.ACTIVE, owner_epoch=e.epoch,
+                                            error=None)
+
+    def _recovery_failed(self, e: JobRecoveryFailed, job: JobView | None) -> None:
+        job = self._live(e, job)
+        self._jobs[e.job_id] = job._replace(status=JobStatus.RECOVERY_FAILED, owner_epoch=None,
+                                            error=e.error)
+
+    def _released(self, e: JobLockReleased, job: JobView | None) -> None:
+        job = self._live(e, job)
+        if job.status == JobStatus.RECOVERY_FAILED:
+            raise _Verdict("recovery_failed", f"job {e.job_id!r} failed recovery and "
+                           "is held by no term; retry or cancel it")
+        self._jobs[e.job_id] = job._replace(owner_epoch=None)
+
+    def _checkpoint(self, e: CheckpointEvent, job: JobView | None) -> str | None:
+        job = self._live(e, job)
+        cur = job.checkpoints
+        seq = e.state.seq
+        if seq > cur.seq + 1:
+            # The key's earlier records were compacted away: the record carries the state.
+            self._jobs[e.job_id] = job._replace(checkpoints=e.state)
+            return None
+        if seq <= cur.seq:
+            raise _Verdict("stale_checkpoint_seq", f"checkpoint record {seq} of job "
+                           f"{e.job_id!r} follows record {cur.seq}; expected {cur.seq + 1}")
+        try:
+            new, why = checkpoint_step(cur, type(e), e.checkpoint_id,
+                                       location=getattr(e, "location", ""),
+                                       retained=job.retained_checkpoints,
+                                       failure_reason=getattr(e, "failure_reason", "UNSPECIFIED"),
+                                       legacy=type(e) is CheckpointFailed and e.schema_version < 2)
+        except CheckpointRuleViolation as v:
+            raise _Verdict(v.reason, v.detail) from None
+        if new != e.state:
+            raise _Verdict("checkpoint_state_mismatch", f"the record carries checkpoint state "
+                           f"{e.state}, the fold computes {new}")
+        self._jobs[e.job_id] = job._replace(checkpoints=new)
+        return why
+
+    # -- rule 8: calls -----------------------------------------------------------
+
+    def _commit(self, e: CallCommitted, record: LogRecord) -> Decision:
+        self._fence(e)
+        members = [(r, self._member(r)) for r in self._calls.pop(e.event_id, ())]
+        whole = len(members) >= e.size
+        saved: dict[str, JobView | None] = {}
+        verdicts: list[_Verdict | None] = []
+        sink: int | None = None
+        for i, (_, m) in enumerate(members):
+            saved.setdefault(m.job_id, self._jobs.get(m.job_id))
+            try:
+                if i >= e.size:
+                    raise _Verdict("call_size_mismatch", f"call {e.event_id} has more records "
+                                   f"than the {e.size} its commit names")
+                self._apply(m)
+                verdicts.append(None)
+            except _Verdict as v:
+                verdicts.append(v)
+                if whole and v.reason != "unknown_job":
+                    sink = i
+                    break
+        if sink is not None:  # all or none: undo what the records before the sink did
+            for job_id, view in saved.items():
+                if view is None:
+                    if job_id in self._jobs:
+                        del self._jobs[job_id]
+                else:
+                    self._jobs[job_id] = view
+            r, m = members[sink]
+            v = verdicts[sink]
+            assert v is not None
+            why = (f"call {e.event_id} is refused as a whole: its record at offset {r.offset} "
+                   f"({m.TYPE} of job {m.job_id!r}) was refused: {v.reason}: {v.detail}")
+            for i, (r, m) in enumerate(members):
+                own = verdicts[sink] if i == sink else _Verdict("call_aborted", why)
+                self._resolve(r, m, own)
+            d = Decision(record.offset, Outcome.REJECTED, record.timestamp, _key(record),
+                         e.TYPE, e.event_id, None, e.epoch, e.writer, "call_aborted", why,
+                         None, None, self.leader)
+            self._rejected.append(d)
+            return d
+        for (r, m), v in zip(members, verdicts, strict=True):
+            self._resolve(r, m, v)
+        detail = "" if whole else (f"{len(members)} of the call's {e.size} records are in the "
+                                   "log (the cleaner removed the others): each decided alone")
+        return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, _key(record), e.TYPE,
+                        e.event_id, None, e.epoch, e.writer, None, detail, None, None,
+                        self.leader)
+
+    def _end_call(self, call_id: str, reason: str, detail: str,
+                  verdict: _Verdict | None = None) -> None:
+        """Refuse every waiting record of a call that can no longer be committed."""
+        for r in self._calls.pop(call_id, ()):
+            m = self._member(r)
+            self._resolve(r, m, _Verdict(reason, detail, verdict.expected if verdict else None,
+                                         verdict.actual if verdict else None))
+
+    def _member(self, r: LogRecord) -> JobEvent:
+        """A call member's event: kept from its replay in this delta, else decoded again
+        (it waited in the image across batches, which keeps records, not events)."""
+        e = self._members.pop(r.offset, None)
+        return e if e is not None else self._decode(r.value)  # type: ignore[arg-type,return-value]
+
+    def _resolve(self, r: LogRecord, m: JobEvent, v: _Verdict | None) -> None:
+        key = _key(r)
+        if v is None:
+            d = Decision(r.offset, Outcome.ACCEPTED, r.timestamp, key, m.TYPE, m.event_id,
+                         m.job_id, m.epoch, m.writer, None, _said(m), None, None, self.leader)
+        else:
+            d = Decision(r.offset, Outcome.REJECTED, r.timestamp, key, m.TYPE, m.event_id,
+                         m.job_id, m.epoch, m.writer, v.reason, v.detail, v.expected, v.actual,
+                         self.leader)
+            self._rejected.append(d)
+        if key is not None:
+            self._note_settlement(key, m.job_id, d, member=True)
+        self.resolved.append((r, d, m))
+
+
+_PENDING = object()  # a rule's answer for a record that waits for its call's commit
+
+_SAYS: dict[type[Event], str] = {
+    LeadershipRevoked: "reason", JobCancelled: "reason", JobTerminated: "reason",
+    JobRestarted: "reason", CheckpointDiscarded: "reason", JobRecoveryFailed: "error",
+}
+
+
+def _said(event: Event) -> str:
+    """The ``detail`` of an accepted record: what its writer said about it, for people (the
+    reason given to a cancel, a terminate, a revoke, a restart, a discard; a recovery's
+    error; a checkpoint failure's reason), or ``""``."""
+    if isinstance(event, CheckpointFailed):
+        return f"{event.failure_reason}: {event.reason}" if event.reason \
+            else event.failure_reason
+    field = _SAYS.get(type(event))
+    said = getattr(event, field) if field is not None else None
+    return f"{field}: {said}" if said else ""
+
+
+def _key(record: LogRecord) -> str | None:
+    return record.key.decode("utf-8") if record.key is not None else None
+
+
+_RULES: dict[type[Event], Callable[[Delta, Any, LogRecord], Any]] = {
+    LeadershipGranted: Delta._grant,
+    LeadershipRevoked: Delta._revoked,
+    LeaseRenewed: Delta._renewed,
+    CallCommitted: Delta._commit,
+    JobSubmitted: Delta._job_write,
+    JobAdopted: Delta._job_write,
+    JobRecoveryFailed: Delta._job_write,
+    JobLockReleased: Delta._job_write,
+    JobCancelled: Delta._job_write,
+    JobTerminated: Delta._job_write,
+    JobReasserted: Delta._job_write,
+    JobCleanedUp: Delta._job_write,
+    CheckpointTriggered: Delta._job_write,
+    CheckpointCompleted: Delta._job_write,
+    CheckpointFailed: Delta._job_write,
+    CheckpointDiscarded: Delta._job_write,
+    JobRestarted: Delta._job_write,
+}
+"""Event type -> its rule: the one statement of what a record of that type does."""
+
+_EFFECTS: dict[type[Event], Callable[[Delta, Any, JobView | None], str | None]] = {
+    JobSubmitted: Delta._submitted,
+    JobAdopted: Delta._adopted,
+    JobRecoveryFailed: Delta._recovery_failed,
+    JobLockReleased: Delta._released,
+    JobCancelled: Delta._ended,
+    JobTerminated: Delta._ended,
+    JobReasserted: Delta._reasserted,
+    JobCleanedUp: Delta._cleaned_up,
+    CheckpointTriggered: Delta._checkpoint,
+    CheckpointCompleted: Delta._checkpoint,
+    CheckpointFailed: Delta._checkpoint,
+    CheckpointDiscarded: Delta._checkpoint,
+    JobRestarted: Delta._checkpoint,
+}
+"""Job event type -> the effect of an accepted (fenced) record on the job."""
