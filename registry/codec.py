@@ -759,7 +759,7 @@ class Codec:
     def encode_as_read(self, event: Event) -> tuple[bytes, Event]:
         """:meth:`encode`, and the event as :meth:`decode` gives those bytes back: the same,
         with ``schema_version`` the writer schema's (a writer folding what it wrote need not
-        decode it; ``tests/test_codec.py`` checks the two agree for every event type)."""
+        decode it; ``tests/unit/test_codec.py`` checks the two agree for every event type)."""
         data = self.encode(event)
         version = self._writers[type(event)].version
         if event.schema_version != version:

@@ -760,7 +760,7 @@ class TransactionalWriter:
         # long as the broker drops the connection. Kafka answers a fenced producer's
         # EndTxn with PRODUCER_FENCED; the embedded broker drops the connection when a
         # producer fenced after its records were appended ends its transaction, and the
-        # close would never return (tests/test_outcomes.py). Then the producer is left to
+        # close would never return (tests/integration/test_outcomes.py). Then the producer is left to
         # its retries in the background: one client leaked, the caller not hung.
         closing = threading.Thread(target=_destroy, args=(producer,), daemon=True,
                                    name=f"jobreg-close-{self.topic}-{self.partition}")

@@ -30,8 +30,8 @@ with warnings.catch_warnings():
 
     SchemaRegistryClient.new_client({"url": "mock://warm-up"})
 
-from pg import pg_db, postgres_cluster, postgres_url  # noqa: E402,F401  (PostgreSQL fixtures)
-from sparkfixture import spark  # noqa: E402,F401  (one local SparkSession per run)
+from support.pg import pg_db, postgres_cluster, postgres_url  # noqa: E402,F401  (PostgreSQL fixtures)
+from support.sparkfixture import spark  # noqa: E402,F401  (one local SparkSession per run)
 
 from registry import ConfigError, EmbeddedBroker, Registry
 from registry.log import check_bootstrap

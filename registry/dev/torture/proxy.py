@@ -1,6 +1,6 @@
 """A small fault-injecting TCP proxy (stdlib only, threads): the campaign's network faults.
 
-The tests' network faults use it too (``tests/test_faultproxy.py`` tests it alone).
+The tests' network faults use it too (``tests/unit/test_faultproxy.py`` tests it alone).
 
 :class:`FaultProxy` listens on ``127.0.0.1`` and forwards every connection to a
 target address. On demand it breaks the network between the two sides:

@@ -19,7 +19,7 @@ from registry import ConfigError, ElectionTimeout, Registry, RegistryError
 pytestmark = pytest.mark.integration
 
 LEASE = 2.0
-WORKER = Path(__file__).resolve().parent / "procs" / "elect_worker.py"
+WORKER = Path(__file__).resolve().parents[1] / "support" / "procs" / "elect_worker.py"
 
 
 def connect_fast(broker, topic: str, namespace: str) -> Registry:
@@ -87,7 +87,7 @@ def test_the_timeout_must_fit_in_the_lease(broker, topic) -> None:
 
 
 class Worker:
-    """A coordinator process running tests/procs/elect_worker.py; its JSON lines on a queue."""
+    """A coordinator process running tests/support/procs/elect_worker.py; its JSON lines on a queue."""
 
     def __init__(self, broker, topic: str, contender: str, seconds: float) -> None:
         self.proc = subprocess.Popen(

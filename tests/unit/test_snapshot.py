@@ -22,8 +22,8 @@ import immutables
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from model import NS, visible
-from test_fold_properties import SETTINGS, histories
+from support.histories import SETTINGS, histories
+from support.model import NS, visible
 
 from registry.codec import encode
 from registry.errors import ConfigError
@@ -191,18 +191,17 @@ def test_bytes_do_not_depend_on_the_hash_seed() -> None:
     same bytes for the same image."""
     here = [hashlib.sha256(encode_image(f())).hexdigest() for f in (tricky_image, exotic_image)]
     code = (
-        "import hashlib, sys; sys.path.insert(0, sys.argv[1]); "
+        "import hashlib, sys; sys.path[:0] = sys.argv[1:]; "
         "from test_snapshot import tricky_image, exotic_image; "
         "from registry.snapshot import encode_image; "
         "print(*[hashlib.sha256(encode_image(f())).hexdigest() "
         "for f in (tricky_image, exotic_image)])"
     )
-    tests_dir = str(Path(__file__).parent)
-    root = str(Path(__file__).parent.parent)
+    here_dir, tests_dir = str(Path(__file__).parent), str(Path(__file__).parents[1])
+    root = str(Path(__file__).parents[2])
     env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": root}
-    out = subprocess.run(
-        [sys.executable, "-c", code, tests_dir], env=env, capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([sys.executable, "-c", code, here_dir, tests_dir], env=env,
+                         capture_output=True, text=True, check=True)
     assert out.stdout.split() == here
 
 
@@ -572,7 +571,7 @@ def test_an_unreadable_path_is_a_config_error_with_the_os_error_as_cause(tmp_pat
         read_snapshot(tmp_path)  # a directory
 
 
-# -- a benchmark, not a test: python tests/test_snapshot.py [jobs] ----------------------
+# -- a benchmark, not a test: python tests/unit/test_snapshot.py [jobs] ----------------------
 
 
 def big_image(jobs: int = 100_000, graph_bytes: int = 200, compressible: bool = False) -> Image:

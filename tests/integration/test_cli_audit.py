@@ -8,8 +8,7 @@ import socket
 
 import pytest
 from click.testing import CliRunner
-from test_audit_writer import _incident_002
-from test_forensics import _incident_000
+from support.incidents import incident_000, incident_002
 
 from registry.cli import main
 
@@ -24,8 +23,8 @@ def cli(*args: str) -> tuple[int, str, str]:
 @pytest.fixture
 def audited(connect, tmp_path):
     """Incidents 000 and 002 on a topic, written into a fresh SQLite audit database."""
-    marks = _incident_000(lambda: connect("ns-000"))
-    _incident_002(connect)
+    marks = incident_000(lambda: connect("ns-000"))
+    incident_002(connect)
     reg = marks["reg"]
     db = f"sqlite:///{tmp_path / 'audit.db'}"
     base = ["--bootstrap", reg.bootstrap, "--topic", reg.topic]

@@ -1,5 +1,5 @@
 """Issue 13: every Kafka client jobreg makes takes its settings from one place, and works over
-TLS (the embedded broker behind a TLS-terminating proxy, tests/tls.py); bad settings and
+TLS (the embedded broker behind a TLS-terminating proxy, tests/support/tls.py); bad settings and
 failed handshakes are one clear line that shows no secret."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tls import TlsProxy, make_certs
+from support.tls import TlsProxy, make_certs
 
 from registry import BrokerError, ConfigError, EmbeddedBroker, Registry
 from registry.kafka_config import GUARDED, Kafka, check_client_config, load_properties, redacted
@@ -151,7 +151,7 @@ def test_properties_files_read_as_kafkas_tools_read_them(tmp_path) -> None:
 
 
 def _readme_properties() -> list[str]:
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = text.split("### Connecting to a secured cluster", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```properties\n(.*?)```", section, re.S)
 

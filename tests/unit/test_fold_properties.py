@@ -6,9 +6,10 @@ import importlib
 import os
 from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from model import CONTENDERS, JOBS, NS, TOPIC, Sim, compact, visible
+from support.histories import DAY, SETTINGS, build, histories, op
+from support.model import CONTENDERS, JOBS, NS, TOPIC, Sim, compact, visible
 
 from registry.codec import encode
 from registry.events import (
@@ -23,64 +24,6 @@ from registry.fold import DUPLICATE_WINDOW_MS, Delta, fold, replay
 from registry.image import Image, LogRecord, Outcome
 from registry.keys import record_key
 from registry.snapshot import decode_image, encode_image
-
-DAY = 24 * 3600 * 1000
-
-contender = st.sampled_from(CONTENDERS)
-job = st.sampled_from(JOBS)
-sync = st.tuples(st.just("sync"), contender)
-claim = st.tuples(st.just("claim"), contender)
-# "leader" is resolved to whoever claimed last, so most writes come from a live term
-write = st.tuples(st.just("write"), st.sampled_from(["leader"] * 3 + list(CONTENDERS)),
-                  st.sampled_from(["submit", "submit", "submit", "cancel", "finish", "fail",
-                                   "adopt", "release", "release", "revoke", "recfail", "renew",
-                                   "trigger", "trigger", "complete", "cpfail", "cpfail",
-                                   "discard", "submit_many", "submit_many", "adopt_many",
-                                   "cpskip", "trigfail", "restart", "clean", "clean"]),
-                  job, st.sampled_from([False] * 7 + [True]),  # True: the transaction aborted
-                  st.integers(1, 6))  # checkpoint id (small, so they collide)
-raw = st.tuples(st.just("raw"),
-                st.sampled_from(["submit", "cancel", "release", "adopt", "revoke", "garbage",
-                                 "tombstone", "call", "torn", "clean"]),
-                st.integers(0, 4), contender, job, st.integers(0, 2))
-dup = st.tuples(st.just("dup"), st.integers(0, 50))
-tick = st.tuples(st.just("tick"), st.integers(0, 3_600_000))
-# Weighted so that most histories have several terms, live and terminal jobs,
-# zombies of old terms and refused writes on live keys.
-op = st.sampled_from([write] * 6 + [claim] * 2 + [sync] * 2 + [raw, raw, dup, tick]).flatmap(
-    lambda s: s)
-
-
-def build(ops, reassert: bool = True, settle: bool = True) -> Sim:
-    sim = Sim(reassert=reassert)
-    for o in ops:
-        kind = o[0]
-        if kind == "sync":
-            sim.sync(o[1])
-        elif kind == "claim":
-            sim.claim(o[1])
-        elif kind == "write":
-            who = o[1]
-            if who == "leader":
-                holders = [a for a in sim.actors.values() if a.term is not None]
-                who = max(holders, key=lambda a: a.term).name if holders else CONTENDERS[0]
-            sim.write(who, o[2], o[3], aborted=o[4], cp=o[5] if len(o) > 5 else 1)
-        elif kind == "raw":
-            sim.raw(*o[1:])
-        elif kind == "dup":
-            sim.duplicate(o[1])
-        elif kind == "tick":
-            sim.tick(o[1])
-    if settle:
-        sim.settle()
-    return sim
-
-
-histories = st.lists(op, min_size=5, max_size=80).map(build)
-# JOBREG_PROPERTY_EXAMPLES=5000 for a deeper hunt than CI's default.
-SETTINGS = settings(max_examples=int(os.environ.get("JOBREG_PROPERTY_EXAMPLES", "300")),
-                    deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @SETTINGS

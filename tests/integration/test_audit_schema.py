@@ -1,7 +1,7 @@
 """The audit database: migration 0001 against the models, the views, the read-only query path.
 
 Every schema test runs on SQLite (a file in the test's tmp dir) and on PostgreSQL (a
-database of its own on the session's throwaway cluster, ``tests/pg.py``). Rows are
+database of its own on the session's throwaway cluster, ``tests/support/pg.py``). Rows are
 crafted by hand: the views are checked on exactly the histories they must recognise.
 """
 

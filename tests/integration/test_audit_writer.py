@@ -7,30 +7,19 @@ import subprocess
 import sys
 
 import pytest
-from crashing import crashing_env
-from test_forensics import _incident_000
+from support.crashing import crashing_env
+from support.incidents import incident_000, incident_002
 
 from registry.audit.db import migrate, query
 from registry.audit.writer import AuditWriter, check, run_plain
 from registry.codec import encode
-from registry.events import InlineGraph, JobLockReleased, JobSubmitted, new_event_id
-from registry.keys import job_key, lock_key
+from registry.events import InlineGraph, JobSubmitted, new_event_id
+from registry.keys import job_key
 from registry.log import write_raw
 
 pytestmark = pytest.mark.integration
 
 
-def _incident_002(connect) -> None:
-    """002: the old leader removes a job after the new leader resubmitted it."""
-    old = connect("ns-002")
-    t1 = old.claim_leadership("jm-old")
-    t1.submit("job-x", b"x")
-    t2 = connect("ns-002").claim_leadership("jm-new")
-    t2.adopt("job-x")
-    write_raw(old.bootstrap, old.topic, old.partition, lock_key("ns-002", "job-x"),
-              encode(JobLockReleased(event_id=new_event_id(), namespace="ns-002", epoch=1,
-                                     writer="jm-old", created_at=0, job_id="job-x")))
-    t2.reassert()
 
 
 def _write_all(url: str, reg) -> AuditWriter:
@@ -42,8 +31,8 @@ def _write_all(url: str, reg) -> AuditWriter:
 
 
 def test_incidents_land_in_the_views_and_check_passes(connect, db_url) -> None:
-    marks = _incident_000(lambda: connect("ns-000"))
-    _incident_002(connect)
+    marks = incident_000(lambda: connect("ns-000"))
+    incident_002(connect)
     reg = marks["reg"]
     write_raw(reg.bootstrap, reg.topic, reg.partition, "ns-000/job/job-z", b"\x00garbage")
     writer = _write_all(db_url, reg)
@@ -97,7 +86,7 @@ def test_incidents_land_in_the_views_and_check_passes(connect, db_url) -> None:
 def test_check_finds_a_missing_and_a_changed_row(connect, tmp_path) -> None:
     url = f"sqlite:///{tmp_path / 'audit.db'}"
     migrate(url)
-    marks = _incident_000(lambda: connect("ns-000"))
+    marks = incident_000(lambda: connect("ns-000"))
     writer = _write_all(url, marks["reg"])
     with writer.engine.begin() as conn:
         conn.exec_driver_sql("UPDATE audit_records SET outcome = 'ACCEPTED', accepted = 1, "

@@ -22,7 +22,7 @@ dirty result, retrying what fails), compaction, and logs written before results.
 from __future__ import annotations
 
 import pytest
-from model import NS, compact, encode_with, visible
+from support.model import NS, compact, encode_with, visible
 
 from registry import ConfigError, Fenced, GraphRef, JobView, UnknownJob, WriteRejected
 from registry.codec import default_codec, encode
@@ -212,7 +212,7 @@ def _log(*events, encoder=encode) -> list[LogRecord]:
 def test_a_result_survives_the_cleaner_removing_the_submit() -> None:
     """The cleaner keeps only a key's newest record: once a cancel follows the submit on the
     job's key, the submit (and its graph) are gone; the cancel's own copy is the result."""
-    from model import Rec
+    from support.model import Rec
     events = [LeadershipGranted(prev_epoch=0, **_env()),
               JobSubmitted(job_id="j", graph=GRAPH, **_env()),
               JobCancelled(job_id="j", reason="r", graph=GRAPH, checkpoints=EMPTY_CHECKPOINTS,

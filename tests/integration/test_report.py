@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from test_forensics import _incident_000
+from support.incidents import incident_000
 
 from registry import ConfigError, Registry, WriteRejected
 from registry.codec import Codec, default_codec, encode
@@ -305,7 +305,7 @@ def _near(pixels: list[bytes], rgb: tuple[int, int, int], tolerance: int = 6) ->
 
 def test_incident_000_report_in_a_headless_browser(connect, tmp_path) -> None:
     browser = _chromium()
-    marks = _incident_000(lambda: connect("report"))
+    marks = incident_000(lambda: connect("report"))
     forensics = marks["reg"].forensics()
     path = write_report(forensics, tmp_path / "incident-000.html", generated_at=T0)
     page = path.read_text(encoding="utf-8")
@@ -461,7 +461,7 @@ def _play_extras(make: Callable[[str], Registry]) -> None:
 
 
 PLAYS: dict[str, Callable[[Callable[[str], Registry]], object]] = {
-    "000": lambda make: _incident_000(lambda: make("incident-000")),
+    "000": lambda make: incident_000(lambda: make("incident-000")),
     "001": _play_001, "002": _play_002, "003": _play_003, "004": _play_004,
     "extras": _play_extras,
 }

@@ -22,7 +22,7 @@ carries computed with the fold's own :func:`~registry.fold.checkpoint_step`).
 
 from __future__ import annotations
 
-from model import encode_with
+from support.model import encode_with
 
 from registry.codec import default_codec, encode
 from registry.events import (
@@ -242,7 +242,7 @@ def test_a_log_written_with_the_schemas_before_failure_reasons_folds_to_the_same
 def test_explain_tells_restarts_and_an_exhausted_budget() -> None:
     """Issue 15 item 11: explain says a job is over its checkpoint failure budget, which
     failures counted (with Flink's reason), what Flink would do, and that it was restarted."""
-    from test_forensics import _Records
+    from support.incidents import Records
 
     from registry.forensics import Forensics
 
@@ -252,13 +252,13 @@ def test_explain_tells_restarts_and_an_exhausted_budget() -> None:
     c.fail(2, "JOB_FAILOVER_REGION")  # ignored: does not count
     c.fail(3, "CHECKPOINT_EXPIRED")
     assert c.job.over_budget
-    text = Forensics(_Records(c.records), NS).explain("job")
+    text = Forensics(Records(c.records), NS).explain("job")
     assert "over budget: 2 counted since the last completed checkpoint or restart, 1 " \
         "tolerated" in text
     assert "CHECKPOINT_DECLINED" in text and "CHECKPOINT_EXPIRED" in text
     assert "JOB_FAILOVER_REGION" not in text.split("The counted failures:")[1].split("\n")[0]
     assert "restarted" not in text.split("over budget")[0]
     c._append_restart()
-    text = Forensics(_Records(c.records), NS).explain("job")
+    text = Forensics(Records(c.records), NS).explain("job")
     assert "It was restarted 1 time(s)" in text and "(reason: over budget)" in text
     assert "over budget:" not in text

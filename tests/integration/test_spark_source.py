@@ -46,7 +46,7 @@ from pyspark.sql.types import (
     StructType,
     TimestampType,
 )
-from sparkfixture import STARTUP, spark  # noqa: F401
+from support.sparkfixture import STARTUP, spark  # noqa: F401
 
 from consumers.kafka_source import (
     KafkaInputPartition,

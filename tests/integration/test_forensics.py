@@ -5,35 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.incidents import Records, incident_000
 
 from registry import ConfigError, EmbeddedBroker, JobStatus, Registry, WriteRejected
-from registry.codec import default_codec, encode
-from registry.events import InlineGraph, JobLockReleased, JobSubmitted, new_event_id
+from registry.codec import encode
+from registry.events import InlineGraph, JobSubmitted, new_event_id
 from registry.forensics import Forensics
-from registry.image import LogRecord
-from registry.keys import job_key, lock_key
+from registry.keys import job_key
 from registry.log import write_raw
 
 pytestmark = pytest.mark.integration
 
 
-def _incident_000(reg_factory) -> dict:
-    jm1 = reg_factory()
-    t1 = jm1.claim_leadership("jm-1")
-    submitted = t1.submit("job-a", b"graph-a")
-    t1.submit("job-b", b"graph-b")
-    jm2 = reg_factory()
-    t2 = jm2.claim_leadership("jm-2")
-    grant2 = jm2.sync().term.granted_offset
-    adopted = t2.adopt("job-a")[0]
-    late = write_raw(jm1.bootstrap, jm1.topic, jm1.partition, lock_key(jm1.namespace, "job-a"),
-                     encode(JobLockReleased(event_id=new_event_id(), namespace=jm1.namespace,
-                                            epoch=1, writer="jm-1", created_at=0,
-                                            job_id="job-a")))
-    cancelled = t2.cancel("job-a", "user cancel")
-    reg_factory().claim_leadership("jm-3")  # the restart
-    return dict(submitted=submitted.offset, grant2=grant2, adopted=adopted.offset, late=late,
-                cancelled=cancelled.offset, reg=jm2)
 
 
 def _answers(f, marks: dict) -> dict:
@@ -52,7 +35,7 @@ def _answers(f, marks: dict) -> dict:
 
 
 def test_state_timeline_explain_and_terms_of_incident_000(connect) -> None:
-    marks = _incident_000(lambda: connect("forensics"))
+    marks = incident_000(lambda: connect("forensics"))
     reg = marks["reg"]
     a = _answers(reg, marks)
     assert a["before"] is None
@@ -89,7 +72,7 @@ def test_the_same_answers_from_a_dump_with_no_broker(topic, tmp_path) -> None:
         return made[-1]
 
     with EmbeddedBroker() as broker:
-        marks = _incident_000(factory)
+        marks = incident_000(factory)
         live = _answers(marks["reg"], marks)
         written = marks["reg"].dump(path)
         live_image = marks["reg"].sync()
@@ -116,20 +99,6 @@ def test_a_file_that_is_not_a_dump_is_a_clear_error(tmp_path) -> None:
         Registry.open_dump(tmp_path)  # a directory
 
 
-class _Records:
-    """A log source of records in memory (no broker)."""
-
-    def __init__(self, records: list[LogRecord]) -> None:
-        self.records = records
-
-    def batches(self):
-        yield self.records
-
-    def codec(self):
-        return default_codec()
-
-    def fraction_read(self) -> float:
-        return 1.0
 
 
 @pytest.mark.parametrize("where", ["missing/x.avro", "/proc/version"])
@@ -139,7 +108,7 @@ def test_a_dump_or_report_that_cannot_be_written_is_one_clear_error(tmp_path, wh
     from registry.report import write_report
 
     target = tmp_path / where if not where.startswith("/") else Path(where)
-    f = Forensics(_Records([]), "dumped")
+    f = Forensics(Records([]), "dumped")
     for what, write in (("dump", lambda: f.dump(target)),
                         ("report", lambda: write_report(f, target)),
                         ("snapshot", lambda: atomic_write(target, "snapshot").__enter__())):

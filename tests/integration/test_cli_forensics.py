@@ -13,7 +13,7 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from test_forensics import _incident_000
+from support.incidents import incident_000
 
 from registry import EmbeddedBroker, Registry
 from registry.cli import EXIT_NOT_FOUND, ProgressBar, main
@@ -37,7 +37,7 @@ def incident(broker: EmbeddedBroker):
         made.append(Registry.connect(broker.bootstrap, NS, topic=topic))
         return made[-1]
 
-    marks = _incident_000(factory)
+    marks = incident_000(factory)
     reg = marks["reg"]
     marks["corrupt"] = write_raw(reg.bootstrap, topic, reg.partition, f"{NS}/job/job-z",
                                  b"\x00\x00\x00\x00\x07 not avro")

@@ -9,7 +9,7 @@ import yaml
 
 from registry.log import DEFAULT_TOPIC, TopicConfig
 
-COMPOSE = yaml.safe_load((Path(__file__).resolve().parent.parent / "docker-compose.yml").read_text())
+COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 
 
@@ -51,12 +51,12 @@ def test_health_checks_volumes_and_no_secrets() -> None:
         assert SERVICES[name]["volumes"], name
     env = SERVICES["postgres"]["environment"]
     assert "POSTGRES_PASSWORD" not in env and env["POSTGRES_PASSWORD_FILE"].startswith("/run/secrets/")
-    text = (Path(__file__).resolve().parent.parent / "docker-compose.yml").read_text().lower()
+    text = (Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text().lower()
     assert "password:" not in text.replace("postgres_password:", "")
 
 
 def _code_text() -> str:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     return "\n".join(p.read_text() for d in ("registry", "consumers") for p in
                      (root / d).rglob("*.py"))
 
@@ -92,7 +92,7 @@ def test_the_audit_job_runs_a_real_command_with_variables_the_code_reads() -> No
 
 
 def test_the_image_installs_the_package_and_bakes_in_the_connector() -> None:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     docker = (root / "Dockerfile").read_text()
     for folder in ("registry", "consumers", "schemas", "migrations"):
         assert f"COPY {folder} ./{folder}" in docker
@@ -102,7 +102,7 @@ def test_the_image_installs_the_package_and_bakes_in_the_connector() -> None:
 
 # -- docker-compose.secure.yml: TLS + SASL/SCRAM (issue 13) ------------------------------------
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SECURE = yaml.safe_load((ROOT / "docker-compose.secure.yml").read_text())
 
 
@@ -201,7 +201,7 @@ def test_secure_variant_certificate_serves_tls_to_jobreg(tmp_path) -> None:
     is trusted through the CA it makes, by name and by address (librdkafka checks both)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.serialization import pkcs12
-    from tls import Certs, TlsProxy
+    from support.tls import Certs, TlsProxy
 
     from registry import EmbeddedBroker, Registry
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from model import NS, Sim, visible
-from test_fold_properties import SETTINGS, build, op
+from support.histories import SETTINGS, build, op
+from support.model import NS, Sim, visible
 
 from registry import WriteRejected
 from registry.codec import encode

@@ -9,9 +9,8 @@ import threading
 import time
 
 import pytest
-from crashing import crashing_env
-from test_audit_writer import _incident_002
-from test_forensics import _incident_000
+from support.crashing import crashing_env
+from support.incidents import incident_000, incident_002
 
 from consumers.audit_job import run_audit
 from registry.audit.db import migrate, query
@@ -22,8 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def test_incidents_000_and_002_in_the_views(spark, connect, db_url) -> None:
-    marks = _incident_000(lambda: connect("ns-000"))
-    _incident_002(connect)
+    marks = incident_000(lambda: connect("ns-000"))
+    incident_002(connect)
     reg = marks["reg"]
     run = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark, max_offsets_per_trigger=5)
     assert run.records > 0 and run.batches >= 3  # 5 records per trigger: several batches
