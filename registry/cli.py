@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
-from registry.errors import RegistryError
+from registry.errors import ConfigError, RegistryError
 
 if TYPE_CHECKING:
     from registry.forensics import Forensics
@@ -321,16 +321,39 @@ def demo(out_dir: str, audit_engine: str) -> None:
         raise CliError("a guarantee did not hold (see the verdict table)")
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def catalog(args: tuple[str, ...]) -> None:
+@main.command()
+@click.option("--check", is_flag=True, help="Exit 1 if the catalog is out of date.")
+@click.option("--update-catalog", "update", is_flag=True,
+              help="Append a new version for every .avsc whose schema is not the current one.")
+@click.option("--catalog", "catalog_file", metavar="FILE",
+              help="Catalog file (default: the installed catalog.json).")
+@click.option("--schemas-dir", metavar="DIR", help="Folder of .avsc files (default: installed).")
+def catalog(check: bool, update: bool, catalog_file: str | None,
+            schemas_dir: str | None) -> None:
     """Maintain the versioned Avro schema catalog: --check, or --update-catalog.
 
     Exits 1 if --check finds the catalog out of date, 2 for malformed files.
     """
-    from registry.codec import main as catalog_main
+    from registry.codec import update_catalog
 
-    raise SystemExit(catalog_main(list(args)))
+    if check == update:
+        raise click.UsageError("give one of --check and --update-catalog")
+    try:
+        path, schemas, changes = update_catalog(catalog_file, schemas_dir, write=update)
+    except (ConfigError, OSError) as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
+    if check:
+        for change in changes:
+            click.echo(f"out of date: {change}", err=True)
+        if changes:
+            click.echo("run: jobreg catalog --update-catalog", err=True)
+            raise SystemExit(1)
+        click.echo(f"{path}: up to date")
+        return
+    for change in changes:
+        click.echo(change)
+    click.echo(f"{path}: {schemas} schema(s), {len(changes)} change(s)")
 
 
 @main.group()

@@ -26,7 +26,6 @@ version + 1; old entries stay so that old records still decode.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import importlib.resources
@@ -34,7 +33,6 @@ import io
 import json
 import os
 import struct
-import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -57,11 +55,11 @@ __all__ = [
     "CatalogEntry",
     "Codec",
     "check_catalog",
+    "update_catalog",
     "decode",
     "default_codec",
     "encode",
     "fingerprint",
-    "main",
     "plan_catalog_update",
     "resolved_schemas",
 ]
@@ -1030,48 +1028,19 @@ def check_catalog(
     return _plan(catalog_path, schemas_dir)[2]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The catalog tool behind ``jobreg catalog``: ``--update-catalog`` or ``--check``.
-
-    Returns the exit status: 0 done / up to date, 1 out of date (``--check``),
-    2 malformed schema or catalog files.
-    """
-    parser = argparse.ArgumentParser(
-        prog="jobreg catalog",
-        description="Maintain the versioned Avro schema catalog of jobreg.",
-    )
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument(
-        "--update-catalog",
-        action="store_true",
-        help="append a new version for every .avsc whose schema is not the current one",
-    )
-    mode.add_argument("--check", action="store_true", help="exit 1 if the catalog is out of date")
-    parser.add_argument("--catalog", help="catalog file (default: the installed catalog.json)")
-    parser.add_argument("--schemas-dir", help="folder of .avsc files (default: installed)")
-    args = parser.parse_args(argv)
-
-    try:
-        path, new, changes = _plan(args.catalog, args.schemas_dir)
-    except (ConfigError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.check:
-        for change in changes:
-            print(f"out of date: {change}", file=sys.stderr)
-        if changes:
-            print("run: jobreg catalog --update-catalog", file=sys.stderr)
-            return 1
-        print(f"{path}: up to date")
-        return 0
-    if new != _read_json_or_none(path):
+def update_catalog(catalog_path: str | os.PathLike[str] | None = None,
+                   schemas_dir: str | os.PathLike[str] | None = None, *,
+                   write: bool) -> tuple[Traversable, int, list[str]]:
+    """Plan (and with ``write`` apply) the catalog update ``jobreg catalog`` makes: returns
+    the catalog file, its number of schemas after the update, and the changes (what
+    :func:`check_catalog` lists). Raises :class:`ConfigError` (or ``OSError``) for malformed
+    or unreadable files."""
+    path, new, changes = _plan(catalog_path, schemas_dir)
+    if write and new != _read_json_or_none(path):
         Path(str(path)).write_text(
             json.dumps(new, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
-    for change in changes:
-        print(change)
-    print(f"{path}: {len(new['schemas'])} schema(s), {len(changes)} change(s)")
-    return 0
+    return path, len(new["schemas"]), changes
 
 
 def _read_json_or_none(path: Traversable) -> Any:
@@ -1080,6 +1049,3 @@ def _read_json_or_none(path: Traversable) -> Any:
     except (OSError, ValueError):
         return None
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -30,7 +30,6 @@ from registry.codec import (
     default_codec,
     encode,
     fingerprint,
-    main,
     plan_catalog_update,
     resolved_schemas,
 )
@@ -609,6 +608,15 @@ def schema_tree(tmp_path: Path) -> tuple[Path, Path]:
     catalog = tmp_path / "catalog.json"
     catalog.write_text(SCHEMAS.joinpath("catalog.json").read_text("utf-8"), encoding="utf-8")
     return schemas, catalog
+
+
+def main(args: list[str]) -> int:
+    """``jobreg catalog ARGS``' exit status."""
+    from click.testing import CliRunner
+
+    from registry.cli import main as jobreg
+
+    return CliRunner().invoke(jobreg, ["catalog", *args]).exit_code
 
 
 def _edit_avsc(schemas: Path, full_name: str, edit: Any) -> None:
