@@ -328,10 +328,10 @@ class LogReader:
         self._batch_size = batch_size
         self._fetch_wait_ms = fetch_wait_ms
         self.fetch_wait_ms = fetch_wait_ms
-        """The longest a fetch waits at the broker for records. A catch-up read
-        (:meth:`read_to_end`) lengthens it while fetches come back empty below the high
-        watermark (:meth:`_unstick`), and restores it when it ends: a long wait would delay
-        every later sync at the end of the partition by as much."""
+        """The longest a fetch waits at the broker for records. A read to the end
+        (:meth:`read_to_end`, :meth:`sync`) lengthens it while fetches come back empty below
+        the high watermark (:meth:`_unstick`), and restores it when it ends: a long wait
+        would delay every later sync at the end of the partition by as much."""
         self._consumer = self._new_consumer()
         self._tp = TopicPartition(topic, partition, start_offset)
         self._consumer.assign([self._tp])
@@ -366,8 +366,10 @@ class LogReader:
         with none although its high watermark says there are some (DESIGN.md; at 5 ms a
         partition of ~5,000 batches, sooner on a loaded machine). Kafka answers a fetch
         with records at once whatever its wait: there this triggers only while a connection
-        is re-established, and costs nothing. Only catch-up reads call it, and they restore
-        the wait when they end, so syncs at the end of the partition stay prompt.
+        is re-established, and costs nothing. Reads to the end call it (catch-up reads and
+        syncs: a sync whose position is a commit marker of a long partition asks for a fetch
+        with data too), and restore the wait when they end, so syncs at the end of the
+        partition stay prompt.
         """
         # At the end of the partition a fetch is held for the whole wait: keep it well
         # inside the read's patience.
@@ -590,7 +592,7 @@ class LogReader:
                                           "reachable?)")
                     raise BrokerError(f"could not read to the end of {where} within "
                                       f"{timeout:g} s (is the broker reachable?)")
-                if per_progress and time.monotonic() - stalled_since > _STALL_S:
+                if time.monotonic() - stalled_since > _STALL_S:
                     self._unstick(timeout)
                     stalled_since = time.monotonic()
                 batch = self.poll(min(left, 0.2))

@@ -50,6 +50,23 @@ def test_a_long_partition_reads_to_its_end_even_where_fetches_come_back_empty(
     assert values == [b"v%d" % i for i in range(first, TRANSACTIONS)]
 
 
+def test_a_sync_just_before_a_commit_marker_of_a_long_partition_reaches_the_end(
+        broker, long_partition: str) -> None:
+    """The same on a sync (what every read command and a write's catch-up do): a client whose
+    position is the last transaction's commit marker asks for a fetch with data, which the
+    embedded broker answers with nothing while it lists the partition for longer than the
+    wait. A sync that never lengthened its wait timed out there for good (a fresh client
+    started from a snapshot at the end of a 24,000-offset soak did)."""
+    reader = LogReader(broker.bootstrap, long_partition, 0, start_offset=2 * TRANSACTIONS - 1,
+                       fetch_wait_ms=1)
+    try:
+        assert [r for batch in reader.sync(20.0) for r in batch] == []
+        assert reader.position == 2 * TRANSACTIONS - 1  # a marker is no record
+        assert reader.fetch_wait_ms == 1  # and syncs at the end stay prompt
+    finally:
+        reader.close()
+
+
 @pytest.mark.parametrize("good", ["h:1", "127.0.0.1:9092", "[::1]:9092", "a:1, b:2",
                                   "kafka-0.kafka.svc:9093"])
 def test_well_formed_bootstraps_pass(good: str) -> None:
