@@ -26,10 +26,11 @@ partition's progress.
 :func:`consumers.spark.spark_session`): a speculative copy of a task would be fenced by the
 row lock and the compare-and-set, but it would fold the batch twice for nothing.
 
-**The entry point.** :func:`materialize` is what the rest of jobreg calls (the CLI's
-``audit run``, the demo, the audit benchmark): it migrates the database and runs the job
-with Spark or, with ``engine="plain"``, the same fold and writes from plain Python. Nothing
-in ``registry`` imports another module of ``consumers`` (an import contract says so).
+**The entry point.** :func:`materialize` is what the CLI's ``audit run`` and the demo call:
+it migrates the database and runs the job with Spark or, with ``engine="plain"``, the same
+fold and writes from plain Python. The audit benchmark calls :func:`run_audit` with sessions
+of its own masters (:func:`spark_session`). Nothing in ``registry`` imports another module of
+``consumers`` (an import contract says so).
 
 Triggers: ``once`` is Spark's ``availableNow`` (everything there now, in batches of
 at most ``max_offsets_per_trigger`` records, then stop); ``follow`` is a
