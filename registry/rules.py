@@ -52,7 +52,10 @@ Rules, in the order the fold applies them to one record of this namespace:
    term, release clears it; neither applies to unknown (``unknown_job``) or
    terminal jobs.
    A reassertion sets the job's whole state, except that it can never make a
-   terminal job live again. A failed recovery marks a live job
+   terminal job live again, and only one on the job's own key brings a job into
+   existence: on its lock or checkpoints key it restates a job the fold knows
+   (``unknown_job`` otherwise), since the cleaner may have removed a later
+   cancel from the job key and left the reassertion standing. A failed recovery marks a live job
    ``RECOVERY_FAILED`` (no owner, the error kept); only an adopt (a retry)
    or a cancel moves it on; it cannot be released.
 6. Checkpoints (Flink's ``CheckpointFailureManager``; :func:`checkpoint_step`):
@@ -140,7 +143,7 @@ from .events import (
     LeaseRenewed,
 )
 from .image import Decision, Image, JobView, LogRecord, Outcome, Provenance, TermInfo
-from .keys import allowed_keys, parse_key, record_key
+from .keys import allowed_keys, job_key, parse_key, record_key
 
 __all__ = [
     "DUPLICATE_WINDOW_MS",
@@ -559,6 +562,18 @@ class Delta:
             self._set_term(info._replace(renewals=info.renewals + 1,
                                          last_renewal_offset=record.offset))
 
+    def _reassertion(self, e: JobReasserted, record: LogRecord) -> str | None:
+        """Rules 4 and 5 for a reassertion: fenced; on the job's lock or checkpoints key it
+        restates a job the fold knows and never brings one into existence (only records of
+        the job's own key do), since the cleaner may have removed a later cancel there."""
+        self._fence(e)
+        if (e.status != JobStatus.ABSENT and e.job_id not in self._jobs
+                and record.key != job_key(self._ns, e.job_id).encode("utf-8")):
+            raise _Verdict("unknown_job", f"job {e.job_id!r} is not known: a reassertion on "
+                           "its lock or checkpoints key restates a job, only its own key "
+                           "creates one")
+        return self._apply(e)
+
     def _job_write(self, e: JobEvent, record: LogRecord) -> str | object | None:
         """Rules 4, 5, 6 and 8 for a job event: fenced, then waiting for its call's commit
         or applied now."""
@@ -807,7 +822,7 @@ _RULES: dict[type[Event], Callable[[Delta, Any, LogRecord], Any]] = {
     JobLockReleased: Delta._job_write,
     JobCancelled: Delta._job_write,
     JobTerminated: Delta._job_write,
-    JobReasserted: Delta._job_write,
+    JobReasserted: Delta._reassertion,
     JobCleanedUp: Delta._job_write,
     CheckpointTriggered: Delta._job_write,
     CheckpointCompleted: Delta._job_write,

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 from unittest import mock
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.histories import DAY, SETTINGS, build, histories, op
@@ -19,6 +18,7 @@ from registry.events import (
     InlineGraph,
     JobAdopted,
     JobLockReleased,
+    JobReasserted,
     JobStatus,
     JobSubmitted,
     LeadershipGranted,
@@ -333,7 +333,8 @@ def _grant_and(events, stamps):
                               prev_epoch=0)
     out = [grant, *events]
     return [LogRecord(i, record_key(e).encode(), encode(e), t)
-            for i, (e, t) in enumerate(zip(out, [stamps[0], *stamps], strict=True))]
+            for i, (e, t) in enumerate(zip(out, [stamps[0] if stamps else 0, *stamps],
+                                           strict=True))]
 
 
 def test_a_copy_is_a_duplicate_within_one_window_of_the_first_and_the_id_is_then_forgotten():
@@ -384,18 +385,38 @@ def test_open_calls_are_refused_in_log_order_whatever_the_split() -> None:
         assert offsets == sorted(offsets)
 
 
-@pytest.mark.xfail(strict=True, reason="open defect found at stop 22 (CI's random search): "
-                   "compaction can bring a cleaned-up job back as live")
 def test_compaction_keeps_a_cleaned_up_job_terminal() -> None:
     """Hypothesis' counterexample, kept verbatim (``support/cases``). Job ``b`` holds a
     JobReasserted (live state) as the newest record of its lock and checkpoints keys; then
     it is cancelled and cleaned up, both on the job's own key. Compaction keeps the
     reassertions and only the JobCleanedUp of the job key: the fold sees the job live
-    again, refuses the cleanup (``job_live``), and the cancelled job is RECOVERY_FAILED.
-    Open: a terminal record must also settle the job's other keys (or the fold must not
-    let a reassertion on them recreate a job); see the closing note of stop 22."""
+    again, refused the cleanup (``job_live``), and the cancelled job was RECOVERY_FAILED,
+    until rule 5 let only the job's own key bring a job into existence."""
     cases = Path(__file__).parents[1] / "support" / "cases"
     ops = [tuple(o) for o in json.loads((cases / "compaction_resurrection.json").read_text())]
     sim = build(ops)
     whole = fold(visible(sim.log), NS)
     assert fold(visible(compact(sim.log, sim.now + 30 * DAY)), NS).answer() == whole.answer()
+
+
+def test_only_the_job_key_brings_a_job_into_existence() -> None:
+    """Rule 5: a reassertion of a job the fold does not know is refused on the job's lock and
+    checkpoints keys (the cleaner may have removed a cancel after it on the job key) and
+    creates the job on its own key; an ``ABSENT`` one is accepted anywhere."""
+    env = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0, job_id="a")
+    live = dict(status=JobStatus.ACTIVE, owner_epoch=1, graph=InlineGraph(b"g"))
+    on = {kind: f"{NS}/job/a{suffix}".encode()
+          for kind, suffix in (("job", ""), ("lock", "/lock"), ("checkpoints", "/checkpoints"))}
+    for kind, expected in (("lock", Outcome.REJECTED), ("checkpoints", Outcome.REJECTED),
+                           ("job", Outcome.ACCEPTED)):
+        grant = _grant_and([], [])[:1]
+        records = grant + [LogRecord(
+            1, on[kind], encode(JobReasserted(event_id="r", **env, **live)), 0)]
+        decision = _decisions(records)[-1]
+        assert decision.outcome == expected, kind
+        assert ("a" in fold(records, NS).jobs) == (expected == Outcome.ACCEPTED)
+        if expected == Outcome.REJECTED:
+            assert decision.reason == "unknown_job"
+        absent = grant + [LogRecord(1, on[kind], encode(JobReasserted(
+            event_id="x", **env, status=JobStatus.ABSENT, owner_epoch=None, graph=None)), 0)]
+        assert _decisions(absent)[-1].outcome == Outcome.ACCEPTED

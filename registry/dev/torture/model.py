@@ -21,7 +21,8 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
 * a known id cannot be submitted again; cancel and terminate are terminal for ever
   (even for an id not seen); adopt, release, recovery-failed and checkpoints need a
   known, live job; release of a job that failed recovery is refused; a reassertion sets
-  the whole state but cannot make a terminal job live.
+  the whole state but cannot make a terminal job live, and on the job's lock or
+  checkpoints key it needs a known job (only the job key brings a job into existence).
 * job results (README "Job results"): a cancel or terminate (schema version 2 and later)
   leaves a dirty result that holds the graph and checkpoint state the job had (the
   record's own copy when the job is unknown); one of version 1 leaves a clean result
@@ -306,6 +307,10 @@ class NamespaceModel:
                 self._fence(ev)
                 self._commit(ev, v)
                 return self._note(v)
+            if (ev.TYPE == "JobReasserted" and ev.status != "ABSENT"
+                    and ev.job_id not in self.jobs and key != f"{self.ns}/job/{ev.job_id}"):
+                self._fence(ev)  # only the job key brings a job into existence
+                raise _Refused("unknown_job")
             why = self._decide(ev, offset, timestamp)
             if why is not None:
                 v.outcome, v.reason = "IGNORED", why
