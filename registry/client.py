@@ -184,6 +184,7 @@ class Registry:
         self._codec = codec or default_codec()
         self._lock = threading.RLock()
         self._image = Image.empty(namespace)
+        self._members: dict[int, Event] = {}  # rule 8: waiting call members, decoded once
         self._reader = LogReader(self.kafka, topic, self.partition, fetch_wait_ms=fetch_wait_ms)
         self._waiting: dict[str, Decision | None] = {}
         self._plain: PlainWriter | None = None
@@ -256,6 +257,7 @@ class Registry:
             why = f"it reaches offset {position - 1}, beyond the end of the log ({end})"
         else:
             self._image = snap.image
+            self._members.clear()
             self._reader.seek(position)
             self.started_from = f"snapshot {os.fspath(path)} at offset {position - 1}"
             return
@@ -284,7 +286,8 @@ class Registry:
         with bulk():
             for batch in batches:  # one image per batch, so a failure keeps what was folded
                 self._image = fold_batches([batch], self._image, self._codec,
-                                           note if waiting else None, known=known)
+                                           note if waiting else None, known=known,
+                                           members=self._members)
 
     def sync(self, timeout: float | None = None) -> Image:
         """Fold every record committed before this call; return the image."""

@@ -49,8 +49,9 @@ class Delta(rules.Delta):
 
     def __init__(self, image: Image, codec: Codec | None = None,
                  on_term: Callable[[TermInfo], None] | None = None,
-                 known: Mapping[int, Event] | None = None) -> None:
-        super().__init__(image, (codec or default_codec()).decode, on_term, known)
+                 known: Mapping[int, Event] | None = None,
+                 members: dict[int, Event] | None = None) -> None:
+        super().__init__(image, (codec or default_codec()).decode, on_term, known, members)
 
 
 def replay(image: Image, record: LogRecord, codec: Codec | None = None) -> Image:
@@ -96,7 +97,8 @@ def fold(records: Iterable[LogRecord], image: Image | str, codec: Codec | None =
 def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec | None = None,
                  on_decision: Callable[[Decision], None] | None = None,
                  on_term: Callable[[TermInfo], None] | None = None,
-                 known: Mapping[int, Event] | None = None) -> Image:
+                 known: Mapping[int, Event] | None = None,
+                 members: dict[int, Event] | None = None) -> Image:
     """Fold batches of records as they arrive (e.g. from a reader); one image per batch.
 
     ``on_decision`` sees the fold's verdict on every record, in order (the
@@ -105,11 +107,14 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
     it arrives, and its final verdict when its call's commit (or the end of
     its term) decides it (rule 8). ``on_term`` sees every term each time a
     record changes it (the image keeps only the current one). Returns the
-    image after the last batch. ``known`` as for :class:`Delta`.
+    image after the last batch. ``known`` and ``members`` as for :class:`Delta` (a caller
+    that folds one partition in several calls passes the same ``members`` to each).
     """
+    if members is None:
+        members = {}  # call members waiting across batches, decoded once
     with bulk():
         for batch in batches:
-            delta = Delta(image, codec, on_term, known)
+            delta = Delta(image, codec, on_term, known, members)
             if on_decision is None:
                 for record in batch:
                     delta.replay(record)

@@ -322,14 +322,19 @@ class Delta:
 
     def __init__(self, image: Image, decode: Callable[[bytes], Event],
                  on_term: Callable[[TermInfo], None] | None = None,
-                 known: Mapping[int, Event] | None = None) -> None:
+                 known: Mapping[int, Event] | None = None,
+                 members: dict[int, Event] | None = None) -> None:
         """``decode``: a record's value -> its event, raising :class:`CodecError` for one
         that is not an event (:mod:`registry.fold` binds the codec's). ``known``: offset ->
         the event a record at that offset holds, when the caller has it already (a writer
-        folding what it just wrote); those are not decoded."""
+        folding what it just wrote); those are not decoded. ``members``: where the delta
+        keeps the events of call members that wait (rule 8), by offset; pass the same dict
+        to the deltas of successive batches of one partition so that a call spanning
+        batches is not decoded twice (a member it lacks is decoded again)."""
         self._base = image
         self._known: Mapping[int, Event] = known or {}
-        self._members: dict[int, Event] = {}  # a waiting call member's event, by offset
+        # a waiting call member's event, by offset
+        self._members: dict[int, Event] = {} if members is None else members
         self._on_term = on_term
         self._decode = decode
         self._ns = image.provenance.namespace

@@ -35,6 +35,7 @@ from ..events import (
     CheckpointEvent,
     CheckpointFailed,
     CheckpointTriggered,
+    Event,
     GraphRef,
     InlineGraph,
     JobRestarted,
@@ -58,11 +59,15 @@ class _State:
     term_times: dict[tuple[str, int], list[int | None]] = field(default_factory=dict)
     next_offsets: dict[int, int] = field(default_factory=dict)  # partition -> next offset
     terms: dict[tuple[str, int], TermInfo] = field(default_factory=dict)  # every term seen
+    # namespace -> its waiting call members' events by offset (rule 8), decoded once. A
+    # cache, shared by copies: an entry is always the event of the record at its offset,
+    # and a missing one is decoded again.
+    members: dict[str, dict[int, Event]] = field(default_factory=dict)
 
     def copy(self) -> _State:
         return _State(dict(self.images), {k: list(v) for k, v in self.counts.items()},
                       {k: list(v) for k, v in self.term_times.items()}, dict(self.next_offsets),
-                      dict(self.terms))
+                      dict(self.terms), self.members)
 
 
 @dataclass
@@ -151,7 +156,8 @@ class AuditProjection:
                             _load(state, ns, data)
                     delta = deltas[ns] = Delta(
                         state.images.get(ns) or Image.empty(ns), self.codec,
-                        lambda t, ns=ns: state.terms.__setitem__((ns, t.epoch), t))
+                        lambda t, ns=ns: state.terms.__setitem__((ns, t.epoch), t),
+                        members=state.members.setdefault(ns, {}))
                 d = delta.replay(r)
                 if d.outcome == Outcome.SKIPPED:
                     continue

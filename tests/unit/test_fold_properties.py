@@ -23,7 +23,7 @@ from registry.events import (
     JobSubmitted,
     LeadershipGranted,
 )
-from registry.fold import DUPLICATE_WINDOW_MS, Delta, fold, replay
+from registry.fold import DUPLICATE_WINDOW_MS, Delta, fold, fold_batches, replay
 from registry.image import Image, LogRecord, Outcome
 from registry.keys import record_key
 from registry.snapshot import decode_image, encode_image
@@ -41,6 +41,11 @@ def test_same_image_under_every_batch_split(sim: Sim, data) -> None:
         image = fold(records[prev:cut], image)
         prev = cut
     assert image == whole
+    # the same batches through fold_batches, which keeps a call's waiting members decoded
+    # from one batch to the next
+    bounds = [0, *cuts, len(records)]
+    assert fold_batches([records[a:b] for a, b in zip(bounds, bounds[1:], strict=False)],
+                        Image.empty(NS)) == whole
     one_by_one = Image.empty(NS)
     for r in records:
         one_by_one = replay(one_by_one, r)
