@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 
+from registry.audit.queries import NAMED_QUERIES, NamedQuery
 from registry.errors import ConfigError, RegistryError
 
 if TYPE_CHECKING:
@@ -92,9 +93,7 @@ class Settings:
     def forensics(self) -> Forensics:
         """The namespace's log, from the broker or from ``--from-file``, with a progress
         bar on a terminal."""
-        from registry.forensics import BrokerSource, DumpSource, Forensics
-        from registry.keys import partition_for
-        from registry.log import topic_partitions
+        from registry.forensics import DumpSource, Forensics
 
         progress = ProgressBar.for_terminal()
         if self.from_file is not None:
@@ -107,10 +106,8 @@ class Settings:
         if self.bootstrap is None:
             raise CliError("say where the log is: --bootstrap HOST:PORT (or $JOBREG_BOOTSTRAP), "
                            "or --from-file DUMP", EXIT_USAGE)
-        partitions = topic_partitions(self.kafka, self.topic, self.timeout)
-        source = BrokerSource(self.kafka, self.topic,
-                              partition_for(self.namespace, partitions), self.timeout)
-        return Forensics(source, self.namespace, progress=progress, require_records=True)
+        return Forensics.from_broker(self.kafka, self.topic, self.namespace, self.timeout,
+                                     progress=progress, require_records=True)
 
     def emit(self, what: str, payload: dict[str, Any], human: Callable[[], str]) -> None:
         """Print ``payload`` as JSON (``{"format": "jobreg.<what>/1", ...}``) under
@@ -778,28 +775,6 @@ _DB_OPTION = click.option(
     help="The audit database (SQLAlchemy URL: sqlite:///file.db or "
          "postgresql://user@host/db). [env: JOBREG_AUDIT_DB]")
 
-NAMED_QUERIES = {
-    "refused": ("Every refused write: who wrote it, with which epoch, and why.",
-                'SELECT namespace, "offset", log_time, event_type, job_id, writer, epoch, '
-                'expected_epoch, reason FROM refused_writes ORDER BY namespace, "partition", '
-                '"offset"'),
-    "terms": ("Every leadership term with its duration and write counts.",
-              "SELECT namespace, epoch, leader, granted_offset, ended_by, duration_ms, "
-              "accepted_writes, rejected_writes FROM leadership_terms ORDER BY namespace, epoch"),
-    "results": ("Every job result (terminal job), dirty ones first, with what their cleanup "
-                "must still delete (graph, retained checkpoints).",
-                "SELECT namespace, job_id, status, dirty, graph_kind, graph_uri, "
-                "held_checkpoints, reason, last_offset FROM audit_jobs "
-                "WHERE status IN ('CANCELLED', 'FAILED', 'FINISHED') "
-                "ORDER BY dirty DESC, namespace, job_id"),
-    "resurrections": ("Jobs with accepted activity after they became terminal (must be "
-                      "empty; exit 1 if not).",
-                      'SELECT namespace, job_id, "offset", event_type, writer, job_status, '
-                      "terminal_offset, terminal_status FROM resurrections "
-                      'ORDER BY namespace, job_id, "offset"'),
-}
-
-
 def _need_bootstrap(settings: Settings) -> str:
     if settings.bootstrap is None:
         raise CliError("say where the log is: --bootstrap HOST:PORT (or $JOBREG_BOOTSTRAP)",
@@ -977,24 +952,22 @@ def audit_check(settings: Settings, db_url: str, dumps: tuple[Path, ...]) -> Non
         raise SystemExit(EXIT_ERROR)
 
 
-def _named(name: str) -> None:
-    doc, sql = NAMED_QUERIES[name]
-
-    @audit.command(name, help=doc)
+def _named(name: str, named: NamedQuery) -> None:
+    @audit.command(name, help=named.doc)
     @_DB_OPTION
     @pass_settings
     def command(settings: Settings, db_url: str) -> None:
         from registry.audit.db import query
 
         with registry_errors():
-            columns, rows = query(db_url, sql)
+            columns, rows = query(db_url, named.sql)
         _print_rows(settings, f"audit-{name}", columns, rows)
-        if name == "resurrections" and rows:
+        if named.must_be_empty and rows:
             raise SystemExit(EXIT_ERROR)
 
 
-for _name in NAMED_QUERIES:
-    _named(_name)
+for _name, _query in NAMED_QUERIES.items():
+    _named(_name, _query)
 
 
 # -- the fault campaign -----------------------------------------------------------------------

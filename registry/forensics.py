@@ -37,8 +37,8 @@ from .files import atomic_write
 from .fold import fold_batches
 from .image import Decision, Image, JobView, LogRecord, Outcome, TermInfo
 from .kafka_config import Kafka
-from .keys import check_id
-from .log import LogReader
+from .keys import check_id, partition_for
+from .log import LogReader, topic_partitions
 
 __all__ = [
     "DUMP_SCHEMA",
@@ -270,6 +270,16 @@ class Forensics:
         self.require_records = require_records
         self.progress = progress
         """Called after each batch of every read (a progress bar, say)."""
+
+    @classmethod
+    def from_broker(cls, kafka: Kafka, topic: str, namespace: str, timeout: float, *,
+                    progress: Progress | None = None,
+                    require_records: bool = False) -> Forensics:
+        """Forensics over ``namespace``'s log on the broker: the partition it hashes to among
+        the topic's partitions (asked of the broker)."""
+        partitions = topic_partitions(kafka, topic, timeout)
+        source = BrokerSource(kafka, topic, partition_for(namespace, partitions), timeout)
+        return cls(source, namespace, progress=progress, require_records=require_records)
 
     def _batches(self) -> Iterator[list[LogRecord]]:
         read = 0

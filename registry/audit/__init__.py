@@ -3,34 +3,33 @@
 * :mod:`registry.audit.models`: the tables (SQLAlchemy declarative models).
 * :mod:`registry.audit.db`: engines, Alembic migrations (``migrate``,
   ``downgrade``, ``current_revision``) and the read-only :func:`query` path.
+* :mod:`registry.audit.queries`: the named questions (``jobreg audit refused`` ...) as SQL
+  over the views; plain data, so the CLI lists them without loading SQLAlchemy.
 * :mod:`registry.audit.partition`: one Kafka partition's batch folded and committed in one
   transaction (generation fencing, snapshots), shared by the Spark tasks and ``--plain``.
+
+The names below are loaded on first use, so importing a submodule such as
+:mod:`registry.audit.queries` does not import SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from .db import (
-    DEFAULT_DB_URL,
-    AuditError,
-    alembic_config,
-    current_revision,
-    downgrade,
-    engine_for,
-    migrate,
-    query,
-)
-from .models import TABLES, VIEWS, Base
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_DB_URL",
-    "TABLES",
-    "VIEWS",
-    "AuditError",
-    "Base",
-    "alembic_config",
-    "current_revision",
-    "downgrade",
-    "engine_for",
-    "migrate",
-    "query",
-]
+_LAZY = {
+    "DEFAULT_DB_URL": "db", "AuditError": "db", "alembic_config": "db",
+    "current_revision": "db", "downgrade": "db", "engine_for": "db", "migrate": "db",
+    "query": "db", "TABLES": "models", "VIEWS": "models", "Base": "models",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
