@@ -86,7 +86,6 @@ output is the only markup that is not.
 from __future__ import annotations
 
 import bisect
-import html
 import itertools
 import math
 import os
@@ -99,7 +98,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 import jinja2
-from markupsafe import Markup
 
 from .errors import ConfigError
 from .events import GraphRef, JobStatus
@@ -215,19 +213,19 @@ _DAY = 86_400_000
 
 # -- the templates -------------------------------------------------------------------------------
 
-def _escaped(value: object) -> object:
-    """Jinja2's ``finalize``: what every ``{{ value }}`` prints, before autoescape sees it.
+def _blank_none(value: object) -> object:
+    """Jinja2's ``finalize``: ``None`` prints as nothing (an absent epoch, reason or time: an
+    empty cell), not as "None"."""
+    return "" if value is None else value
 
-    ``None`` prints as nothing (an absent epoch, reason, time: an empty cell). Text is
-    escaped here with :func:`html.escape` and marked safe, so autoescape leaves it as is:
-    the page spells quotes ``&#x27;`` and ``&quot;`` as it always has (markupsafe, which
-    autoescape uses, would write ``&#39;`` and ``&#34;``). Markup (a macro's output) and
-    numbers go on to autoescape unchanged."""
-    if value is None:
-        return ""
-    if isinstance(value, str) and not isinstance(value, Markup):
-        return Markup(html.escape(value))
-    return value
+
+def _quotes_as_ever(page: str) -> str:
+    """The page with autoescape's ``&#39;`` and ``&#34;`` written ``&#x27;`` and ``&quot;``,
+    as the page has always spelt them (:func:`html.escape`'s spelling; the tests pin it).
+
+    Only autoescape writes either sequence: an ``&`` from the log is escaped to ``&amp;``,
+    and the templates have neither. Respelling them changes no text of the page."""
+    return page.replace("&#39;", "&#x27;").replace("&#34;", "&quot;")
 
 
 def _coord(value: float) -> str:
@@ -239,7 +237,7 @@ _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("registry", "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
-    finalize=_escaped,
+    finalize=_blank_none,
     trim_blocks=True,
     lstrip_blocks=True,
     keep_trailing_newline=True,
@@ -700,13 +698,13 @@ class _Page:
         headline, summary = self._summary()
         timeline = self._timeline()  # before the notes are shown: it may add one (thinning)
         log_facts, pills = self._header()
-        return _TEMPLATES.get_template("report.html.j2").render(
+        return _quotes_as_ever(_TEMPLATES.get_template("report.html.j2").render(
             csp=CSP, title=self.title, windowed=self.windowed,
             headline=headline, summary=summary, notes=self.notes,
             log_facts=log_facts, pills=pills,
             timeline=timeline, symbols=_SYMBOLS,
             why=self._explanations(),
-            tables=[self._refused(), self._quarantined(), self._terms_table()])
+            tables=[self._refused(), self._quarantined(), self._terms_table()]))
 
     def _header(self) -> tuple[list[tuple[str, str]], list[_Pill]]:
         """The facts about the log (term, value) and the counts by outcome."""
