@@ -69,15 +69,23 @@ short log fits an 800-px window and none scrolls in a 1,400-px one) encodes:
 
 The page loads nothing: inline ``<style>`` only, no script, and a
 ``Content-Security-Policy`` that forbids every fetch (links are to anchors
-in the page). Every string that comes from the log is HTML-escaped. The
-output is a function of the log and the arguments alone (pass
-``generated_at`` for byte-identical pages).
+in the page). The output is a function of the log and the arguments alone
+(pass ``generated_at`` for byte-identical pages).
+
+**How it is made.** This module selects what the page shows and computes the
+picture's geometry (every coordinate, lane, tick and band label); it hands
+that to the Jinja2 templates in ``registry/templates/`` as plain data (the
+small dataclasses below, strings and numbers), and the templates write all
+the markup: ``report.html.j2`` (the page, its CSS, the summary, the
+explanations), ``timeline.html.j2`` (the picture and its legend),
+``glyphs.svg.j2`` (the symbols' shapes) and ``tables.html.j2``. Autoescape
+is on, so every value from the log is HTML-escaped; a template's own macro
+output is the only markup that is not.
 """
 
 from __future__ import annotations
 
 import bisect
-import html
 import itertools
 import math
 import os
@@ -87,6 +95,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NamedTuple
+
+import jinja2
 
 from .errors import ConfigError
 from .events import GraphRef, JobStatus
@@ -111,84 +122,64 @@ AUTO_EXPLAIN_ALL = 10
 MAX_NAMED = 8
 """Items (records, jobs, terms) the summary names per line at most; it counts the rest."""
 
-_Scale = Callable[[float], float]
+_OffsetToX = Callable[[float], float]
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 
 _ALWAYS_DRAWN_TYPES = frozenset({"LeadershipGranted", "LeadershipRevoked"})
 
 # -- geometry of the picture (SVG user units = CSS px at 100 %) ------------------------------
-_LABEL_W = 230         # the column of lane names (its own SVG, never scrolled)
+_NAMES_WIDTH = 230     # the column of lane names (its own SVG, never scrolled)
 _PLOT_MAX = 1100       # the plot (its own SVG, scrolled sideways in a narrow window) ...
 _PLOT_MIN = 480        # ... at most this wide and at least this wide, ...
 _PER_OFFSET = 32       # ... and no wider than this much per offset (a short log stays narrow)
-_PX0, _PAD_RIGHT = 14, 26
+_PLOT_LEFT, _PLOT_RIGHT_PAD = 14, 26  # x of the plot's start; room right of its end
 _BAND_ROW = 22         # term labels
 _AXIS_ROW = 20         # offset tick labels
 _LANES_TOP = _BAND_ROW + _AXIS_ROW + 4
-_LANE_H = 24
-_BOTTOM = 44           # time tick labels and the date
-_CHAR_W = 6.3          # rough width of a character at font-size 11 (for fitting labels)
-_TIME_CHAR_W = 6.0     # the same at font-size 10 (time labels)
+_LANE_HEIGHT = 24
+_TIME_ROWS = 44        # below the lanes: time tick labels and the date
+_CHAR_WIDTH = 6.3      # rough width of a character at font-size 11 (for fitting labels)
+_TIME_CHAR_WIDTH = 6.0  # the same at font-size 10 (time labels)
 _TIME_GAP = 14         # at least this much room between two time labels
 
 _BAND_FILLS = ("#cfe2f3", "#d9ead3", "#fff2cc", "#d9d2e9", "#d0e0e3", "#fce5cd", "#e6e6e6")
 _BAND_INKS = ("#1c4587", "#274e13", "#7f6000", "#351c75", "#0c343d", "#783f04", "#333333")
-_ATTENTION = "#d62728"
+_ATTENTION = "#d62728"  # the red edge of a job with something to explain
+_STATUS_INKS = {"ACTIVE": "#1b641b", "RECOVERY_FAILED": "#b35900", "CANCELLED": "#111",
+                "FINISHED": "#444", "FAILED": "#a00"}
 
-# symbol id -> (SVG body drawn around 0,0; legend text; legend group)
-_SYMBOLS: dict[str, tuple[str, str, str]] = {
-    "grant": ('<path d="M0,-7L6.5,5H-6.5Z" fill="#2ca02c" stroke="#1b641b"/>',
-              "leadership granted", "Leadership"),
-    "revoke": ('<path d="M0,7L6.5,-5H-6.5Z" fill="#555" stroke="#222"/>',
-               "leadership revoked", "Leadership"),
-    "renew": ('<path d="M0,-6V6" stroke="#7f7f7f" stroke-width="2"/>', "lease renewed",
-              "Leadership"),
-    "call": ('<rect x="-4" y="-4" width="8" height="8" fill="#fff" stroke="#666" '
-             'stroke-width="1.5"/>', "call committed (its records applied together)",
-             "Leadership"),
-    "submit": ('<circle r="5.5" fill="#1f77b4" stroke="#0d3c61"/>', "submitted", "Jobs"),
-    "adopt": ('<path d="M0,-6.5L6.5,0L0,6.5L-6.5,0Z" fill="#17becf" stroke="#0b6e78"/>',
-              "adopted (lock taken)", "Jobs"),
-    "release": ('<path d="M0,-6L6,0L0,6L-6,0Z" fill="#fff" stroke="#0b6e78" '
-                'stroke-width="1.8"/>', "lock released", "Jobs"),
-    "cancel": ('<rect x="-5.5" y="-5.5" width="11" height="11" fill="#111"/>',
-               "cancelled", "Jobs"),
-    "terminate": ('<rect x="-5.5" y="-5.5" width="11" height="11" fill="#777" stroke="#111"/>',
-                  "terminated (finished/failed)", "Jobs"),
-    "reassert": ('<circle r="5" fill="#fff" stroke="#1f77b4" stroke-width="2"/>',
-                 "state reasserted", "Jobs"),
-    "recovery": ('<path d="M0,7L6.5,-5H-6.5Z" fill="#ff7f0e" stroke="#8a4500"/>',
-                 "recovery failed", "Jobs"),
-    "restart": ('<path d="M4.6,-2.6A5.3,5.3 0 1 0 5.2,1.6" fill="none" stroke="#b35900" '
-                'stroke-width="2.2"/><path d="M1.2,-5.6L6.8,-5.2L5.2,0Z" fill="#b35900"/>',
-                "restarted (checkpoint failures over budget)", "Jobs"),
-    "cleaned": ('<rect x="-5.5" y="-5.5" width="11" height="11" fill="#fff" stroke="#777" '
-                'stroke-width="1.3"/><path d="M-3.2,0.2L-0.8,2.8L3.4,-2.8" fill="none" '
-                'stroke="#2ca02c" stroke-width="2"/>', "result cleaned up", "Jobs"),
-    "cp-triggered": ('<path d="M-3.5,-5L4.5,0L-3.5,5Z" fill="#fff" stroke="#888" '
-                     'stroke-width="1.5"/>', "triggered", "Checkpoints"),
-    "cp-completed": ('<path d="M-5,0.5L-1.5,4.5L5,-5" fill="none" stroke="#2ca02c" '
-                     'stroke-width="3" stroke-linecap="round" stroke-linejoin="round"/>',
-                     "completed", "Checkpoints"),
-    "cp-failed": ('<circle r="5.8" fill="#ff7f0e" stroke="#8a4500"/>'
-                  '<path d="M0,-3.4V0.8M0,2.8V3.3" stroke="#fff" stroke-width="2"/>',
-                  "failed (counted)", "Checkpoints"),
-    "cp-discarded": ('<circle r="4.8" fill="#fff" stroke="#999" stroke-width="1.5"/>'
-                     '<path d="M-3.3,3.3L3.3,-3.3" stroke="#999" stroke-width="1.5"/>',
-                     "discarded", "Checkpoints"),
-    "other": ('<circle r="4" fill="#999"/>', "other record", "Records"),
-    "rejected": ('<circle r="9" fill="#d62728" fill-opacity="0.18"/>'
-                 '<path d="M-5.5,-5.5L5.5,5.5M-5.5,5.5L5.5,-5.5" stroke="#d62728" '
-                 'stroke-width="3" stroke-linecap="round"/>', "REFUSED write (rejected)",
-                 "Verdicts"),
-    "ignored": ('<circle r="6" fill="none" stroke="#e69f00" stroke-width="2.5"/>',
-                "ignored (kept, no effect)", "Verdicts"),
-    "duplicate": ('<circle r="5" fill="none" stroke="#555" stroke-width="1.6" '
-                  'stroke-dasharray="2.5,1.5"/>', "duplicate (no second effect)", "Verdicts"),
-    "quarantined": ('<path d="M0,-7.5L7.5,0L0,7.5L-7.5,0Z" fill="#9c27b0" stroke="#4a0072"/>'
-                    '<path d="M0,-3.5V1M0,3V3.6" stroke="#fff" stroke-width="1.8"/>',
-                    "QUARANTINED (undecodable)", "Verdicts"),
+
+class _Symbol(NamedTuple):
+    glyph: str    # its shape: the name of a glyph of templates/glyphs.svg.j2
+    legend: str   # what the legend says it means
+    group: str    # the legend's row
+
+
+# What a mark can be, in the legend's order; each is defined once in the picture as "m-<name>".
+_SYMBOLS: dict[str, _Symbol] = {
+    "grant": _Symbol("grant", "leadership granted", "Leadership"),
+    "revoke": _Symbol("revoke", "leadership revoked", "Leadership"),
+    "renew": _Symbol("renew", "lease renewed", "Leadership"),
+    "call": _Symbol("call", "call committed (its records applied together)", "Leadership"),
+    "submit": _Symbol("submit", "submitted", "Jobs"),
+    "adopt": _Symbol("adopt", "adopted (lock taken)", "Jobs"),
+    "release": _Symbol("release", "lock released", "Jobs"),
+    "cancel": _Symbol("cancel", "cancelled", "Jobs"),
+    "terminate": _Symbol("terminate", "terminated (finished/failed)", "Jobs"),
+    "reassert": _Symbol("reassert", "state reasserted", "Jobs"),
+    "recovery": _Symbol("recovery", "recovery failed", "Jobs"),
+    "restart": _Symbol("restart", "restarted (checkpoint failures over budget)", "Jobs"),
+    "cleaned": _Symbol("cleaned", "result cleaned up", "Jobs"),
+    "cp-triggered": _Symbol("cp-triggered", "triggered", "Checkpoints"),
+    "cp-completed": _Symbol("cp-completed", "completed", "Checkpoints"),
+    "cp-failed": _Symbol("cp-failed", "failed (counted)", "Checkpoints"),
+    "cp-discarded": _Symbol("cp-discarded", "discarded", "Checkpoints"),
+    "other": _Symbol("other", "other record", "Records"),
+    "rejected": _Symbol("rejected", "REFUSED write (rejected)", "Verdicts"),
+    "ignored": _Symbol("ignored", "ignored (kept, no effect)", "Verdicts"),
+    "duplicate": _Symbol("duplicate", "duplicate (no second effect)", "Verdicts"),
+    "quarantined": _Symbol("quarantined", "QUARANTINED (undecodable)", "Verdicts"),
 }
 _GROUPS = ("Leadership", "Jobs", "Checkpoints", "Records", "Verdicts")
 
@@ -220,16 +211,195 @@ _TIME_STEPS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 
 _DAY = 86_400_000
 
 
-def _symbol(d: Decision) -> str:
-    if d.outcome == Outcome.REJECTED:
+# -- the templates -------------------------------------------------------------------------------
+
+def _blank_none(value: object) -> object:
+    """Jinja2's ``finalize``: ``None`` prints as nothing (an absent epoch, reason or time: an
+    empty cell), not as "None"."""
+    return "" if value is None else value
+
+
+def _quotes_as_ever(page: str) -> str:
+    """The page with autoescape's ``&#39;`` and ``&#34;`` written ``&#x27;`` and ``&quot;``,
+    as the page has always spelt them (:func:`html.escape`'s spelling; the tests pin it).
+
+    Only autoescape writes either sequence: an ``&`` from the log is escaped to ``&amp;``,
+    and the templates have neither. Respelling them changes no text of the page."""
+    return page.replace("&#39;", "&#x27;").replace("&#34;", "&quot;")
+
+
+def _coord(value: float) -> str:
+    """A coordinate as the picture writes it: to 0.1 px (the template filter ``coord``)."""
+    return f"{value:.1f}"
+
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("registry", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    finalize=_blank_none,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+    auto_reload=False,
+)
+_TEMPLATES.filters["coord"] = _coord
+
+
+# -- what the templates are given ----------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """A piece of a line of text: plain, bold, code, or a link to an anchor of the page."""
+    text: object          # None shows as nothing
+    style: str = ""       # "", "bold" or "code"
+    href: str = ""        # "#why", "#job-<id>": a link (no style)
+
+
+_Text = list[_Span]
+
+
+@dataclass(frozen=True, slots=True)
+class _SummaryLine:
+    tone: str             # "bad", "warn", "ok" (a kind of trouble that did not happen) or ""
+    text: _Text
+
+
+@dataclass(frozen=True, slots=True)
+class _Pill:
+    name: str
+    count: int
+    tone: str             # "bad", "warn", "q" (quarantined) or "": drawn only when count > 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Band:
+    """A leadership term's band: its x span, colours, tooltip, the dashed revoke line's x
+    (``None``: none drawn) and the label that fits (``label`` empty: none fits)."""
+    x: float
+    width: float
+    fill: str
+    ink: str
+    tooltip: str
+    revoke_x: float | None
+    label: str
+    label_x: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    x: float              # where the tick is
+    label_x: float        # where its label is anchored ...
+    anchor: str           # ... and how (SVG text-anchor)
+    label: str
+    title: str = ""       # the label's tooltip
+
+
+@dataclass(frozen=True, slots=True)
+class _LaneName:
+    """One lane's row in the column of names."""
+    kind: str             # "leadership", "quarantined" or "job"
+    label: str            # the name as shown (a long job id clipped)
+    text_y: float
+    ink: str              # a job's status colour; the other lanes' name colour
+    status: str = ""      # a job's status at the end of the log
+    tooltip: str = ""
+    href: str = ""        # a job's explanation, when the page has one
+    attention: str = ""   # what there is to explain (empty: no red edge)
+    edge_y: int = 0       # the red edge's top and height
+    edge_height: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    symbol: str
+    x: float
+    y: float
+    tooltip: str
+
+
+@dataclass(frozen=True, slots=True)
+class _LegendKey:
+    glyph: str
+    text: str
+    fill: str = ""        # the colour of a glyph drawn in a colour of the page's choosing
+
+
+@dataclass(frozen=True, slots=True)
+class _LegendGroup:
+    name: str
+    keys: list[_LegendKey]
+
+
+@dataclass(frozen=True, slots=True)
+class _Timeline:
+    """The picture, every coordinate computed: the lane names' column, the plot, the legend."""
+    names_width: int
+    names_right: int      # x where lane names' right-aligned texts end
+    names_divider_x: float
+    plot_width: int
+    plot_left: int
+    height: int
+    band_row: int         # height of the band labels' row
+    band_label_y: int
+    offset_label_y: int
+    lanes_top: int
+    lanes_bottom: int
+    time_caption_y: float
+    time_label_y: float
+    date_y: float
+    attention: str        # the red edge's colour
+    lane_rules: list[int]  # y of the line under each lane
+    lanes: list[_LaneName]
+    bands: list[_Band]
+    offset_ticks: list[_Tick]
+    time_ticks: list[_Tick]
+    first_date: str       # the first stamped record's UTC date ("": no stamp)
+    marks: list[_Mark]
+    legend: list[_LegendGroup]
+
+
+@dataclass(frozen=True, slots=True)
+class _Explanation:
+    job_id: str
+    tags: list[str]       # what there is to explain about it
+    text: str             # Forensics.explain
+
+
+@dataclass(frozen=True, slots=True)
+class _Why:
+    """The explanations section."""
+    asked: int | None     # how many jobs were asked for (None: none asked for)
+    explanations: list[_Explanation]
+    with_plain: bool      # some explained jobs have nothing to explain (a small log)
+    any_job: bool         # some job has a record in the window
+    plain_count: int      # ACTIVE jobs with nothing to explain, not explained ...
+    plain_names: str      # ... and the first 40 of them
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    title: str
+    head: Sequence[str]
+    rows: Sequence[Sequence[object]]  # at most max_rows
+    empty: str            # said instead of a table without rows
+    css_class: str
+    column_classes: list[str]  # each column's cell class ("": none)
+    total: int            # rows before the cut
+    left_out: int
+    max_rows: int
+
+
+def _symbol(decision: Decision) -> str:
+    if decision.outcome == Outcome.REJECTED:
         return "rejected"
-    if d.outcome == Outcome.QUARANTINED:
+    if decision.outcome == Outcome.QUARANTINED:
         return "quarantined"
-    if d.outcome == Outcome.IGNORED:
+    if decision.outcome == Outcome.IGNORED:
         return "ignored"
-    if d.outcome == Outcome.DUPLICATE:
+    if decision.outcome == Outcome.DUPLICATE:
         return "duplicate"
-    return _TYPE_SYMBOL.get(d.event_type or "", "other")
+    return _TYPE_SYMBOL.get(decision.event_type or "", "other")
 
 
 class _Scanned(Forensics):
@@ -255,14 +425,9 @@ class _Scanned(Forensics):
 
 @dataclass(frozen=True)
 class _Lane:
-    name: str           # shown (escaped at drawing time)
+    name: str
     kind: str           # "leadership", "quarantined" or "job"
     status: str = ""    # the job's status at the end of the log
-
-
-def _esc(value: object) -> str:
-    """Escape anything for HTML text and attribute values."""
-    return html.escape("" if value is None else str(value), quote=True)
 
 
 def _iso(ms: int | None) -> str:
@@ -276,13 +441,27 @@ def _clip(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: max(1, chars - 1)] + "…"
 
 
-def _px(x: float) -> str:
-    return f"{x:.1f}"
-
-
-def _n(count: int, one: str, many: str | None = None) -> str:
+def _count(count: int, one: str, many: str | None = None) -> str:
     """``1 record``, ``2 records``."""
     return f"{count} {one if count == 1 else (many or one + 's')}"
+
+
+def _text(*parts: _Span | object) -> _Text:
+    """A line of text from pieces: spans as they are, anything else as plain text."""
+    return [p if isinstance(p, _Span) else _Span(p) for p in parts]
+
+
+def _bold(text: object) -> _Span:
+    return _Span(text, style="bold")
+
+
+def _joined(pieces: Iterable[_Text], separator: str) -> _Text:
+    out: _Text = []
+    for i, piece in enumerate(pieces):
+        if i:
+            out.append(_Span(separator))
+        out += piece
+    return out
 
 
 def _duration(ms: int) -> str:
@@ -380,12 +559,12 @@ def write_report(forensics: Forensics, path: str | os.PathLike[str], *,
 
 
 class _Page:
-    """One rendering: the selection made once, then the HTML built piece by piece."""
+    """One rendering: the selection made once, then the templates given what they show."""
 
     def __init__(self, forensics: _Scanned, image: Image, decisions: list[Decision],
                  wanted: list[str] | None, since: int | None, until: int | None,
                  title: str | None, generated_at: int) -> None:
-        self.f = forensics
+        self.forensics = forensics
         self.image = image
         self.all = decisions
         self.since, self.until = since, until
@@ -402,8 +581,6 @@ class _Page:
         self.wanted = wanted
         self._choose_lanes(wanted)
         self._choose_explained(wanted)
-        self.used: set[str] = set()  # the symbols the picture draws (for its legend)
-        self.plot_w = _PLOT_MAX        # the plot's width (set by the picture)
 
     # -- selection -----------------------------------------------------------------------------
 
@@ -413,11 +590,11 @@ class _Page:
         return (self.since is None or ts >= self.since) and (self.until is None or ts <= self.until)
 
     def _window_terms(self) -> list[TermSummary]:
-        terms = self.f.terms()
+        terms = self.forensics.terms()
         if self.windowed:
-            w = self.window
-            lo, hi = (w[0].offset, w[-1].offset) if w else (0, -1)
-            terms = [t for t in terms if t.last_offset >= lo and t.first_offset <= hi]
+            window = self.window
+            first, last = (window[0].offset, window[-1].offset) if window else (0, -1)
+            terms = [t for t in terms if t.last_offset >= first and t.first_offset <= last]
         return terms
 
     def _first_seen(self) -> dict[str, int]:
@@ -433,7 +610,7 @@ class _Page:
     def _flags(self, job: str) -> list[str]:
         """What there is to explain about a job, for people (empty: plainly ACTIVE)."""
         counts: Counter[str] = Counter()
-        for d in self.f.by_job.get(job, []):
+        for d in self.forensics.by_job.get(job, []):
             if self._in_window(d.timestamp):
                 if d.outcome == Outcome.ACCEPTED and d.event_type in ("JobRecoveryFailed",
                                                                       "JobRestarted"):
@@ -454,7 +631,7 @@ class _Page:
                          (Outcome.QUARANTINED, "quarantined record"),
                          ("JobRestarted", "restart")):
             if counts[key]:
-                out.append(_n(counts[key], one))
+                out.append(_count(counts[key], one))
         if view is not None and view.over_budget:
             out.append("checkpoint failures over budget")
         if view is not None and view.dirty:
@@ -518,93 +695,91 @@ class _Page:
     # -- the page ------------------------------------------------------------------------------
 
     def render(self) -> str:
-        summary = self._summary()
-        timeline = self._timeline()  # before the notes: it may add one (thinning)
-        body = [self._header(), timeline, self._explain(), self._refused(),
-                self._quarantined(), self._terms_table()]
-        notes = "".join(f"<li>{_esc(n)}</li>" for n in self.notes)
-        notes_html = f'<ul class="notes">{notes}</ul>\n' if notes else ""
-        return (
-            "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f'<meta http-equiv="Content-Security-Policy" content="{_esc(CSP)}">\n'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            '<meta name="generator" content="jobreg report">\n'
-            f"<title>{_esc(self.title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
-            f"<h1>{_esc(self.title)}</h1>\n" + summary + notes_html + "".join(body)
-            + "\n</body>\n</html>\n")
+        headline, summary = self._summary()
+        timeline = self._timeline()  # before the notes are shown: it may add one (thinning)
+        log_facts, pills = self._header()
+        return _quotes_as_ever(_TEMPLATES.get_template("report.html.j2").render(
+            csp=CSP, title=self.title, windowed=self.windowed,
+            headline=headline, summary=summary, notes=self.notes,
+            log_facts=log_facts, pills=pills,
+            timeline=timeline, symbols=_SYMBOLS,
+            why=self._explanations(),
+            tables=[self._refused(), self._quarantined(), self._terms_table()]))
 
-    def _header(self) -> str:
-        w = self.window
+    def _header(self) -> tuple[list[tuple[str, str]], list[_Pill]]:
+        """The facts about the log (term, value) and the counts by outcome."""
+        window = self.window
         counts = {o: 0 for o in (Outcome.ACCEPTED, Outcome.REJECTED, Outcome.IGNORED,
                                  Outcome.QUARANTINED, Outcome.DUPLICATE)}
-        for d in w:
+        for d in window:
             counts[d.outcome] = counts.get(d.outcome, 0) + 1
-        stamps = [d.timestamp for d in w if d.timestamp is not None]
-        topic = getattr(self.f.source, "topic", None) or "unknown"
-        offsets = f"{w[0].offset} – {w[-1].offset}" if w else "none"
-        if self.all and (not w or (w[0].offset, w[-1].offset)
+        stamps = [d.timestamp for d in window if d.timestamp is not None]
+        topic = getattr(self.forensics.source, "topic", None) or "unknown"
+        offsets = f"{window[0].offset} – {window[-1].offset}" if window else "none"
+        if self.all and (not window or (window[0].offset, window[-1].offset)
                          != (self.all[0].offset, self.all[-1].offset)):
             offsets += f" (the log: {self.all[0].offset} – {self.all[-1].offset})"
         span = f"{_iso(min(stamps))} – {_iso(max(stamps))}" if stamps else "no timestamps"
-        window = "the whole log"
+        selected = "the whole log"
         if self.windowed:
-            window = (f"records stamped {_iso(self.since) if self.since is not None else '…'}"
-                      f" to {_iso(self.until) if self.until is not None else '…'} "
-                      "(records without a timestamp kept)")
+            selected = (f"records stamped {_iso(self.since) if self.since is not None else '…'}"
+                        f" to {_iso(self.until) if self.until is not None else '…'} "
+                        "(records without a timestamp kept)")
         leader = self.image.active_leader
         now = (f"epoch {self.image.epoch}, leader {leader.contender}" if leader is not None
                else f"epoch {self.image.epoch}, no active leader")
-        rows = [
+        facts = [
             ("namespace", self.image.namespace), ("topic", topic),
-            ("window", window), ("offsets", offsets), ("time (UTC)", span),
+            ("window", selected), ("offsets", offsets), ("time (UTC)", span),
             ("at the end of the log", now), ("generated", _iso(self.generated_at)),
         ]
-        dl = "".join(f"<dt>{_esc(k)}</dt><dd>{_esc(v)}</dd>" for k, v in rows)
-        pills = [("records", len(w), ""), ("accepted", counts[Outcome.ACCEPTED], ""),
-                 ("rejected", counts[Outcome.REJECTED], "bad"),
-                 ("ignored", counts[Outcome.IGNORED], "warn"),
-                 ("quarantined", counts[Outcome.QUARANTINED], "q"),
-                 ("duplicates", counts[Outcome.DUPLICATE], "")]
-        pill_html = "".join(
-            f'<span class="{"pill " + cls if n and cls else "pill"}"><b>{n}</b> {name}</span>'
-            for name, n, cls in pills)
-        return (f"<header><h2>The log</h2><dl>{dl}</dl>"
-                f'<div class="pills">{pill_html}</div></header>\n')
+        pills = [_Pill("records", len(window), ""),
+                 _Pill("accepted", counts[Outcome.ACCEPTED], ""),
+                 _Pill("rejected", counts[Outcome.REJECTED], "bad"),
+                 _Pill("ignored", counts[Outcome.IGNORED], "warn"),
+                 _Pill("quarantined", counts[Outcome.QUARANTINED], "q"),
+                 _Pill("duplicates", counts[Outcome.DUPLICATE], "")]
+        return facts, pills
 
     # -- the summary ---------------------------------------------------------------------------
 
-    def _job(self, job: str | None) -> str:
+    def _job_ref(self, job: str | None) -> _Span:
         """A job's name, linked to its explanation when the page has one."""
         if job is None:
-            return "(no job)"
+            return _Span("(no job)")
         if job in self.has_explanation:
-            return f'<a href="#job-{_esc(job)}">{_esc(job)}</a>'
-        return f"<code>{_esc(job)}</code>"
-
-    def _by(self, d: Decision) -> str:
-        return f"{_esc(d.writer or 'an unknown writer')} (epoch {_esc(d.epoch)})"
+            return _Span(job, href=f"#job-{job}")
+        return _Span(job, style="code")
 
     @staticmethod
-    def _named(items: list[str], total: int | None = None) -> str:
+    def _writer_ref(d: Decision) -> _Span:
+        """Who wrote a record: ``jm-2 (epoch 2)``."""
+        epoch = "" if d.epoch is None else d.epoch
+        return _Span(f"{d.writer or 'an unknown writer'} (epoch {epoch})")
+
+    @staticmethod
+    def _named(items: list[_Text], total: int | None = None) -> _Text:
         """The first :data:`MAX_NAMED` items, then how many more."""
         total = len(items) if total is None else total
         shown = items[:MAX_NAMED]
-        return "; ".join(shown) + (f"; and {total - len(shown)} more" if total > len(shown)
-                                   else "")
+        return _joined(shown, "; ") + (_text(f"; and {total - len(shown)} more")
+                                       if total > len(shown) else [])
 
-    def _summary(self) -> str:
-        lines: list[tuple[str, str]] = []  # (class: bad/warn/ok/"", HTML)
+    def _summary(self) -> tuple[str, list[_SummaryLine]]:
+        """The headline and the lines of "What happened"."""
+        lines: list[_SummaryLine] = []
         headline: list[str] = []
-        w = self.window
+        window = self.window
         where = "in the window" if self.windowed else "in the log"
-        stamps = [d.timestamp for d in w if d.timestamp is not None]
-        if not w:
-            lines.append(("", f"No record {where}."))
+        stamps = [d.timestamp for d in window if d.timestamp is not None]
+        if not window:
+            lines.append(_SummaryLine("", _text(f"No record {where}.")))
         else:
-            span = (f" over {_duration(max(stamps) - min(stamps))} ({_esc(_iso(min(stamps)))} to "
-                    f"{_esc(_iso(max(stamps)))})" if stamps else "")
-            lines.append(("", f"{_n(len(w), 'record')} {where}, offsets {w[0].offset} to "
-                              f"{w[-1].offset}{span}."))
+            span = (f" over {_duration(max(stamps) - min(stamps))} ({_iso(min(stamps))} to "
+                    f"{_iso(max(stamps))})" if stamps else "")
+            lines.append(_SummaryLine("", _text(
+                f"{_count(len(window), 'record')} {where}, offsets {window[0].offset} to "
+                f"{window[-1].offset}{span}.")))
         lines.append(self._summary_terms(headline))
         lines += self._summary_refused(headline)
         lines += self._summary_recovery(headline)
@@ -612,81 +787,86 @@ class _Page:
         lines += self._summary_results(headline)
         lines += self._summary_records(headline)
         lines.append(self._summary_jobs())
-        absent = [text for cls, text in lines if cls == "ok"]
-        lines = [(cls, text) for cls, text in lines if cls != "ok"]
-        if absent and w:
-            lines.append(("ok", "None of these happened: " + ", ".join(absent) + "."))
+        absent = [line.text for line in lines if line.tone == "ok"]
+        lines = [line for line in lines if line.tone != "ok"]
+        if absent and window:
+            lines.append(_SummaryLine("ok", _text("None of these happened: ")
+                                      + _joined(absent, ", ") + _text(".")))
         head = ("; ".join(headline) + ".") if headline else "No trouble found."
-        items = "".join(f'<li class="{cls}">{text}</li>' if cls else f"<li>{text}</li>"
-                        for cls, text in lines)
-        return (f'<section class="summary" id="summary"><h2>What happened</h2>'
-                f'<p class="headline">{_esc(head[0].upper() + head[1:])}</p>'
-                f"<ul>{items}</ul></section>\n")
+        return head[0].upper() + head[1:], lines
 
-    def _summary_terms(self, headline: list[str]) -> tuple[str, str]:
+    def _summary_terms(self, headline: list[str]) -> _SummaryLine:
         terms = self.terms
         if not terms:
-            return ("warn", "No leadership term was granted "
-                    + ("in the window." if self.windowed else "(nobody could write)."))
+            return _SummaryLine("warn", _text(
+                "No leadership term was granted "
+                + ("in the window." if self.windowed else "(nobody could write).")))
         failovers = sum(1 for a, b in itertools.pairwise(terms) if a.leader != b.leader)
-        steps = [f"epoch {terms[0].epoch} <b>{_esc(terms[0].leader)}</b> from offset "
-                 f"{terms[0].first_offset}"]
-        for a, b in itertools.pairwise(terms):
-            if a.end == "revoked":
-                how = f"after {_esc(a.leader)} revoked epoch {a.epoch} at {a.end_offset}"
+        steps = [_text(f"epoch {terms[0].epoch} ", _bold(terms[0].leader),
+                       f" from offset {terms[0].first_offset}")]
+        for before, after in itertools.pairwise(terms):
+            if before.end == "revoked":
+                how = (f"after {before.leader} revoked epoch {before.epoch} at "
+                       f"{before.end_offset}")
             else:
-                how = f"epoch {a.epoch} ended without a revoke"
-            moved = "took over" if a.leader != b.leader else "was granted again"
-            steps.append(f"epoch {b.epoch} <b>{_esc(b.leader)}</b> {moved} at offset "
-                         f"{b.first_offset} ({how})")
+                how = f"epoch {before.epoch} ended without a revoke"
+            moved = "took over" if before.leader != after.leader else "was granted again"
+            steps.append(_text(f"epoch {after.epoch} ", _bold(after.leader),
+                               f" {moved} at offset {after.first_offset} ({how})"))
         if len(steps) > 2 * MAX_NAMED // 2 + 1:
             half = MAX_NAMED // 2
-            steps = steps[:half] + [f"… {len(steps) - 2 * half} more …"] + steps[-half:]
+            steps = steps[:half] + [_text(f"… {len(steps) - 2 * half} more …")] + steps[-half:]
         leader = self.image.active_leader
-        end = (f"{_esc(leader.contender)} leads (epoch {leader.epoch}) at the end of the log"
+        end = (f"{leader.contender} leads (epoch {leader.epoch}) at the end of the log"
                if leader is not None else
                f"nobody leads at the end of the log (epoch {self.image.epoch} "
                + ("was revoked)" if self.image.revoked else "has no active leader)"))
-        moves = _n(failovers, "failover") if failovers else "no failover"
-        text = f"{_n(len(terms), 'leadership term')}, {moves}: " + " → ".join(steps) + f". {end}."
-        headline.append(f"{_n(len(terms), 'leadership term')}, {moves}")
-        return ("", text)
+        moves = _count(failovers, "failover") if failovers else "no failover"
+        headline.append(f"{_count(len(terms), 'leadership term')}, {moves}")
+        return _SummaryLine("", _text(f"{_count(len(terms), 'leadership term')}, {moves}: ")
+                            + _joined(steps, " → ") + _text(f". {end}."))
 
-    def _summary_refused(self, headline: list[str]) -> list[tuple[str, str]]:
+    def _summary_refused(self, headline: list[str]) -> list[_SummaryLine]:
         refused = [d for d in self.window if d.outcome == Outcome.REJECTED]
         if not refused:
-            return [("ok", "a refused write"),
-                    ("ok", "a resurrection attempt (a write refused as terminal_job)")]
+            return [_SummaryLine("ok", _text("a refused write")),
+                    _SummaryLine("ok", _text("a resurrection attempt (a write refused as "
+                                             "terminal_job)"))]
         by_writer: dict[str, list[Decision]] = {}
         for d in refused:
             by_writer.setdefault(d.writer or "an unknown writer", []).append(d)
-        parts = []
+        parts: list[_Text] = []
         for writer, ds in by_writer.items():
             reasons = Counter(d.reason for d in ds)
-            what = ", ".join(f"{_esc(r)} ×{n}" if n > 1 else _esc(r) for r, n in reasons.items())
+            what = _joined((_text(r, f" ×{n}") if n > 1 else _text(r)
+                            for r, n in reasons.items()), ", ")
             # the first refusal that is not a resurrection attempt (those have a line below)
             first = next((d for d in ds if d.reason != "terminal_job"), None)
-            parts.append(f"<b>{_esc(writer)}</b>: {_n(len(ds), 'write')} ({what})"
-                         + ("" if first is None else
-                            f", first {_esc(first.event_type)} of {self._job(first.job_id)} at "
-                            f"offset {first.offset}: {_esc(_clip(first.detail, 160))}"))
+            part = _text(_bold(writer), f": {_count(len(ds), 'write')} (") + what + _text(")")
+            if first is not None:
+                part += _text(", first ", first.event_type, " of ", self._job_ref(first.job_id),
+                              f" at offset {first.offset}: ", _clip(first.detail, 160))
+            parts.append(part)
         writers = ", ".join(by_writer)
-        headline.append(f"{_n(len(refused), 'write')} refused (by {writers})")
-        out = [("bad", f"{_n(len(refused), 'write')} refused, by writer: "
-                + self._named(parts) + ".")]
+        headline.append(f"{_count(len(refused), 'write')} refused (by {writers})")
+        out = [_SummaryLine("bad", _text(f"{_count(len(refused), 'write')} refused, by writer: ")
+                            + self._named(parts) + _text("."))]
         resurrect = [d for d in refused if d.reason == "terminal_job"]
         if resurrect:
-            headline.append(_n(len(resurrect), "resurrection attempt") + " refused")
-            items = [f"{self._by(d)} wrote {_esc(d.event_type)} for {self._job(d.job_id)} at "
-                     f"offset {d.offset}: {_esc(_clip(d.detail, 160))}" for d in resurrect]
-            out.append(("bad", f"{_n(len(resurrect), 'resurrection attempt')} refused (writes "
-                        "refused as terminal_job: a cancelled, finished or failed job never "
-                        "comes back): " + self._named(items) + "."))
+            headline.append(_count(len(resurrect), "resurrection attempt") + " refused")
+            items = [_text(self._writer_ref(d), " wrote ", d.event_type, " for ",
+                           self._job_ref(d.job_id), f" at offset {d.offset}: ",
+                           _clip(d.detail, 160)) for d in resurrect]
+            out.append(_SummaryLine("bad", _text(
+                f"{_count(len(resurrect), 'resurrection attempt')} refused (writes refused as "
+                "terminal_job: a cancelled, finished or failed job never comes back): ")
+                + self._named(items) + _text(".")))
         else:
-            out.append(("ok", "a resurrection attempt (a write refused as terminal_job)"))
+            out.append(_SummaryLine("ok", _text("a resurrection attempt (a write refused as "
+                                                "terminal_job)")))
         return out
 
-    def _summary_recovery(self, headline: list[str]) -> list[tuple[str, str]]:
+    def _summary_recovery(self, headline: list[str]) -> list[_SummaryLine]:
         failed: dict[str, list[Decision]] = {}
         for d in self.window:
             if d.accepted and d.event_type == "JobRecoveryFailed" and d.job_id is not None:
@@ -695,321 +875,268 @@ class _Page:
             if view.status == JobStatus.RECOVERY_FAILED and job in self.first:
                 failed.setdefault(job, [])
         if not failed:
-            return [("ok", "a failed recovery")]
-        items = []
+            return [_SummaryLine("ok", _text("a failed recovery"))]
+        items: list[_Text] = []
         for job, ds in failed.items():
             view = self.image.jobs.get(job)
-            when = (" at offset " + ", ".join(str(d.offset) for d in ds)
-                    + f" by {self._by(ds[-1])}" if ds else "")
+            when = (_text(" at offset " + ", ".join(str(d.offset) for d in ds) + " by ",
+                          self._writer_ref(ds[-1])) if ds else [])
             if view is not None and view.status == JobStatus.RECOVERY_FAILED:
-                items.append(f"{self._job(job)} failed recovery{when}: "
-                             f"<b>{_esc(_clip(view.error or 'no error recorded', 300))}</b>; "
-                             "still RECOVERY_FAILED at the end of the log (no term recovers "
-                             "it until it is retried or cancelled)")
+                items.append(_text(self._job_ref(job), " failed recovery") + when + _text(
+                    ": ", _bold(_clip(view.error or "no error recorded", 300)),
+                    "; still RECOVERY_FAILED at the end of the log (no term recovers it until "
+                    "it is retried or cancelled)"))
             else:
                 status = view.status if view is not None else "not in the registry"
-                items.append(f"{self._job(job)} failed recovery{when}; {_esc(status)} at the end "
-                             "of the log")
-        headline.append(_n(len(failed), "job") + " failed recovery ("
+                items.append(_text(self._job_ref(job), " failed recovery") + when
+                             + _text("; ", status, " at the end of the log"))
+        headline.append(_count(len(failed), "job") + " failed recovery ("
                         + ", ".join(list(failed)[:MAX_NAMED])
                         + (", …" if len(failed) > MAX_NAMED else "") + ")")
-        return [("bad", f"{_n(len(failed), 'job')} failed recovery: " + self._named(items)
-                 + ".")]
+        return [_SummaryLine("bad", _text(f"{_count(len(failed), 'job')} failed recovery: ")
+                             + self._named(items) + _text("."))]
 
-    def _summary_checkpoints(self, headline: list[str]) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
+    def _summary_checkpoints(self, headline: list[str]) -> list[_SummaryLine]:
+        out: list[_SummaryLine] = []
         ignored = [d for d in self.window if d.outcome == Outcome.IGNORED
                    and d.event_type == "CheckpointFailed"]
         if ignored:
-            headline.append(_n(len(ignored), "checkpoint failure") + " ignored")
-            items = [f"{self._job(d.job_id)} at offset {d.offset}: {_esc(_clip(d.detail, 160))}"
-                     for d in ignored]
-            out.append(("warn", f"{_n(len(ignored), 'checkpoint failure')} ignored (kept, not "
-                        "counted): " + self._named(items) + "."))
+            headline.append(_count(len(ignored), "checkpoint failure") + " ignored")
+            items = [_text(self._job_ref(d.job_id), f" at offset {d.offset}: ",
+                           _clip(d.detail, 160)) for d in ignored]
+            out.append(_SummaryLine("warn", _text(
+                f"{_count(len(ignored), 'checkpoint failure')} ignored (kept, not counted): ")
+                + self._named(items) + _text(".")))
         restarts = [d for d in self.window if d.accepted and d.event_type == "JobRestarted"]
         if restarts:
-            headline.append(_n(len(restarts), "restart"))
-            items = [f"{self._job(d.job_id)} at offset {d.offset} by {self._by(d)}"
-                     for d in restarts]
-            out.append(("warn", f"{_n(len(restarts), 'job restart')} (checkpoint failures "
-                        "over budget): " + self._named(items) + "."))
+            headline.append(_count(len(restarts), "restart"))
+            items = [_text(self._job_ref(d.job_id), f" at offset {d.offset} by ",
+                           self._writer_ref(d)) for d in restarts]
+            out.append(_SummaryLine("warn", _text(
+                f"{_count(len(restarts), 'job restart')} (checkpoint failures over budget): ")
+                + self._named(items) + _text(".")))
         over = [v for j, v in self.image.jobs.items() if j in self.first and v.over_budget]
         if over:
-            headline.append(_n(len(over), "job") + " over checkpoint budget")
-            items = [f"{self._job(v.job_id)} ("
-                     f"{_n(v.checkpoints.consecutive_failures, 'consecutive failure')}, "
-                     f"{v.max_checkpoint_failures} tolerable)" for v in over]
-            out.append(("bad", f"{_n(len(over), 'job')} over its checkpoint failure budget at "
-                        "the end of the log (restart or fail it): " + self._named(items) + "."))
+            headline.append(_count(len(over), "job") + " over checkpoint budget")
+            items = [_text(self._job_ref(v.job_id), " ("
+                           f"{_count(v.checkpoints.consecutive_failures, 'consecutive failure')}"
+                           f", {v.max_checkpoint_failures} tolerable)") for v in over]
+            out.append(_SummaryLine("bad", _text(
+                f"{_count(len(over), 'job')} over its checkpoint failure budget at the end of "
+                "the log (restart or fail it): ") + self._named(items) + _text(".")))
         if not ignored:
-            out.append(("ok", "an ignored checkpoint failure"))
+            out.append(_SummaryLine("ok", _text("an ignored checkpoint failure")))
         if not over:
-            out.append(("ok", "a job over its checkpoint failure budget"))
+            out.append(_SummaryLine("ok", _text("a job over its checkpoint failure budget")))
         return out
 
-    def _summary_results(self, headline: list[str]) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
+    def _summary_results(self, headline: list[str]) -> list[_SummaryLine]:
+        out: list[_SummaryLine] = []
         dirty = [v for j, v in self.image.jobs.items() if j in self.first and v.dirty]
         if dirty:
-            headline.append(_n(len(dirty), "job result") + " still dirty")
-            items = [f"{self._job(v.job_id)} ({_esc(v.status)}; holds {_esc(_holds(v))})"
+            headline.append(_count(len(dirty), "job result") + " still dirty")
+            items = [_text(self._job_ref(v.job_id), " (", v.status, "; holds ", _holds(v), ")")
                      for v in dirty]
-            out.append(("warn", f"{_n(len(dirty), 'job result')} still dirty at the end of the "
-                        "log (cleanup pending: its graph and checkpoints not deleted yet): "
-                        + self._named(items) + "."))
+            out.append(_SummaryLine("warn", _text(
+                f"{_count(len(dirty), 'job result')} still dirty at the end of the log (cleanup "
+                "pending: its graph and checkpoints not deleted yet): ")
+                + self._named(items) + _text(".")))
         cleaned = [d for d in self.window if d.accepted and d.event_type == "JobCleanedUp"]
         if cleaned:
-            items = [f"{self._job(d.job_id)} at offset {d.offset} by {self._by(d)}"
-                     for d in cleaned]
-            out.append(("", f"{_n(len(cleaned), 'job result')} marked clean: "
-                        + self._named(items) + "."))
+            items = [_text(self._job_ref(d.job_id), f" at offset {d.offset} by ",
+                           self._writer_ref(d)) for d in cleaned]
+            out.append(_SummaryLine("", _text(f"{_count(len(cleaned), 'job result')} marked "
+                                              "clean: ") + self._named(items) + _text(".")))
         if not dirty:
-            out.append(("ok", "a dirty job result"))
+            out.append(_SummaryLine("ok", _text("a dirty job result")))
         return out
 
-    def _summary_records(self, headline: list[str]) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
+    def _summary_records(self, headline: list[str]) -> list[_SummaryLine]:
+        out: list[_SummaryLine] = []
         quarantined = [d for d in self.window if d.outcome == Outcome.QUARANTINED]
         if quarantined:
-            headline.append(_n(len(quarantined), "record") + " quarantined")
-            items = [f"offset {d.offset}"
-                     + (f" on {self._job(j)}'s key" if (j := _quarantined_job(d)) else
-                        f" (key {_esc(_clip(d.key or 'none', 60))})")
-                     + f": {_esc(d.reason)}" for d in quarantined]
-            out.append(("bad", f"{_n(len(quarantined), 'record')} quarantined (the fold could "
-                        "not decode it; no effect): " + self._named(items) + "."))
+            headline.append(_count(len(quarantined), "record") + " quarantined")
+            items = []
+            for d in quarantined:
+                job = _quarantined_job(d)
+                on = (_text(" on ", self._job_ref(job), "'s key") if job else
+                      _text(f" (key {_clip(d.key or 'none', 60)})"))
+                items.append(_text(f"offset {d.offset}") + on + _text(": ", d.reason))
+            out.append(_SummaryLine("bad", _text(
+                f"{_count(len(quarantined), 'record')} quarantined (the fold could not decode "
+                "it; no effect): ") + self._named(items) + _text(".")))
         else:
-            out.append(("ok", "a quarantined record"))
+            out.append(_SummaryLine("ok", _text("a quarantined record")))
         other = [d for d in self.window if d.outcome == Outcome.IGNORED
                  and d.event_type != "CheckpointFailed"]
         if other:
-            items = [f"{_esc(d.event_type)} of {self._job(d.job_id)} at offset {d.offset}: "
-                     f"{_esc(_clip(d.detail, 160))}" for d in other]
-            out.append(("warn", f"{_n(len(other), 'other record')} kept but ignored: "
-                        + self._named(items) + "."))
-        dups = sum(1 for d in self.window if d.outcome == Outcome.DUPLICATE)
-        if dups:
-            out.append(("", f"{_n(dups, 'duplicate record')} (a copy of an event already in "
-                            "the log, as a retried write leaves; no second effect)."))
+            items = [_text(d.event_type, " of ", self._job_ref(d.job_id),
+                           f" at offset {d.offset}: ", _clip(d.detail, 160)) for d in other]
+            out.append(_SummaryLine("warn", _text(
+                f"{_count(len(other), 'other record')} kept but ignored: ")
+                + self._named(items) + _text(".")))
+        duplicates = sum(1 for d in self.window if d.outcome == Outcome.DUPLICATE)
+        if duplicates:
+            out.append(_SummaryLine("", _text(
+                f"{_count(duplicates, 'duplicate record')} (a copy of an event already in the "
+                "log, as a retried write leaves; no second effect).")))
         return out
 
-    def _summary_jobs(self) -> tuple[str, str]:
+    def _summary_jobs(self) -> _SummaryLine:
         views = [v for j, v in self.image.jobs.items() if j in self.first]
         if not views:
-            return ("", "No job has a record " + ("in the window." if self.windowed
-                                                  else "in the log."))
+            return _SummaryLine("", _text("No job has a record " + (
+                "in the window." if self.windowed else "in the log.")))
         by_status = Counter(v.status for v in views)
         order = [s for s in JobStatus.ALL if s in by_status] + sorted(
             s for s in by_status if s not in JobStatus.ALL)
         explained = sum(1 for j in self.explained if j in self.flags)
-        return ("", f"{_n(len(views), 'job')} at the end of the log: "
-                + ", ".join(f"{by_status[s]} {_esc(s)}" for s in order)
-                + (f"; {explained} with something to explain, <a href=\"#why\">below</a>"
-                   if explained else "") + ".")
+        text = _text(f"{_count(len(views), 'job')} at the end of the log: "
+                     + ", ".join(f"{by_status[s]} {s}" for s in order))
+        if explained:
+            text += _text(f"; {explained} with something to explain, ",
+                          _Span("below", href="#why"))
+        return _SummaryLine("", text + _text("."))
 
     # -- the picture ---------------------------------------------------------------------------
 
-    def _timeline(self) -> str:
-        w = self.window
-        if not w:
-            return ('<section><h2>Timeline</h2><p class="empty">No records in the window.'
-                    "</p></section>\n")
-        lo, hi = w[0].offset, w[-1].offset
-        pad = max(0.6, (hi - lo) * 0.012)
-        dlo, dhi = lo - pad, hi + pad
-        self.plot_w = round(min(_PLOT_MAX, max(_PLOT_MIN, (dhi - dlo) * _PER_OFFSET
-                                               + _PX0 + _PAD_RIGHT)))
-        scale = (self.plot_w - _PAD_RIGHT - _PX0) / (dhi - dlo)
+    def _timeline(self) -> _Timeline | None:
+        """The picture's geometry (``None``: no record in the window)."""
+        window = self.window
+        if not window:
+            return None
+        first, last = window[0].offset, window[-1].offset
+        pad = max(0.6, (last - first) * 0.012)
+        domain_start, domain_end = first - pad, last + pad
+        plot_width = round(min(_PLOT_MAX, max(_PLOT_MIN, (domain_end - domain_start) * _PER_OFFSET
+                                              + _PLOT_LEFT + _PLOT_RIGHT_PAD)))
+        scale = (plot_width - _PLOT_RIGHT_PAD - _PLOT_LEFT) / (domain_end - domain_start)
 
-        def x(offset: float) -> float:
-            return _PX0 + (offset - dlo) * scale
+        def x_of(offset: float) -> float:
+            return _PLOT_LEFT + (offset - domain_start) * scale
 
-        lanes_bottom = _LANES_TOP + _LANE_H * len(self.lanes)
-        height = lanes_bottom + _BOTTOM
-        plot: list[str] = [
-            f'<svg class="tl-plot" viewBox="0 0 {self.plot_w} {height}" '
-            f'width="{self.plot_w}" '
-            f'height="{height}" font-family="system-ui, sans-serif" font-size="11">',
-            "<title>Timeline: x is the log offset; bands are leadership terms; one lane per "
-            "job</title>",
-            _defs(),
-        ]
-        plot += self._bands(x, lo, hi, lanes_bottom)
-        plot += self._lane_lines(self.plot_w)
-        plot += self._axes(x, lo, hi, lanes_bottom)
-        plot += self._marks(x)
-        plot.append("</svg>")
-        labels = [f'<svg class="tl-labels" viewBox="0 0 {_LABEL_W} {height}" '
-                  f'width="{_LABEL_W}" height="{height}" font-family="system-ui, sans-serif" '
-                  'font-size="11">']
-        labels += self._lane_labels(lanes_bottom)
-        labels.append("</svg>")
-        caption = ("x: log offset (log order is the truth). Below the lanes: broker time (UTC), "
-                   "each time written where the log reached it, so the time scale is not "
-                   "linear. Bands: leadership terms. Hover a mark for its record; a job's name "
-                   "links to its explanation.")
-        return (f'<section><h2>Timeline</h2><div class="timeline" role="img" '
-                f'aria-label="timeline of the log">{"".join(labels)}<div class="tl-scroll">'
-                f'{"".join(plot)}</div></div><p class="caption">{_esc(caption)}</p>'
-                f"{self._legend()}</section>\n")
+        lanes_bottom = _LANES_TOP + _LANE_HEIGHT * len(self.lanes)
+        marks = self._marks(x_of, plot_width)
+        stamped = [(x_of(d.offset), d.timestamp) for d in self.window if d.timestamp is not None]
+        return _Timeline(
+            names_width=_NAMES_WIDTH, names_right=_NAMES_WIDTH - 8,
+            names_divider_x=_NAMES_WIDTH - 0.5,
+            plot_width=plot_width, plot_left=_PLOT_LEFT, height=lanes_bottom + _TIME_ROWS,
+            band_row=_BAND_ROW, band_label_y=15, offset_label_y=_BAND_ROW + 14,
+            lanes_top=_LANES_TOP, lanes_bottom=lanes_bottom,
+            time_caption_y=lanes_bottom + 15, time_label_y=lanes_bottom + 16,
+            date_y=lanes_bottom + 34, attention=_ATTENTION,
+            lane_rules=[_LANES_TOP + (i + 1) * _LANE_HEIGHT for i in range(len(self.lanes))],
+            lanes=self._lane_names(),
+            bands=self._bands(x_of, first, last, plot_width),
+            offset_ticks=[_tick(x_of(offset), str(offset), _CHAR_WIDTH, plot_width)
+                          for offset in _offset_ticks(first, last)],
+            time_ticks=[_tick(x, label, _TIME_CHAR_WIDTH, plot_width, title=_iso(ms))
+                        for x, label, ms in _time_ticks(stamped, plot_width)],
+            first_date=_iso(stamped[0][1])[:10] if stamped else "",
+            marks=marks,
+            legend=self._legend({mark.symbol for mark in marks}))
 
-    def _legend(self) -> str:
-        extra: dict[str, list[tuple[str, str]]] = {g: [] for g in _GROUPS}
-        fill = _BAND_FILLS[1]
-        extra["Leadership"].append((f'<rect x="-9" y="-8" width="18" height="16" fill="{fill}"/>',
-                                    "band: a leadership term (epoch · leader)"))
+    def _legend(self, used: set[str]) -> list[_LegendGroup]:
+        """The legend: the symbols the picture uses, by group, and what bands, a dashed
+        revoke line and the red edge mean (the last two only when drawn)."""
+        extra: dict[str, list[_LegendKey]] = {g: [] for g in _GROUPS}
+        extra["Leadership"].append(_LegendKey("band", "band: a leadership term (epoch · leader)",
+                                              fill=_BAND_FILLS[1]))
         if any(t.end == "revoked" for t in self.terms):
-            extra["Leadership"].append(('<path d="M0,-9V9" stroke="#333" stroke-width="1.5" '
-                                        'stroke-dasharray="4,3"/>', "dashed line: term revoked"))
+            extra["Leadership"].append(_LegendKey("revoked-line", "dashed line: term revoked"))
         if any(lane.kind == "job" and lane.name in self.flags for lane in self.lanes):
-            extra["Jobs"].append((f'<rect x="-2" y="-9" width="4" height="18" '
-                                  f'fill="{_ATTENTION}"/>',
-                                  "red edge: the job has something to explain (below)"))
+            extra["Jobs"].append(_LegendKey("attention-edge", "red edge: the job has something "
+                                            "to explain (below)", fill=_ATTENTION))
         groups = []
         for group in _GROUPS:
-            keys = [(body, text) for name, (body, text, g) in _SYMBOLS.items()
-                    if g == group and name in self.used] + extra[group]
-            if not keys:
-                continue
-            spans = "".join(f'<span class="key"><svg width="20" height="20" '
-                            f'viewBox="-10 -10 20 20">{body}</svg>{_esc(text)}</span>'
-                            for body, text in keys)
-            groups.append(f'<div class="lg"><span class="lgname">{_esc(group)}</span>'
-                          f'<span class="keys">{spans}</span></div>')
-        return f'<div class="legend">{"".join(groups)}</div>'
+            keys = [_LegendKey(symbol.glyph, symbol.legend) for name, symbol in _SYMBOLS.items()
+                    if symbol.group == group and name in used] + extra[group]
+            if keys:
+                groups.append(_LegendGroup(group, keys))
+        return groups
 
-    def _bands(self, x: _Scale, lo: int, hi: int, bottom: float) -> list[str]:
-        bands: list[tuple[int, float, float, str]] = []  # epoch, x0, x1, tooltip
-        terms = self.f.scan().terms
-        by_epoch = {t.epoch: t for t in terms}
+    def _bands(self, x_of: _OffsetToX, first: int, last: int, plot_width: int) -> list[_Band]:
+        spans: list[tuple[TermSummary, float, float, str]] = []  # term, x start, x end, tooltip
+        terms = self.forensics.scan().terms
         for i, info in enumerate(terms):
-            epoch = info.epoch
             end: float
             if info.revoked_offset is not None:
                 end, how = info.revoked_offset, f"revoked at {info.revoked_offset}"
             elif i + 1 < len(terms):
-                nxt = terms[i + 1]
-                end, how = nxt.granted_offset, f"until epoch {nxt.epoch} at {nxt.granted_offset}"
+                following = terms[i + 1]
+                end, how = (following.granted_offset,
+                            f"until epoch {following.epoch} at {following.granted_offset}")
             else:
                 end, how = math.inf, "current"
             start = info.granted_offset
-            if end < lo or start > hi:
+            if end < first or start > last:
                 continue
-            x0, x1 = max(x(start), 0.0), min(x(min(end, hi + 1)), float(self.plot_w))
-            tip = (f"epoch {epoch} · leader {info.leader} · granted at {start} · {how}"
-                   + (f" · lease {info.lease_ms} ms, {info.renewals} renewal(s)"
-                      if info.lease_ms else ""))
-            bands.append((epoch, x0, max(x1, x0 + 1.0), tip))
-        out: list[str] = []
+            x_start = max(x_of(start), 0.0)
+            x_end = min(x_of(min(end, last + 1)), float(plot_width))
+            tooltip = (f"epoch {info.epoch} · leader {info.leader} · granted at {start} · {how}"
+                       + (f" · lease {info.lease_ms} ms, {info.renewals} renewal(s)"
+                          if info.lease_ms else ""))
+            spans.append((info, x_start, max(x_end, x_start + 1.0), tooltip))
+        bands: list[_Band] = []
         label_end = 0.0
-        for i, (epoch, x0, x1, tip) in enumerate(bands):
-            info = by_epoch[epoch]
-            fill, ink = _BAND_FILLS[epoch % len(_BAND_FILLS)], _BAND_INKS[epoch % len(_BAND_INKS)]
-            width = x1 - x0
-            out.append(f'<g class="band"><title>{_esc(tip)}</title>'
-                       f'<rect x="{_px(x0)}" y="0" width="{_px(width)}" height="{_px(bottom)}" '
-                       f'fill="{fill}" fill-opacity="0.75"/>'
-                       f'<rect x="{_px(x0)}" y="0" width="{_px(width)}" height="{_BAND_ROW}" '
-                       f'fill="{fill}"/>')
-            if info.revoked_offset is not None and lo <= info.revoked_offset <= hi:
-                out.append(f'<path d="M{_px(x1)},0V{_px(bottom)}" stroke="{ink}" '
-                           'stroke-width="1.5" stroke-dasharray="4,3"/>')
+        for i, (info, x_start, x_end, tooltip) in enumerate(spans):
+            epoch = info.epoch
+            ink = _BAND_INKS[epoch % len(_BAND_INKS)]
+            revoked = info.revoked_offset is not None and first <= info.revoked_offset <= last
             # The label starts in its band; it may reach left over an earlier band's unused
             # header, never right into the next band.
-            right = bands[i + 1][1] - 4 if i + 1 < len(bands) else self.plot_w - 4
-            for label in (f"epoch {epoch} · {info.leader}",
-                          _clip(f"e{epoch} · {info.leader}", 16), f"e{epoch}"):
-                need = len(label) * _CHAR_W
-                start = max(2.0, min(x0 + 4, right - need))
-                if start >= label_end + 8 or (start >= label_end and label == f"e{epoch}"):
-                    out.append(f'<text x="{_px(start)}" y="15" fill="{ink}" font-weight="600">'
-                               f"{_esc(label)}</text>")
+            right = spans[i + 1][1] - 4 if i + 1 < len(spans) else plot_width - 4
+            label, label_x = "", 0.0
+            for candidate in (f"epoch {epoch} · {info.leader}",
+                              _clip(f"e{epoch} · {info.leader}", 16), f"e{epoch}"):
+                need = len(candidate) * _CHAR_WIDTH
+                start = max(2.0, min(x_start + 4, right - need))
+                if start >= label_end + 8 or (start >= label_end and candidate == f"e{epoch}"):
+                    label, label_x = candidate, start
                     label_end = start + need
                     break
-            out.append("</g>")
-        return out
+            bands.append(_Band(x=x_start, width=x_end - x_start,
+                               fill=_BAND_FILLS[epoch % len(_BAND_FILLS)], ink=ink,
+                               tooltip=tooltip, revoke_x=x_end if revoked else None,
+                               label=label, label_x=label_x))
+        return bands
 
-    def _lane_lines(self, width: int) -> list[str]:
-        return [f'<path d="M0,{_LANES_TOP + (i + 1) * _LANE_H}H{width}" stroke="#000" '
-                'stroke-opacity="0.12"/>' for i in range(len(self.lanes))]
-
-    def _lane_labels(self, bottom: float) -> list[str]:
-        out = [f'<text x="{_LABEL_W - 8}" y="15" text-anchor="end" fill="#444" '
-               'font-style="italic">leadership terms</text>',
-               f'<text x="{_LABEL_W - 8}" y="{_BAND_ROW + 14}" text-anchor="end" fill="#444" '
-               'font-style="italic">offset</text>']
-        if any(d.timestamp is not None for d in self.window):
-            out.append(f'<text x="{_LABEL_W - 8}" y="{_px(bottom + 15)}" text-anchor="end" '
-                       'fill="#444" font-style="italic">time (UTC)</text>')
-        out += self._lane_lines(_LABEL_W)
+    def _lane_names(self) -> list[_LaneName]:
+        names = []
         for i, lane in enumerate(self.lanes):
-            y = _LANES_TOP + i * _LANE_H
-            mid = y + _LANE_H / 2
+            top = _LANES_TOP + i * _LANE_HEIGHT
+            text_y = top + _LANE_HEIGHT / 2 + 4
             if lane.kind == "job":
                 flags = self.flags.get(lane.name, [])
-                if flags:
-                    out.append(f'<rect class="attention" x="0" y="{y + 2}" width="5" '
-                               f'height="{_LANE_H - 4}" fill="{_ATTENTION}"><title>'
-                               f"{_esc('to explain: ' + ', '.join(flags))}</title></rect>")
-                tip = (f"job {lane.name} · at the end of the log: {lane.status}"
-                       + (f" · {', '.join(flags)}" if flags else ""))
-                name = (f'<text x="10" y="{_px(mid + 4)}">{_esc(_clip(lane.name, 21))}</text>'
-                        f'<text x="{_LABEL_W - 8}" y="{_px(mid + 4)}" text-anchor="end" '
-                        f'font-size="9" fill="{_status_ink(lane.status)}">{_esc(lane.status)}'
-                        "</text>")
-                if lane.name in self.has_explanation:
-                    name = f'<a href="#job-{_esc(lane.name)}">{name}</a>'
-                out.append(f"<g><title>{_esc(tip)}</title>{name}</g>")
+                names.append(_LaneName(
+                    kind="job", label=_clip(lane.name, 21), text_y=text_y,
+                    ink=_STATUS_INKS.get(lane.status, "#666"), status=lane.status,
+                    tooltip=(f"job {lane.name} · at the end of the log: {lane.status}"
+                             + (f" · {', '.join(flags)}" if flags else "")),
+                    href=f"#job-{lane.name}" if lane.name in self.has_explanation else "",
+                    attention=", ".join(flags), edge_y=top + 2, edge_height=_LANE_HEIGHT - 4))
             else:
-                ink = "#4a0072" if lane.kind == "quarantined" else "#222"
-                out.append(f'<text x="10" y="{_px(mid + 4)}" font-weight="700" fill="{ink}">'
-                           f"{_esc(lane.name)}</text>")
-        out.append(f'<path d="M{_LABEL_W - 0.5},{_LANES_TOP}V{_px(bottom)}" stroke="#000" '
-                   'stroke-opacity="0.35"/>')
-        return out
+                names.append(_LaneName(
+                    kind=lane.kind, label=lane.name, text_y=text_y,
+                    ink="#4a0072" if lane.kind == "quarantined" else "#222"))
+        return names
 
-    def _axes(self, x: _Scale, lo: int, hi: int, bottom: float) -> list[str]:
-        out: list[str] = []
-        for tick in _ticks(lo, hi):
-            tx = x(tick)
-            label = str(tick)
-            lx, anchor = _fit(tx, len(label) * _CHAR_W, self.plot_w)
-            out.append(f'<path d="M{_px(tx)},{_BAND_ROW}V{_px(bottom)}" stroke="#000" '
-                       'stroke-opacity="0.10"/>')
-            out.append(f'<text class="ot" x="{_px(lx)}" y="{_BAND_ROW + 14}" '
-                       f'text-anchor="{anchor}" fill="#444">{label}</text>')
-        points = [(x(d.offset), d.timestamp) for d in self.window if d.timestamp is not None]
-        for tx, label, ms in _time_ticks(points, self.plot_w):
-            lx, anchor = _fit(tx, len(label) * _TIME_CHAR_W, self.plot_w)
-            out.append(f'<path d="M{_px(tx)},{_px(bottom)}v5" stroke="#444"/>'
-                       f'<text class="tt" x="{_px(lx)}" y="{_px(bottom + 16)}" '
-                       f'text-anchor="{anchor}" font-size="10" fill="#333">'
-                       f"<title>{_esc(_iso(ms))}</title>{_esc(label)}</text>")
-        first = next((d.timestamp for d in self.window if d.timestamp is not None), None)
-        if first is not None:
-            out.append(f'<text x="{_PX0}" y="{_px(bottom + 34)}" fill="#666" font-size="10">'
-                       f"{_esc(_iso(first)[:10])} (UTC date of the first record drawn)</text>")
-        return out
-
-    def _marks(self, x: _Scale) -> list[str]:
+    def _marks(self, x_of: _OffsetToX, plot_width: int) -> list[_Mark]:
         placed: list[tuple[int, Decision]] = []
         for d in self.window:
             lane = self._lane(d)
             if lane is not None:
                 placed.append((lane, d))
-        placed = self._thin(placed, x)
-        out: list[str] = []
+        placed = self._thin(placed, x_of, plot_width)
         # Refused and quarantined marks last, so they sit on top.
         placed.sort(key=lambda p: (_symbol(p[1]) in ("rejected", "quarantined"), p[1].offset))
-        for lane, d in placed:
-            cy = _LANES_TOP + lane * _LANE_H + _LANE_H / 2
-            symbol = _symbol(d)
-            self.used.add(symbol)
-            out.append(f'<use href="#m-{symbol}" x="{_px(x(d.offset))}" y="{_px(cy)}">'
-                       f"<title>{_esc(_tooltip(d))}</title></use>")
-        return out
+        return [_Mark(symbol=_symbol(d), x=x_of(d.offset),
+                      y=_LANES_TOP + lane * _LANE_HEIGHT + _LANE_HEIGHT / 2, tooltip=_tooltip(d))
+                for lane, d in placed]
 
-    def _thin(self, placed: list[tuple[int, Decision]], x: _Scale) -> list[tuple[int, Decision]]:
+    def _thin(self, placed: list[tuple[int, Decision]], x_of: _OffsetToX,
+              plot_width: int) -> list[tuple[int, Decision]]:
         if len(placed) <= MAX_MARKS:
             return placed
 
@@ -1025,11 +1152,11 @@ class _Page:
             seen: set[tuple[int, str, int]] = set()
             chosen = []
             for lane, d in thinnable:
-                cell = (lane, _symbol(d), int(x(d.offset) // column))
+                cell = (lane, _symbol(d), int(x_of(d.offset) // column))
                 if cell not in seen:
                     seen.add(cell)
                     chosen.append((lane, d))
-            if len(chosen) <= budget or column >= self.plot_w:
+            if len(chosen) <= budget or column >= plot_width:
                 break
             column *= 2
         self.notes.append(
@@ -1041,65 +1168,54 @@ class _Page:
 
     # -- explanations and tables ---------------------------------------------------------------
 
-    def _explain(self) -> str:
-        parts = ['<section id="why"><h2>Why each job is in its state</h2>']
-        if self.wanted is not None:
-            parts.append(f'<p class="lead">The {_n(len(self.wanted), "job")} asked for.</p>')
-        elif self.explained:
-            parts.append('<p class="lead">Every job with something to explain: a status other '
-                         "than ACTIVE, a refused, ignored or quarantined record, a failed "
-                         "recovery or a restart, checkpoint failures over budget, or a dirty "
-                         "result" + (" (and, with this few jobs, every other one)"
-                                     if any(j not in self.flags for j in self.explained)
-                                     else "") + ".</p>")
-        elif not self.first:
-            parts.append('<p class="empty">No job has a record '
-                         + ("in the window" if self.windowed else "in the log")
-                         + ": nothing to explain.</p>")
-        else:
-            parts.append('<p class="empty">Every job is ACTIVE with nothing refused, ignored, '
-                         "quarantined or failed: nothing to explain.</p>")
-        for job in self.explained:
-            flags = self.flags.get(job, [])
-            tags = "".join(f'<span class="tag">{_esc(t)}</span>' for t in flags)
-            parts.append(f'<h3 id="job-{_esc(job)}">{_esc(job)}</h3>'
-                         + (f'<p class="tags">{tags}</p>' if tags else "")
-                         + f"<pre>{_esc(self.f.explain(job))}</pre>")
-        if self.plain:
-            names = ", ".join(_esc(j) for j in self.plain[:40]) + (
-                ", …" if len(self.plain) > 40 else "")
-            parts.append(f'<p class="note">{_n(len(self.plain), "other job")} '
-                         f"{'is' if len(self.plain) == 1 else 'are'} ACTIVE with nothing "
-                         f"refused, ignored, quarantined or failed, not explained here: {names}. "
-                         "Name one with --job to explain it.</p>")
-        parts.append("</section>\n")
-        return "".join(parts)
+    def _explanations(self) -> _Why:
+        return _Why(
+            asked=None if self.wanted is None else len(self.wanted),
+            explanations=[_Explanation(job, self.flags.get(job, []), self.forensics.explain(job))
+                          for job in self.explained],
+            with_plain=any(j not in self.flags for j in self.explained),
+            any_job=bool(self.first),
+            plain_count=len(self.plain),
+            plain_names=", ".join(self.plain[:40]) + (", …" if len(self.plain) > 40 else ""))
 
-    def _refused(self) -> str:
+    def _refused(self) -> _Table:
         rows = [d for d in self.window if d.outcome == Outcome.REJECTED]
         head = ("offset", "time (UTC)", "type", "job", "writer", "epoch", "expected epoch",
                 "reason", "detail")
         body = [(d.offset, _iso(d.timestamp), d.event_type, d.job_id, d.writer, d.epoch,
                  d.expected_epoch, d.reason, d.detail) for d in rows]
         return _table("Refused writes", head, body, "No write was refused in the window.",
-                      reason_col=7, cls="refused", wrap_col=8)
+                      css_class="refused", reason_column=7, wrap_column=8)
 
-    def _quarantined(self) -> str:
+    def _quarantined(self) -> _Table:
         rows = [d for d in self.window if d.outcome == Outcome.QUARANTINED]
         head = ("offset", "time (UTC)", "key", "reason", "detail")
         body = [(d.offset, _iso(d.timestamp), d.key, d.reason, d.detail) for d in rows]
         return _table("Quarantined records", head, body,
-                      "No record was quarantined in the window.", reason_col=3, cls="quar",
-                      wrap_col=4)
+                      "No record was quarantined in the window.", css_class="quar",
+                      reason_column=3, wrap_column=4)
 
-    def _terms_table(self) -> str:
+    def _terms_table(self) -> _Table:
         stamp = {d.offset: d.timestamp for d in self.all}
         head = ("epoch", "leader", "started", "granted at (UTC)", "ended", "first offset",
                 "last offset", "accepted", "rejected")
         body = [(t.epoch, t.leader, t.started, _iso(stamp.get(t.first_offset)), t.ended,
                  t.first_offset, t.last_offset, t.accepted, t.rejected) for t in self.terms]
         return _table("Leadership terms", head, body, "No term was ever granted.",
-                      reason_col=None, cls="terms")
+                      css_class="terms")
+
+
+def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[object]], empty: str, *,
+           css_class: str, reason_column: int | None = None,
+           wrap_column: int | None = None) -> _Table:
+    """A table of at most :data:`MAX_TABLE_ROWS` rows; the reason column's cells are coloured,
+    the wrap column's (long details) wrap."""
+    column_classes = ["reason" if i == reason_column else "wrap" if i == wrap_column else ""
+                      for i in range(len(head))]
+    shown = rows[:MAX_TABLE_ROWS]
+    return _Table(title=title, head=head, rows=shown, empty=empty, css_class=css_class,
+                  column_classes=column_classes, total=len(rows),
+                  left_out=len(rows) - len(shown), max_rows=MAX_TABLE_ROWS)
 
 
 def _holds(view: JobView) -> str:
@@ -1107,7 +1223,7 @@ def _holds(view: JobView) -> str:
     graph = view.graph
     what = (f"its graph {graph.uri}" if isinstance(graph, GraphRef)
             else "its graph (inline)" if graph is not None else "no graph")
-    return f"{what}, {_n(len(view.checkpoints.retained), 'retained checkpoint')}"
+    return f"{what}, {_count(len(view.checkpoints.retained), 'retained checkpoint')}"
 
 
 def _tooltip(d: Decision) -> str:
@@ -1135,27 +1251,33 @@ def _tooltip(d: Decision) -> str:
     return "\n".join(lines)
 
 
-def _fit(x: float, width: float, plot_w: int) -> tuple[float, str]:
+def _tick(x: float, label: str, char_width: float, plot_width: int, title: str = "") -> _Tick:
+    """A tick at ``x`` whose label stays in the plot."""
+    label_x, anchor = _fit(x, len(label) * char_width, plot_width)
+    return _Tick(x=x, label_x=label_x, anchor=anchor, label=label, title=title)
+
+
+def _fit(x: float, width: float, plot_width: int) -> tuple[float, str]:
     """Where to anchor a label of ``width`` centred on ``x`` so that it stays in the plot:
     ``(x, text-anchor)``."""
     if x - width / 2 < 2:
         return max(x, 2.0), "start"
-    if x + width / 2 > plot_w - 2:
-        return min(x, plot_w - 2.0), "end"
+    if x + width / 2 > plot_width - 2:
+        return min(x, plot_width - 2.0), "end"
     return x, "middle"
 
 
-def _ticks(lo: int, hi: int) -> list[int]:
-    """Offsets to label: a 1-2-5 step giving at most ~10 ticks, all within [lo, hi]."""
-    span = max(hi - lo, 1)
+def _offset_ticks(first: int, last: int) -> list[int]:
+    """Offsets to label: a 1-2-5 step giving at most ~10 ticks, all within [first, last]."""
+    span = max(last - first, 1)
     step = 1
     magnitude = 1
     while True:
-        for m in (1, 2, 5):
-            step = m * magnitude
+        for multiple in (1, 2, 5):
+            step = multiple * magnitude
             if span / step <= 10:
-                first = math.ceil(lo / step) * step
-                return list(range(first, hi + 1, step))
+                start = math.ceil(first / step) * step
+                return list(range(start, last + 1, step))
         magnitude *= 10
 
 
@@ -1173,7 +1295,7 @@ def _time_label(ms: int, step: int, with_date: bool) -> str:
 
 
 def _time_ticks(points: Sequence[tuple[float, int]],
-                plot_w: int) -> list[tuple[float, str, int]]:
+                plot_width: int) -> list[tuple[float, str, int]]:
     """The time axis: ``(x, label, ms)`` of round times, each where the log reached it.
 
     ``points`` are ``(x, timestamp)`` of the records drawn, in log order. The log
@@ -1193,21 +1315,21 @@ def _time_ticks(points: Sequence[tuple[float, int]],
     with_date = span > _DAY or datetime.fromtimestamp(t0 / 1000, UTC).date() \
         != datetime.fromtimestamp(t1 / 1000, UTC).date()
 
-    def at(t: int) -> float:
+    def x_reaching(t: int) -> float:
         i = bisect.bisect_left(reached, t)
         if i == 0:
             return xs[0]
-        a, b = reached[i - 1], reached[i]
-        return xs[i - 1] + (xs[i] - xs[i - 1]) * (t - a) / (b - a)
+        before, after = reached[i - 1], reached[i]
+        return xs[i - 1] + (xs[i] - xs[i - 1]) * (t - before) / (after - before)
 
     taken: list[tuple[float, float]] = []
     placed: set[int] = set()
     ticks: list[tuple[float, str, int]] = []
 
     def place(t: int, label: str) -> None:
-        tx = at(t)
-        width = len(label) * _TIME_CHAR_W
-        lx, anchor = _fit(tx, width, plot_w)
+        tx = x_reaching(t)
+        width = len(label) * _TIME_CHAR_WIDTH
+        lx, anchor = _fit(tx, width, plot_width)
         left = lx - (width / 2 if anchor == "middle" else 0 if anchor == "start" else width)
         box = (left - _TIME_GAP / 2, left + width + _TIME_GAP / 2)
         if t not in placed and all(box[1] <= a or box[0] >= b for a, b in taken):
@@ -1226,89 +1348,3 @@ def _time_ticks(points: Sequence[tuple[float, int]],
             t += step
     ticks.sort(key=lambda tick: tick[2])
     return ticks
-
-
-def _status_ink(status: str) -> str:
-    return {"ACTIVE": "#1b641b", "RECOVERY_FAILED": "#b35900", "CANCELLED": "#111",
-            "FINISHED": "#444", "FAILED": "#a00"}.get(status, "#666")
-
-
-def _defs() -> str:
-    return "<defs>" + "".join(f'<g id="m-{name}">{body}</g>'
-                              for name, (body, _, _) in _SYMBOLS.items()) + "</defs>"
-
-
-def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[object]], empty: str, *,
-           reason_col: int | None, cls: str, wrap_col: int | None = None) -> str:
-    if not rows:
-        return f'<section><h2>{_esc(title)}</h2><p class="empty">{_esc(empty)}</p></section>\n'
-    shown = rows[:MAX_TABLE_ROWS]
-    th = "".join(f"<th>{_esc(h)}</th>" for h in head)
-    trs = "".join(
-        "<tr>" + "".join(
-            f'<td class="{_cell_class(i, reason_col, wrap_col)}">{_esc(v)}</td>'
-            if i in (reason_col, wrap_col) else f"<td>{_esc(v)}</td>"
-            for i, v in enumerate(row)) + "</tr>"
-        for row in shown)
-    more = (f'<p class="note">{len(rows) - len(shown)} more row(s) left out (at most '
-            f"{MAX_TABLE_ROWS}).</p>" if len(rows) > len(shown) else "")
-    return (f'<section><h2>{_esc(title)} <span class="count">({len(rows)})</span></h2>'
-            f'<div class="scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
-            f"<tbody>{trs}</tbody></table></div>{more}</section>\n")
-
-
-def _cell_class(i: int, reason_col: int | None, wrap_col: int | None) -> str:
-    return "reason" if i == reason_col else "wrap"
-
-
-def _lines(parts: Iterable[str]) -> str:
-    return "\n".join(parts)
-
-
-_STYLE = _lines((
-    "body{font:14px/1.4 system-ui,-apple-system,'Segoe UI',sans-serif;color:#111;"
-    "margin:16px;background:#fff}",
-    "h1{font-size:20px;margin:0 0 6px}h2{font-size:16px;margin:18px 0 6px}"
-    "h3{font-size:14px;margin:12px 0 4px;font-family:ui-monospace,monospace}",
-    ".summary{border-left:4px solid #1c4587;background:#f4f7fb;padding:4px 12px 6px;"
-    "margin:6px 0 10px;max-width:1100px}",
-    ".summary h2{margin:4px 0}",
-    ".headline{font-size:15px;font-weight:600;margin:2px 0 6px}",
-    ".summary ul{margin:0;padding-left:20px}.summary li{margin:2px 0}",
-    ".summary li.bad::marker{color:#d62728}.summary li.warn::marker{color:#e69f00}",
-    ".summary li.ok{color:#555}",
-    "header h2{margin-top:10px}",
-    "header dl{display:grid;grid-template-columns:max-content 1fr;gap:1px 12px;margin:0 0 6px}",
-    "header dt{color:#555}header dd{margin:0;font-family:ui-monospace,monospace;"
-    "overflow-wrap:anywhere}",
-    ".pills{display:flex;gap:8px;flex-wrap:wrap}",
-    ".pill{border:1px solid #bbb;border-radius:10px;padding:1px 9px;background:#f6f6f6}",
-    ".pill.bad{background:#fde2e2;border-color:#d62728;color:#8b0000}",
-    ".pill.warn{background:#fff1d6;border-color:#e69f00}",
-    ".pill.q{background:#f1dcf5;border-color:#9c27b0}",
-    ".notes{background:#fff8e1;border:1px solid #e6c200;padding:6px 6px 6px 26px;margin:8px 0}",
-    ".scroll{overflow-x:auto}",
-    ".timeline{display:flex;width:max-content;max-width:100%;border:1px solid #ccc;"
-    "background:#fff}",
-    ".timeline svg{display:block;flex:none}",
-    ".tl-scroll{overflow-x:auto;min-width:0}",
-    ".caption{color:#555;font-size:12px;margin:4px 0;max-width:1100px}",
-    ".legend{font-size:12px}",
-    ".lg{display:grid;grid-template-columns:7.5em 1fr;align-items:start;margin:2px 0}",
-    ".lgname{font-weight:600;line-height:20px}",
-    ".keys{display:flex;flex-wrap:wrap;gap:0 14px}",
-    ".key{display:inline-flex;align-items:center;gap:3px}",
-    ".lead{color:#333;margin:2px 0 6px}",
-    ".tags{margin:0 0 4px}.tag{display:inline-block;border:1px solid #d62728;color:#8b0000;"
-    "background:#fde2e2;border-radius:8px;padding:0 7px;margin-right:6px;font-size:12px}",
-    "table{border-collapse:collapse;font-size:12.5px}",
-    "th,td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top;"
-    "white-space:nowrap}",
-    "td.wrap{white-space:normal;min-width:24em}",
-    "th{background:#eee}tbody tr:nth-child(even){background:#fafafa}",
-    "table.refused td.reason{color:#b00000;font-weight:600}",
-    "table.quar td.reason{color:#6a1b9a;font-weight:600}",
-    "pre{background:#f6f6f6;border:1px solid #ddd;padding:8px;white-space:pre-wrap;"
-    "overflow-wrap:anywhere;margin:0 0 8px}",
-    ".empty,.note,.count{color:#666}",
-))
