@@ -219,15 +219,6 @@ def _blank_none(value: object) -> object:
     return "" if value is None else value
 
 
-def _quotes_as_ever(page: str) -> str:
-    """The page with autoescape's ``&#39;`` and ``&#34;`` written ``&#x27;`` and ``&quot;``,
-    as the page has always spelt them (:func:`html.escape`'s spelling; the tests pin it).
-
-    Only autoescape writes either sequence: an ``&`` from the log is escaped to ``&amp;``,
-    and the templates have neither. Respelling them changes no text of the page."""
-    return page.replace("&#39;", "&#x27;").replace("&#34;", "&quot;")
-
-
 def _coord(value: float) -> str:
     """A coordinate as the picture writes it: to 0.1 px (the template filter ``coord``)."""
     return f"{value:.1f}"
@@ -698,13 +689,13 @@ class _Page:
         headline, summary = self._summary()
         timeline = self._timeline()  # before the notes are shown: it may add one (thinning)
         log_facts, pills = self._header()
-        return _quotes_as_ever(_TEMPLATES.get_template("report.html.j2").render(
+        return _TEMPLATES.get_template("report.html.j2").render(
             csp=CSP, title=self.title, windowed=self.windowed,
             headline=headline, summary=summary, notes=self.notes,
             log_facts=log_facts, pills=pills,
             timeline=timeline, symbols=_SYMBOLS,
             why=self._explanations(),
-            tables=[self._refused(), self._quarantined(), self._terms_table()]))
+            tables=[self._refused(), self._quarantined(), self._terms_table()])
 
     def _header(self) -> tuple[list[tuple[str, str]], list[_Pill]]:
         """The facts about the log (term, value) and the counts by outcome."""

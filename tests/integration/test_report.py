@@ -140,7 +140,7 @@ def test_log_data_is_escaped_everywhere() -> None:
             value=b"<img src=x onerror=alert(1)>")  # quarantined, garbage on a job key
     page = render_report(log.forensics(), title="<b>bold</b>", generated_at=T0)
     assert "<script" not in page.lower() and "<img" not in page and "<b>bold" not in page
-    assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in page
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;" in page
     assert "&lt;b&gt;bold&lt;/b&gt;" in page
     assert "stale_epoch" in page
 
@@ -159,7 +159,7 @@ def test_the_page_shows_what_the_fold_decided_and_is_deterministic(tmp_path) -> 
         assert pill in page
     assert "epoch 1 · jm-1" in page and "epoch 3 · jm-3" in page
     assert "2023-11-14T22:13:20.000Z" in page                    # first record, UTC
-    assert f.explain("job-a").replace("'", "&#x27;") in page
+    assert f.explain("job-a").replace("'", "&#39;") in page
     # a window by time: records 3..6 only; job lanes and explanations follow it
     part = render_report(f, since=T0 + 3000, until=T0 + 6000, generated_at=T0)
     assert part.count('href="#m-grant"') == 1
@@ -320,13 +320,13 @@ def test_incident_000_report_in_a_headless_browser(connect, tmp_path) -> None:
         assert f"epoch {epoch} · {leader}" in page                   # the band labels
     assert page.count('href="#m-rejected"') == 1
     explain = forensics.explain("job-a")
-    assert "stale_epoch" in explain and explain.replace("'", "&#x27;") in page
+    assert "stale_epoch" in explain and explain.replace("'", "&#39;") in page
     assert f"<dd>{forensics.source.topic}</dd>" in page
     # self-contained: nothing to fetch
     lowered = page.lower()
     for external in ("http://", "https://", "src=", "@import", "url(", "<script", "<link"):
         assert external not in lowered, external
-    assert "default-src &#x27;none&#x27;" in page
+    assert "default-src &#39;none&#39;" in page
 
     keep = os.environ.get("JOBREG_REPORT_KEEP")
     shot, requested = _run_chromium(browser, path, tmp_path, "report")
