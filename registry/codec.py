@@ -2,7 +2,8 @@
 
 The codec, the schema catalog and the schemas now live in the package :mod:`registry.wire`
 (one module per job; its docstring lists them). This module re-exports the names callers
-have imported from here, so that ``from registry.codec import encode`` keeps working.
+have imported from here, so that ``from registry.codec import encode`` keeps working;
+nothing in ``registry`` imports it any more.
 """
 
 from .wire import (
@@ -21,7 +22,6 @@ from .wire import (
     resolved_schemas,
     update_catalog,
 )
-from .wire.mapping import to_avro as _to_avro  # noqa: F401  (tests/support/model.py)
 
 __all__ = [
     "AVRO_NAMESPACE",
