@@ -331,7 +331,7 @@ def catalog(check: bool, update: bool, catalog_file: str | None,
 
     Exits 1 if --check finds the catalog out of date, 2 for malformed files.
     """
-    from registry.codec import update_catalog
+    from registry.wire import update_catalog
 
     if check == update:
         raise click.UsageError("give one of --check and --update-catalog")

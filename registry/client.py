@@ -45,7 +45,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
-from .codec import Codec, default_codec
 from .election import Election
 from .errors import (
     BrokerError,
@@ -118,6 +117,7 @@ from .recovery import (
     recover_one,
 )
 from .snapshot import read_snapshot, write_snapshot
+from .wire import Codec, default_codec
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
 

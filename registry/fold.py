@@ -14,7 +14,6 @@ import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from . import rules
-from .codec import Codec, default_codec
 from .events import Event, JobReasserted, JobStatus, new_event_id, now_ms
 from .image import Decision, Image, LogRecord, TermInfo
 from .keys import parse_key
@@ -26,6 +25,7 @@ from .rules import (
     fencing_detail,
     fencing_reason,
 )
+from .wire import Codec, default_codec
 
 __all__ = [
     "DUPLICATE_WINDOW_MS",

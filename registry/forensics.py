@@ -30,7 +30,6 @@ from typing import BinaryIO, NamedTuple, Protocol
 
 import fastavro
 
-from .codec import Catalog, Codec, default_codec
 from .errors import ConfigError
 from .events import GraphRef, JobStatus
 from .files import atomic_write
@@ -39,6 +38,7 @@ from .image import Decision, Image, JobView, LogRecord, Outcome, TermInfo
 from .kafka_config import Kafka
 from .keys import check_id, partition_for
 from .log import LogReader, topic_partitions
+from .wire import Catalog, Codec, default_codec
 
 __all__ = [
     "DUMP_SCHEMA",

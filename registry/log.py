@@ -838,7 +838,7 @@ def write_raw(bootstrap: str | Kafka, topic: str, partition: int, key: bytes | s
               value: bytes | None, timeout: float = 10.0) -> int:
     """Write one record straight to the topic, bypassing every check: a zombie's write.
 
-    For tests and drills. ``value`` may be any bytes (``registry.codec.encode``
+    For tests and drills. ``value`` may be any bytes (``registry.wire.encode``
     of an event, or garbage). Returns the record's offset.
     """
     if isinstance(key, str):

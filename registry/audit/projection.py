@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..codec import Codec, default_codec
 from ..errors import CodecError
 from ..events import (
     UNKNOWN_CHECKPOINT,
@@ -43,6 +42,7 @@ from ..events import (
 from ..fold import Delta, bulk
 from ..image import Decision, Image, LogRecord, Outcome, TermInfo
 from ..keys import parse_key
+from ..wire import Codec, default_codec
 
 __all__ = ["AuditProjection", "BatchRows", "decode_state", "encode_state"]
 

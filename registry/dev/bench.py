@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.client import Registry
-from registry.codec import default_codec
 from registry.dev.broker import EmbeddedBroker
 from registry.fold import fold_batches
 from registry.forensics import DumpSource
 from registry.image import Image
 from registry.log import LogReader
+from registry.wire import default_codec
 
 __all__ = ["CoreResult", "RecoveryFigures", "ReplayFigures", "bench_core", "bench_recovery",
            "bench_replay", "format_recovery", "format_replay", "format_table"]
@@ -276,7 +276,6 @@ def _replay_log(records: int, namespace: str = "replay") -> Iterator[tuple[str, 
     """A realistic registry history of ``records`` records of ``namespace``: two terms,
     submits, a failover with adoptions, cancels, and 1% late writes of the old term
     (refused)."""
-    from registry.codec import encode
     from registry.events import (
         InlineGraph,
         JobAdopted,
@@ -287,6 +286,7 @@ def _replay_log(records: int, namespace: str = "replay") -> Iterator[tuple[str, 
         new_event_id,
     )
     from registry.keys import record_key
+    from registry.wire import encode
 
     ns, graph = namespace, InlineGraph(b"g" * 200)
     body = records - 2

@@ -88,9 +88,9 @@ def _steady(bootstrap: str, topic: str, rate: int, seconds: float, namespaces: i
     ``sent["partition:offset"]`` = when its delivery was reported."""
     from confluent_kafka import Producer
 
-    from registry.codec import encode
     from registry.events import InlineGraph, JobSubmitted, LeadershipGranted, new_event_id
     from registry.keys import partition_for, record_key
+    from registry.wire import encode
 
     info = ensure_topic(bootstrap, topic, TopicConfig())
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})

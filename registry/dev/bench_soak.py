@@ -587,10 +587,10 @@ class _FoldingTerm:
     advances ``1/rate`` s per record (so the duplicate window holds ``rate`` x 60 s of ids)."""
 
     def __init__(self, rate: int) -> None:
-        from registry.codec import default_codec
         from registry.events import LeadershipGranted, new_event_id
         from registry.fold import Delta
         from registry.image import Image
+        from registry.wire import default_codec
 
         self.codec = default_codec()
         self.rate = rate

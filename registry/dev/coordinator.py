@@ -107,11 +107,11 @@ def _reply(**fields: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the coordinator until ``exit`` or the end of stdin."""
     from registry.client import Registry
-    from registry.codec import encode
     from registry.errors import RegistryError, WriteRejected
     from registry.events import EVENT_TYPES, InlineGraph, new_event_id, now_ms
     from registry.keys import record_key
     from registry.log import write_raw
+    from registry.wire import encode
 
     bootstrap, namespace, contender, topic, timeout = (argv or sys.argv[1:])[:5]
     reg = Registry.connect(bootstrap, namespace, topic=topic, timeout=float(timeout))

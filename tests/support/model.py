@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import fastavro
 
-from registry.codec import _to_avro, default_codec, encode
 from registry.events import (
     UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
@@ -60,6 +59,8 @@ from registry.fold import (
 from registry.image import Image, LogRecord
 from registry.keys import job_key, lock_key, record_key, term_key
 from registry.log import TopicConfig
+from registry.wire import default_codec, encode
+from registry.wire.mapping import to_avro
 
 NS = "prod"
 TOPIC = TopicConfig()
@@ -341,7 +342,7 @@ def encode_with(event, schema_id: int) -> bytes:
     rec = {"envelope": env}
     for f in entry.parsed["fields"][1:]:
         value = getattr(event, f["name"])
-        rec[f["name"]] = _to_avro(value) if hasattr(value, "__dataclass_fields__") else value
+        rec[f["name"]] = to_avro(value) if hasattr(value, "__dataclass_fields__") else value
     buf = io.BytesIO()
     buf.write(struct.pack(">bI", 0, schema_id))  # Confluent framing: magic byte, schema id
     fastavro.schemaless_writer(buf, entry.parsed, rec)

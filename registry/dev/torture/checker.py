@@ -1,6 +1,6 @@
 """Judges a finished run from its folder: the histories, the raw log, and what the library said.
 
-Pure: it reads files only. Records are decoded with :mod:`registry.codec`; what the
+Pure: it reads files only. Records are decoded with :mod:`registry.wire`; what the
 records mean comes from :mod:`registry.dev.torture.model`, the checker's own model of the
 documented rules, never from :mod:`registry.rules`. The library's answers that a run
 records (each record's verdict from a fresh client, the final state from a fresh client

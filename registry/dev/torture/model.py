@@ -5,7 +5,7 @@ It folds one namespace's raw records (offset, key, value, broker time) and says,
 record, what the documented rules decide: ``ACCEPTED``, ``IGNORED`` (kept without
 effect), ``REJECTED`` (with a reason), ``DUPLICATE``, ``QUARANTINED``, ``SKIPPED``
 (another namespace) or ``PENDING`` (a record of a multi-record call whose commit never
-came). Values are decoded with :mod:`registry.codec` only.
+came). Values are decoded with :mod:`registry.wire` only.
 
 The rules modelled (README "What it guarantees", "The log", "Failover"; fold rules 0-7):
 
@@ -51,10 +51,10 @@ import base64
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from registry.codec import decode
 from registry.errors import CodecError
 from registry.events import CHECKPOINT_FAILURE_REASONS as _KNOWN_REASONS
 from registry.fold import DUPLICATE_WINDOW_MS
+from registry.wire import decode
 
 __all__ = ["FENCING_REASONS", "Cp", "Graph", "MJob", "NamespaceModel", "Verdict", "graph_of"]
 

@@ -289,7 +289,6 @@ class Nemesis:
         return self._writer.write(self.topic, self.namespaces[ns], [(raw, value)])[0]
 
     def _zombie(self) -> str | None:
-        from registry.codec import encode
         from registry.events import (
             InlineGraph,
             JobAdopted,
@@ -301,6 +300,7 @@ class Nemesis:
             now_ms,
         )
         from registry.keys import record_key
+        from registry.wire import encode
 
         ns = self.rng.choice(sorted(self.namespaces))
         reg = self._reg(ns)
@@ -362,7 +362,7 @@ class Nemesis:
         return sub
 
     def _garbage(self) -> bool:
-        from registry.codec import default_codec
+        from registry.wire import default_codec
 
         ns = self.rng.choice(sorted(self.namespaces))
         image = self._reg(ns).sync()

@@ -46,7 +46,7 @@ class _Script:
         return self.t
 
     def record(self, key: str, event: Any) -> tuple[int, str]:
-        from registry.codec import encode
+        from registry.wire import encode
 
         offset = len(self.records)
         self.records.append((offset, int(self.tick() * 1000), key.encode(), encode(event)))
@@ -261,7 +261,7 @@ class _Plot:
 
     def append(self, ns: str, key: str, event: Any, outcome: str, reason: str | None = None
                ) -> int:
-        from registry.codec import encode
+        from registry.wire import encode
 
         part = int(self.cfg["partitions"][ns])
         recs = self.run.records.setdefault(part, [])
