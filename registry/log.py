@@ -313,6 +313,7 @@ _STALL_S = 0.5  # a read without a record for this long asks whether records lie
 _PROBE_WAIT_MS = 1
 _PROBE_S = 0.2
 _MAX_FETCH_WAIT_MS = 1000
+_MIN_UNSTICK_MS = 20  # the first lengthened wait, whatever the configured one (0 included)
 
 
 class LogReader:
@@ -366,10 +367,10 @@ class LogReader:
         with none although its high watermark says there are some (DESIGN.md; at 5 ms a
         partition of ~5,000 batches, sooner on a loaded machine). Kafka answers a fetch
         with records at once whatever its wait: there this triggers only while a connection
-        is re-established, and costs nothing. Reads to the end call it (catch-up reads and
-        syncs: a sync whose position is a commit marker of a long partition asks for a fetch
-        with data too), and restore the wait when they end, so syncs at the end of the
-        partition stay prompt.
+        is re-established, and costs nothing. Every read calls it (catch-up reads, syncs: a
+        sync whose position is a commit marker of a long partition asks for a fetch with data
+        too; a writer reading its records back), and restores the wait when it ends, so syncs
+        at the end of the partition stay prompt.
         """
         # At the end of the partition a fetch is held for the whole wait: keep it well
         # inside the read's patience.
@@ -383,7 +384,7 @@ class LogReader:
             return  # unreachable: waiting longer would not help
         if high is None or high <= self.position:
             return
-        wait = min(cap, self.fetch_wait_ms * 4)
+        wait = min(cap, max(self.fetch_wait_ms * 4, _MIN_UNSTICK_MS))
         _LOG.info("reading %s[%d]: no records at offset %d below the high watermark %d; "
                   "fetches now wait up to %d ms", self.topic, self.partition, self.position,
                   high, wait)
@@ -400,7 +401,8 @@ class LogReader:
         self._paused = False
         self._moved = False
         self._eof = False
-        self._known_end = None
+        # _known_end stays: where the partition was seen to end does not depend on which
+        # consumer saw it (forgetting it made every later write read its records back).
 
     def take_own(self, records: list[LogRecord]) -> bool:
         """Take a writer's own just-committed records as read, if nothing can lie before
@@ -534,21 +536,34 @@ class LogReader:
         return high
 
     def read_until(self, offset: int, timeout: float) -> Iterable[list[LogRecord]]:
-        """Yield batches until a record at or past ``offset`` was read.
+        """Yield batches until a record at or past ``offset`` was read, and then until the end
+        of the partition was seen (usually in the same fetch, or the next one, past a commit
+        marker), so that the next write of this reader's writer can take its records as
+        read (:meth:`take_own`); if that end does not show within ``timeout``, it stops.
 
-        Raises :class:`BrokerError` after ``timeout`` seconds.
+        Raises :class:`BrokerError` if no record at or past ``offset`` was read within
+        ``timeout`` seconds.
         """
         deadline = time.monotonic() + timeout
+        stalled_since = time.monotonic()
+        self._eof = False
         try:
-            while self.position <= offset:
+            while self.position <= offset or not self._eof:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    if self.position > offset:
+                        return  # read; only the end was not seen
                     raise BrokerError(f"offset {offset} of {self.topic}[{self.partition}] was "
                                       f"not readable from {self.bootstrap} within {timeout:g} s")
+                if time.monotonic() - stalled_since > _STALL_S:
+                    self._unstick(timeout)
+                    stalled_since = time.monotonic()
                 batch = self.poll(min(left, 0.2))
                 if batch:
+                    stalled_since = time.monotonic()
                     yield batch
         finally:
+            self._restore_wait()
             self._pause()
 
     def read_to_end(self, timeout: float, until: int | None = None
@@ -602,9 +617,14 @@ class LogReader:
                         deadline = time.monotonic() + timeout
                     yield batch
         finally:
-            if self.fetch_wait_ms != self._fetch_wait_ms:
-                self._renew_consumer(self._fetch_wait_ms)  # caught up: answer syncs promptly
+            self._restore_wait()
             self._pause()
+
+    def _restore_wait(self) -> None:
+        """After a read: the configured fetch wait again, so that syncs at the end of the
+        partition are not held for a lengthened one."""
+        if self.fetch_wait_ms != self._fetch_wait_ms:
+            self._renew_consumer(self._fetch_wait_ms)
 
     def close(self) -> None:
         """Leave the broker; the reader cannot be used afterwards."""

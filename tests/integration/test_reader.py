@@ -120,3 +120,60 @@ def test_closed_writers_release_their_producers(broker) -> None:
         writer.close()
         writer.close()  # twice is fine
         assert sys.getrefcount(producer) == 2  # ours and the call's: the writer let go
+
+
+def test_writes_take_their_own_records_again_after_one_was_read_back(broker) -> None:
+    """On a long partition the embedded broker answers fetches with data only when they wait
+    long enough (here: 3,000 stored batches and a 1 ms wait, as at ~190,000 with the default
+    5 ms). A write that must read its records back (another writer appended before it)
+    lengthens its wait like any read, instead of timing out; and once it has read them, the
+    writes after it take their own records again. Before, read-backs never lengthened their
+    wait, and the reader forgot where the partition ended whenever it restored its wait, so
+    from the first read-back on every write read back, timed out and synced: a
+    100,000-write soak stalled at 13 s a write after 92,833. On Kafka fetches with data
+    return at once whatever their wait, and the same holds."""
+    topic, ns = f"jobreg-test-own-{uuid.uuid4().hex[:12]}", "own"
+    first = Registry.connect(broker.bootstrap, ns, topic=topic)
+    partition = first.partition
+    first.close()
+    filler = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0,
+                       "transactional.id": f"{topic}-filler", "linger.ms": 0})
+    filler.init_transactions(10)
+    for _ in range(TRANSACTIONS):  # another namespace's records: the fold skips them
+        filler.begin_transaction()
+        filler.produce(topic, b"x", b"another-namespace/x", partition=partition)
+        filler.commit_transaction(10)
+    reg = Registry.connect(broker.bootstrap, ns, topic=topic, fetch_wait_ms=1, timeout=20)
+    reader = reg._reader
+    took: list[bool] = []
+    timed_out: list[Exception] = []
+    take_own, read_until = reader.take_own, reader.read_until
+
+    def counting_take_own(records):
+        took.append(take_own(records))
+        return took[-1]
+
+    def watched_read_until(offset, timeout):
+        try:
+            yield from read_until(offset, timeout)
+        except Exception as e:
+            timed_out.append(e)
+            raise
+
+    reader.take_own, reader.read_until = counting_take_own, watched_read_until
+    try:
+        term = reg.claim_leadership("w")
+        term.submit("a", b"g")
+        filler.begin_transaction()
+        filler.produce(topic, b"x", b"another-namespace/x", partition=partition)
+        filler.commit_transaction(10)
+        took.clear()
+        for i in range(1, 4):
+            term.checkpoint_triggered("a", i)
+        assert timed_out == []
+        assert took == [False, True, True]  # read back once, then taken again
+        image = reg.sync()
+        assert list(image.rejected) == []
+        assert image.jobs["a"].checkpoints.pending == (1, 2, 3)
+    finally:
+        reg.close()
