@@ -21,7 +21,7 @@ removed. The shapes, field by field, are in the README ("JSON output"):
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from .events import GraphRef, InlineGraph
@@ -121,15 +121,19 @@ def state_json(image: Image, *, include_terminal: bool = True) -> dict[str, Any]
     }
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A plain text table; ``None`` shows as ``-``."""
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *,
+          right: Collection[int] = ()) -> str:
+    """A plain text table; ``None`` shows as ``-``; the columns numbered in ``right`` are
+    aligned right (figures), the others left. The one table of the CLI and the benchmarks."""
     cells = [[("-" if c is None else str(c)) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in cells:
         for i, c in enumerate(row):
             widths[i] = max(widths[i], len(c))
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
-    lines.append("  ".join("-" * w for w in widths))
-    lines.extend("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                 for row in cells)
-    return "\n".join(lines)
+
+    def line(row: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+
+    return "\n".join([line(headers), "  ".join("-" * w for w in widths),
+                      *(line(row) for row in cells)])

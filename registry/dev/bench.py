@@ -31,6 +31,7 @@ from registry.fold import fold_batches
 from registry.forensics import DumpSource
 from registry.image import Image
 from registry.log import LogReader
+from registry.render import table
 from registry.wire import default_codec
 
 __all__ = ["CoreResult", "RecoveryFigures", "ReplayFigures", "bench_core", "bench_recovery",
@@ -60,12 +61,7 @@ class CoreResult:
 def figures_table(rows: list[tuple[str, str, str]],
                   headers: tuple[str, str, str] = ("measure", "figure", "target")) -> str:
     """A benchmark's rows as a plain-text table: name, figure (right-aligned), note."""
-    w0 = max(len(a) for a, _, _ in [headers, *rows])
-    w1 = max(len(b) for _, b, _ in [headers, *rows])
-    lines = [f"{headers[0]:<{w0}}  {headers[1]:>{w1}}  {headers[2]}",
-             "-" * (w0 + w1 + 4 + len(headers[2]))]
-    lines += [f"{a:<{w0}}  {b:>{w1}}  {c}".rstrip() for a, b, c in rows]
-    return "\n".join(lines)
+    return table(headers, rows, right={1})
 
 
 def _percentile(samples: list[float], q: float) -> float:

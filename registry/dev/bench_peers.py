@@ -727,6 +727,8 @@ def format_peers(p: PeersFigures) -> str:
     durable each is."""
     import textwrap
 
+    from registry.render import table
+
     present = {s: p.stores.get(s) for s in STORES}
     Get = Callable[[StoreFigures], float | None]
 
@@ -763,18 +765,11 @@ def format_peers(p: PeersFigures) -> str:
         rows.append([name] + ["-" if v[s] is None else fmt.format(v[s]) for s in STORES]
                     + [_ratio(v["jobreg"], v["etcd"]), _ratio(v["jobreg"], v["zookeeper"]),
                        target])
-    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
-
-    def line(r: list[str]) -> str:
-        return "  ".join([r[0].ljust(widths[0])] + [r[i].rjust(widths[i]) for i in range(1, 6)]
-                         + [r[6]]).rstrip()
-
     def para(text: str, indent: str = "", hang: str = "") -> list[str]:
         return textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=hang or indent,
                              break_on_hyphens=False, break_long_words=False)
 
-    out = [line(headers), "-" * (sum(widths[:6]) + 12 + widths[6])]
-    out += [line(r) for r in rows]
+    out = table(headers, rows, right=range(1, 6)).split("\n")
     out.append("")
     out += para("(*) jobreg: Registry.connect (folding the log) inside the clock; the peers' "
                 "figure is their failover above, which reads everything anyway.")
