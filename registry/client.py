@@ -30,6 +30,9 @@ What happens when the broker is lost: calls raise
 given up (only a newer grant or :meth:`Term.revoke` ends it), and the next
 call resolves any write whose fate was unknown by reading the log.
 
+Steps 1 and 4 are :class:`Term`'s; steps 2 and 3 are :class:`registry.writes.TermWrites`'.
+Both, and the registry's reads, go through one :class:`registry.folded.FoldedLog`.
+
 Leaders must reassert refused keys within ``min.compaction.lag.ms`` (7 days
 by default); every write does it, and :meth:`Term.reassert` does it alone.
 """
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -84,17 +86,15 @@ from .events import (
     now_ms,
 )
 from .fold import (
-    DUPLICATE_WINDOW_MS,
     CheckpointRuleViolation,
-    bulk,
     checkpoint_step,
     fencing_detail,
     fencing_reason,
-    fold_batches,
     plan_reassertions,
 )
+from .folded import FoldedLog
 from .forensics import BrokerSource, DumpSource, Forensics, TermSummary
-from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
+from .image import Decision, Image, JobView, LeaderView, Outcome
 from .kafka_config import Kafka, check_client_config
 from .keys import check_id, partition_for, record_key
 from .log import (
@@ -103,7 +103,6 @@ from .log import (
     PlainWriter,
     TopicConfig,
     TransactionalWriter,
-    TransactionFailed,
     check_bootstrap,
     ensure_topic,
 )
@@ -118,6 +117,7 @@ from .recovery import (
 )
 from .snapshot import read_snapshot, write_snapshot
 from .wire import Codec, default_codec
+from .writes import TermWrites
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
 
@@ -182,11 +182,8 @@ class Registry:
         self._blob_store = blob_store
         self._scoped_store: BlobStore | None = None
         self._codec = codec or default_codec()
-        self._lock = threading.RLock()
-        self._image = Image.empty(namespace)
-        self._members: dict[int, Event] = {}  # rule 8: waiting call members, decoded once
-        self._reader = LogReader(self.kafka, topic, self.partition, fetch_wait_ms=fetch_wait_ms)
-        self._waiting: dict[str, Decision | None] = {}
+        self._log = FoldedLog(LogReader(self.kafka, topic, self.partition,
+                                        fetch_wait_ms=fetch_wait_ms), namespace, self._codec)
         self._plain: PlainWriter | None = None
         self._terms: list[Term] = []
         self.started_from = "scratch"
@@ -239,8 +236,7 @@ class Registry:
             retention = info.delete_retention_ms
             reg._start_from_snapshot(snapshot, config.delete_retention_ms if retention is None
                                      else retention)
-        with reg._lock:  # a catch-up: bounded by progress, not by the whole read
-            reg._fold(reg._reader.read_to_end(reg.timeout))
+        reg._log.catch_up(reg.timeout)  # bounded by progress, not by the whole read
         return reg
 
     def _start_from_snapshot(self, path: str | os.PathLike[str], retention_ms: int) -> None:
@@ -249,16 +245,14 @@ class Registry:
         position = snap.image.provenance.last_offset + 1
         stamp = snap.image.provenance.log_time or snap.written_at_ms
         age_ms = now_ms() - stamp
-        end = self._reader.end_offset(self.timeout)
+        end = self._log.reader.end_offset(self.timeout)
         if age_ms > retention_ms:
             why = (f"its position is {age_ms / 1000:.0f} s old, older than the topic's "
                    f"delete.retention.ms ({retention_ms / 1000:g} s)")
         elif end is not None and end < position:
             why = f"it reaches offset {position - 1}, beyond the end of the log ({end})"
         else:
-            self._image = snap.image
-            self._members.clear()
-            self._reader.seek(position)
+            self._log.start_at(snap.image)
             self.started_from = f"snapshot {os.fspath(path)} at offset {position - 1}"
             return
         self.started_from = f"scratch (snapshot {os.fspath(path)} not trusted: {why})"
@@ -267,38 +261,19 @@ class Registry:
 
     def write_snapshot(self, path: str | os.PathLike[str]) -> Path:
         """Write the current image (caught up first) to ``path``, atomically; return the path."""
-        with self._lock:
+        with self._log.lock:
             return write_snapshot(path, self.sync(), topic=self.topic, partition=self.partition)
 
     # -- folding -----------------------------------------------------------------
 
-    def _fold(self, batches: Iterable[list[LogRecord]],
-              known: dict[int, Event] | None = None) -> None:
-        """Fold what the reader returned; ``known``: offset -> event of records this
-        client just wrote (encoded from those events, so not decoded again)."""
-        waiting = self._waiting
-
-        def note(d: Decision) -> None:  # the fate of this client's own records
-            if d.event_id in waiting and waiting[d.event_id] is None \
-                    and d.outcome != Outcome.PENDING:
-                waiting[d.event_id] = d
-
-        with bulk():
-            for batch in batches:  # one image per batch, so a failure keeps what was folded
-                self._image = fold_batches([batch], self._image, self._codec,
-                                           note if waiting else None, known=known,
-                                           members=self._members)
-
     def sync(self, timeout: float | None = None) -> Image:
         """Fold every record committed before this call; return the image."""
-        with self._lock:
-            self._fold(self._reader.sync(timeout or self.timeout))
-            return self._image
+        return self._log.sync(timeout or self.timeout)
 
     @property
     def image(self) -> Image:
         """The image as last folded (no catching up; see :meth:`sync`)."""
-        return self._image
+        return self._log.image
 
     # -- reads -------------------------------------------------------------------
 
@@ -449,7 +424,7 @@ class Registry:
         another grant got into the log first (the fold's CAS decides).
         """
         check_id("contender", contender)
-        with self._lock:
+        with self._log.lock:
             image = self.sync()
             # Fence the namespace's transactional id before the grant: init_transactions
             # aborts a transaction a dead leader left open (killed between produce and
@@ -467,20 +442,20 @@ class Registry:
 
     def _claim(self, contender: str, image: Image, lease_ms: int | None,
                writer: TransactionalWriter) -> Term:
-        with self._lock:
+        with self._log.lock:
             grant = LeadershipGranted(
                 event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
                 writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
                 lease_ms=lease_ms)
             if self._plain is None:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
-            self._waiting[grant.event_id] = None
+            self._log.waiting[grant.event_id] = None
             try:
                 try:
                     offset = self._plain.write(
                         self.topic, self.partition,
                         [(record_key(grant).encode(), self._codec.encode(grant))])[0]
-                    self._fold(self._reader.read_until(offset, self.timeout))
+                    self._log.read_until(offset, self.timeout)
                 except BrokerError as e:
                     try:
                         self.sync()  # the grant may have landed: read, don't guess
@@ -488,9 +463,9 @@ class Registry:
                         raise OutcomeUnknown(f"the grant to {contender!r} for epoch "
                                              f"{grant.epoch} may or may not be in the log: {e}",
                                              (grant.event_id,)) from lost
-                decision = self._waiting.get(grant.event_id)
+                decision = self._log.waiting.get(grant.event_id)
             finally:
-                self._waiting.pop(grant.event_id, None)
+                self._log.waiting.pop(grant.event_id, None)
             if decision is None:
                 raise OutcomeUnknown(f"the grant to {contender!r} for epoch {grant.epoch} was "
                                      "not confirmed and is not in the log (yet)",
@@ -500,7 +475,7 @@ class Registry:
                 error.event_ids = (grant.event_id,)
                 raise error
             term = Term(self, grant.epoch, contender)
-            term._writer = writer
+            term._writes.writer = writer
             self._terms.append(term)
             try:
                 term._start()
@@ -531,14 +506,14 @@ class Registry:
         The terms themselves go on until fenced or revoked; only this
         process's producers are closed.
         """
-        with self._lock:
+        with self._log.lock:
             for term in self._terms:
                 term.close()
             self._terms.clear()
             if self._plain is not None:
                 self._plain.close()
                 self._plain = None
-            self._reader.close()
+            self._log.close()
 
     def __enter__(self) -> Registry:
         return self
@@ -548,7 +523,7 @@ class Registry:
 
     def __repr__(self) -> str:
         return (f"Registry({self.bootstrap!r}, namespace={self.namespace!r}, "
-                f"topic={self.topic!r}, offset={self._image.provenance.last_offset})")
+                f"topic={self.topic!r}, offset={self._log.image.provenance.last_offset})")
 
 
 class Term:
@@ -561,14 +536,14 @@ class Term:
     expected and the actual epoch and the leader.
     """
 
-    _MAX_RESENDS = 3
-
     def __init__(self, registry: Registry, epoch: int, contender: str) -> None:
         self.registry = registry
         self.epoch = epoch
         self.contender = contender
         self.namespace = registry.namespace
-        self._writer: TransactionalWriter | None = None
+        self._writes = TermWrites(registry._log, registry.kafka, registry.topic,
+                                  registry.namespace, registry.partition, registry.timeout,
+                                  epoch, self.fenced)
         self._blobs_put: dict[str, tuple[GraphRef, bytes]] = {}  # this call's blobs
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
 
@@ -808,7 +783,7 @@ class Term:
         leader that may stay idle calls it at least once per
         ``min.compaction.lag.ms``.
         """
-        with self.registry._lock:
+        with self.registry._log.lock:
             image = self.registry.sync()
             planned = len(plan_reassertions(image, self.epoch, self.contender))
             if planned:
@@ -817,9 +792,7 @@ class Term:
 
     def close(self) -> None:
         """Drop this term's producer (the term itself goes on until fenced or revoked)."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        self._writes.close()
 
     def __enter__(self) -> Term:
         return self
@@ -903,10 +876,7 @@ class Term:
         # log holds.
         self.registry.sync()
         if self.fenced() is None:
-            if self._writer is None:
-                self._writer = TransactionalWriter(self.registry.kafka, self.registry.topic,
-                                                   self.namespace, self.registry.partition,
-                                                   self.registry.timeout)
+            self._writes.open()
             self.reassert()
 
     # -- for an election ----------------------------------------------------------------
@@ -968,7 +938,7 @@ class Term:
             call = as_call(events)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        with reg._lock:
+        with reg._log.lock:
             # Step 1: settle refused keys first (compaction safety).
             pairs: list[tuple[str, Event]] = list(
                 plan_reassertions(reg.image, self.epoch, self.contender))
@@ -1001,152 +971,8 @@ class Term:
                 return
 
     def _send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:
-        """Steps 2 and 3: one transaction, then read until the fold decided every record.
-
-        Returns one decision per pair. A record the log does not hold after a
-        failed transaction is re-sent while this term is current: a job
-        record verbatim (a copy that lands after all is a duplicate on a key
-        the next write reasserts), a leadership record as a fresh event under
-        a fresh key (so no leadership key is ever written twice).
-        """
-        reg = self.registry
-        codec = reg._codec
-        slots = [[(key, event)] for key, event in pairs]  # every copy sent per record
-        waiting = reg._waiting
-        failure: Exception | None = None
-        sent, first_sent = False, 0.0
-        appended: list[int] = []  # offsets the broker gave our records, committed or not
-        in_doubt = 0  # records of failed transactions that may sit at offsets nobody said
-
-        def fenced_now(fenced: Fenced) -> RegistryError:
-            # The log holds a newer grant (or the revoke) and none of the undecided records.
-            # On Kafka that settles it: a read that reached the grant read every committed
-            # record before it (the last stable offset), and a fenced or failed
-            # transaction's records never become readable, so any that lands later lands
-            # after the grant and is refused: not accepted. The embedded broker shows
-            # neither rule (it can hide a committed record while showing a later one, and
-            # shows a fenced producer's records once the id's new owner commits): a record
-            # the broker placed *before* the term ended may yet be decided at its own
-            # offset, inside our term. Then the answer is unknown, which is true on both;
-            # so it is for a record whose transaction failed with no report of where it
-            # went (campaign seed 150081). Records reported refused or never sent do not
-            # count: they were not appended anywhere.
-            end = self._term_end()
-            early = sorted(o for o in appended if end is None or o < end)
-            if early:
-                return unknown(f"the term ended (offset {end}) after the broker had placed "
-                               f"record(s) of the call at offset(s) {early[:5]} that no "
-                               "reader sees now", failure)
-            if in_doubt:
-                return unknown(f"the term ended (offset {end}); the broker may have placed "
-                               f"{in_doubt} record(s) of the call before that, at offsets "
-                               "it never reported (their transaction failed)", failure)
-            fenced.event_ids = ids()
-            return fenced
-
-        def ids() -> tuple[str, ...]:
-            return tuple(e.event_id for copies in slots for _, e in copies) if sent else ()
-
-        def unknown(why: str, cause: Exception | None) -> OutcomeUnknown:
-            error = OutcomeUnknown(f"records of term {self.epoch} may or may not be in the "
-                                   f"log: {why}", ids())
-            error.__cause__ = cause
-            return error
-
-        try:
-            for attempt in range(self._MAX_RESENDS + 1):
-                todo: list[tuple[str, bytes]] = []
-                events: list[Event] = []
-                for copies in slots:
-                    if any(waiting.get(e.event_id) is not None for _, e in copies):
-                        continue
-                    key, event = copies[-1]
-                    if attempt and isinstance(event, (LeadershipGranted, LeadershipRevoked)):
-                        event = replace(event, event_id=new_event_id())
-                        key = record_key(event)
-                        copies.append((key, event))
-                    waiting.setdefault(event.event_id, None)
-                    data, as_read = codec.encode_as_read(event)
-                    todo.append((key, data))
-                    events.append(as_read)
-                if not todo:
-                    break
-                if sent and time.monotonic() - first_sent > DUPLICATE_WINDOW_MS / 2000:
-                    # Rule 1 forgets an id a window after its record landed: a copy sent
-                    # later could be folded as a new event.
-                    raise unknown(f"not confirmed within half the duplicate window "
-                                  f"({DUPLICATE_WINDOW_MS / 2000:g} s); not re-sent", failure)
-                try:
-                    if self._writer is None:
-                        # A new producer fences whichever holds the namespace's id now,
-                        # the current leader's included: read the log first, and make
-                        # one only while this term is still current.
-                        reg.sync()
-                        fenced = self.fenced()
-                        if fenced is not None:
-                            raise fenced_now(fenced)
-                        self._writer = TransactionalWriter(reg.kafka, reg.topic,
-                                                           self.namespace, reg.partition,
-                                                           reg.timeout)
-                    if not sent:
-                        sent, first_sent = True, time.monotonic()
-                    written = self._writer.write(todo)
-                    appended.extend(r.offset for r in written)
-                    known = {r.offset: e for r, e in zip(written, events, strict=True)}
-                    if reg._reader.take_own(written):  # nothing can lie before them
-                        reg._fold([written], known)
-                    else:
-                        reg._fold(reg._reader.read_until(written[-1].offset, reg.timeout),
-                                  known)
-                    failure = None
-                except BrokerError as e:  # TransactionFailed included
-                    failure = e
-                    if isinstance(e, TransactionFailed):
-                        appended.extend(e.appended)
-                        in_doubt += e.in_doubt
-                    if isinstance(e, TransactionFailed) and e.fatal and self._writer is not None:
-                        writer, self._writer = self._writer, None
-                        writer.close()
-                    try:
-                        reg.sync()  # read, don't guess
-                    except BrokerError as lost:
-                        if not sent:
-                            raise e from None  # nothing left this process: not accepted
-                        raise unknown(str(e), lost) from lost
-                if all(self._decided(copies) for copies in slots):
-                    break
-                fenced = self.fenced()
-                if fenced is not None:
-                    raise fenced_now(fenced) from failure
-                if failure is None:
-                    raise unknown("they were written but the fold did not see them", None)
-                time.sleep(0.05 * (attempt + 1))
-            else:
-                if not sent and failure is not None:
-                    raise failure  # no producer could be made: nothing left this process
-                raise unknown(f"not confirmed after {self._MAX_RESENDS} re-sends", failure)
-            return [self._decided(copies) for copies in slots]  # type: ignore[misc]
-        finally:
-            for copies in slots:
-                for _, e in copies:
-                    waiting.pop(e.event_id, None)
-
-    def _term_end(self) -> int | None:
-        """The offset of the record that ended this term in the image (the newer grant, or
-        this term's revoke); ``None`` if the image does not say."""
-        info = self.registry.image.term
-        if info is None:
-            return None
-        if info.epoch > self.epoch:
-            return info.granted_offset
-        if info.epoch == self.epoch and info.revoked_offset is not None:
-            return info.revoked_offset
-        return None
-
-    def _decided(self, copies: list[tuple[str, Event]]) -> Decision | None:
-        # The verdict on a record: an accepted copy if any, else the first decided one.
-        found = [d for _, e in copies if (d := self.registry._waiting.get(e.event_id))]
-        return next((d for d in found if d.accepted), found[0] if found else None)
+        """Steps 2 and 3 (:meth:`registry.writes.TermWrites.send`): one decision per pair."""
+        return self._writes.send(pairs)
 
 
 def _failure_reason(name: object) -> str:

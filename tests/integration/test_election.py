@@ -297,7 +297,7 @@ def _leave_the_fencing_error_pending(term) -> None:
     the producer and not yet served. confluent-kafka raises a fatal error from whichever call
     serves it; ``close()`` serves it (measured: every time), and in the failed run the write
     path's ``close()`` raised ``KafkaException(_FENCED)``, which killed the renewer."""
-    producer = term._writer._producer
+    producer = term._writes.writer._producer
     key, value = _renewal_bytes(term)
     producer.begin_transaction()
     producer.produce(term.registry.topic, value=value, key=key,

@@ -147,7 +147,7 @@ def test_a_write_whose_fate_is_unknown_says_which_records_to_look_for(connect, m
         raise BrokerError("no answer from the broker")
 
     monkeypatch.setattr(log.TransactionalWriter, "write", lost)
-    monkeypatch.setattr(term, "_MAX_RESENDS", 0)
+    monkeypatch.setattr(term._writes, "MAX_RESENDS", 0)
     with pytest.raises(OutcomeUnknown) as caught:
         term.cancel("job-a")
     assert caught.value.event_ids
@@ -295,9 +295,9 @@ def _leader_racing_a_claim(connect, proxy_class):
     term = old.claim_leadership("jm-old")
     term.submit("warm", b"g")  # the term's producer exists
     claimed = []
-    proxy = proxy_class(term._writer._producer,
+    proxy = proxy_class(term._writes.writer._producer,
                         lambda: claimed.append(new.claim_leadership("jm-new")))
-    term._writer._producer = proxy
+    term._writes.writer._producer = proxy
     return old, new, term, proxy, claimed
 
 
@@ -502,7 +502,7 @@ def test_a_write_is_acknowledged_only_once_every_reader_can_read_it(connect) -> 
         other.produce(reg.topic, key=b"other", value=b"x", partition=reg.partition)
         other.flush(10)
 
-    term._writer._producer = _OtherTransactionOpensBeforeCommit(term._writer._producer,
+    term._writes.writer._producer = _OtherTransactionOpensBeforeCommit(term._writes.writer._producer,
                                                                 open_other)
     answers: list[object] = []
 

@@ -144,7 +144,7 @@ def test_writes_take_their_own_records_again_after_one_was_read_back(broker) -> 
         filler.produce(topic, b"x", b"another-namespace/x", partition=partition)
         filler.commit_transaction(10)
     reg = Registry.connect(broker.bootstrap, ns, topic=topic, fetch_wait_ms=1, timeout=20)
-    reader = reg._reader
+    reader = reg._log.reader
     took: list[bool] = []
     timed_out: list[Exception] = []
     take_own, read_until = reader.take_own, reader.read_until

@@ -1,0 +1,92 @@
+"""One namespace's log as a client has folded it: the reader, the image, and the verdicts
+its writers wait for.
+
+:class:`~registry.client.Registry` reads through it and :mod:`registry.writes` (a term's
+write protocol) reads its own records back through it; neither reaches into the other.
+Every method that changes it runs under :attr:`FoldedLog.lock` (re-entrant), so a sync
+and a write of the same client never fold at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from .events import Event
+from .fold import bulk, fold_batches
+from .image import Decision, Image, LogRecord, Outcome
+from .log import LogReader
+from .wire import Codec
+
+__all__ = ["FoldedLog"]
+
+
+class FoldedLog:
+    """A reader of one partition and the image of one namespace folded from it."""
+
+    def __init__(self, reader: LogReader, namespace: str, codec: Codec) -> None:
+        self.reader = reader
+        self.codec = codec
+        self.lock = threading.RLock()
+        self.image = Image.empty(namespace)
+        """The image as last folded (no catching up; see :meth:`sync`)."""
+        self.waiting: dict[str, Decision | None] = {}
+        """Event ids whose verdict a writer waits for -> the verdict, once folded."""
+        self._members: dict[int, Event] = {}  # rule 8: waiting call members, decoded once
+
+    def fold(self, batches: Iterable[list[LogRecord]],
+             known: dict[int, Event] | None = None) -> None:
+        """Fold what the reader returned; ``known``: offset -> event of records this
+        client just wrote (encoded from those events, so not decoded again)."""
+        waiting = self.waiting
+
+        def note(d: Decision) -> None:  # the fate of this client's own records
+            if d.event_id in waiting and waiting[d.event_id] is None \
+                    and d.outcome != Outcome.PENDING:
+                waiting[d.event_id] = d
+
+        with self.lock, bulk():
+            for batch in batches:  # one image per batch, so a failure keeps what was folded
+                self.image = fold_batches([batch], self.image, self.codec,
+                                          note if waiting else None, known=known,
+                                          members=self._members)
+
+    def sync(self, timeout: float) -> Image:
+        """Fold every record committed before this call; return the image."""
+        with self.lock:
+            self.fold(self.reader.sync(timeout))
+            return self.image
+
+    def catch_up(self, timeout: float) -> None:
+        """Fold to the end of the log; ``timeout`` bounds the time without progress."""
+        with self.lock:
+            self.fold(self.reader.read_to_end(timeout))
+
+    def read_until(self, offset: int, timeout: float,
+                   known: dict[int, Event] | None = None) -> None:
+        """Fold until the record at ``offset`` (and the end after it) was read."""
+        with self.lock:
+            self.fold(self.reader.read_until(offset, timeout), known)
+
+    def read_back(self, written: list[LogRecord], known: dict[int, Event],
+                  timeout: float) -> None:
+        """Fold records this client just wrote: as they are when nothing can lie before
+        them and every reader can read them (:meth:`~registry.log.LogReader.take_own`),
+        else by reading them back."""
+        with self.lock:
+            if self.reader.take_own(written):
+                self.fold([written], known)
+            else:
+                self.read_until(written[-1].offset, timeout, known)
+
+    def start_at(self, image: Image) -> None:
+        """Continue from ``image`` (a snapshot's): read from the offset after it."""
+        with self.lock:
+            self.image = image
+            self._members.clear()
+            self.reader.seek(image.provenance.last_offset + 1)
+
+    def close(self) -> None:
+        """Leave the broker."""
+        with self.lock:
+            self.reader.close()

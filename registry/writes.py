@@ -1,0 +1,204 @@
+"""Steps 2 and 3 of a term's write (:mod:`registry.client`'s module docstring): one
+transaction of the namespace's transactional producer, then reading until the fold decided
+every record sent, re-sending what the log does not hold while the term is current.
+
+:class:`TermWrites` holds the term's producer and talks to the log only through a
+:class:`~registry.folded.FoldedLog` (it never sees the :class:`~registry.client.Registry`);
+the term asks it to :meth:`~TermWrites.send` the records steps 1 and 4 planned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from .errors import BrokerError, Fenced, OutcomeUnknown, RegistryError
+from .events import Event, LeadershipGranted, LeadershipRevoked, new_event_id
+from .fold import DUPLICATE_WINDOW_MS
+from .folded import FoldedLog
+from .image import Decision
+from .kafka_config import Kafka
+from .keys import record_key
+from .log import TransactionalWriter, TransactionFailed
+
+__all__ = ["TermWrites"]
+
+
+class TermWrites:
+    """The write protocol of one term of one namespace.
+
+    ``fenced``: the term's own answer to "would a write of this term be fenced, as far as
+    the log was read" (:meth:`registry.client.Term.fenced`).
+    """
+
+    MAX_RESENDS = 3
+
+    def __init__(self, log: FoldedLog, kafka: Kafka, topic: str, namespace: str,
+                 partition: int, timeout: float, epoch: int,
+                 fenced: Callable[[], Fenced | None]) -> None:
+        self._log = log
+        self._kafka = kafka
+        self._topic = topic
+        self._namespace = namespace
+        self._partition = partition
+        self.timeout = timeout
+        self.epoch = epoch
+        self._fenced = fenced
+        self.writer: TransactionalWriter | None = None
+        """The term's transactional producer, once made (:meth:`open`)."""
+
+    def open(self) -> None:
+        """Make the term's producer, if it has none: its ``init_transactions`` fences
+        whichever producer holds the namespace's transactional id now, at the broker."""
+        if self.writer is None:
+            self.writer = TransactionalWriter(self._kafka, self._topic, self._namespace,
+                                              self._partition, self.timeout)
+
+    def close(self) -> None:
+        """Drop the producer (the term goes on until fenced or revoked)."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:
+        """Steps 2 and 3: one transaction, then read until the fold decided every record.
+
+        Returns one decision per pair. A record the log does not hold after a
+        failed transaction is re-sent while this term is current: a job
+        record verbatim (a copy that lands after all is a duplicate on a key
+        the next write reasserts), a leadership record as a fresh event under
+        a fresh key (so no leadership key is ever written twice).
+        """
+        log = self._log
+        codec = log.codec
+        slots = [[(key, event)] for key, event in pairs]  # every copy sent per record
+        waiting = log.waiting
+        failure: Exception | None = None
+        sent, first_sent = False, 0.0
+        appended: list[int] = []  # offsets the broker gave our records, committed or not
+        in_doubt = 0  # records of failed transactions that may sit at offsets nobody said
+
+        def fenced_now(fenced: Fenced) -> RegistryError:
+            # The log holds a newer grant (or the revoke) and none of the undecided records.
+            # On Kafka that settles it: a read that reached the grant read every committed
+            # record before it (the last stable offset), and a fenced or failed
+            # transaction's records never become readable, so any that lands later lands
+            # after the grant and is refused: not accepted. The embedded broker shows
+            # neither rule (it can hide a committed record while showing a later one, and
+            # shows a fenced producer's records once the id's new owner commits): a record
+            # the broker placed *before* the term ended may yet be decided at its own
+            # offset, inside our term. Then the answer is unknown, which is true on both;
+            # so it is for a record whose transaction failed with no report of where it
+            # went (campaign seed 150081). Records reported refused or never sent do not
+            # count: they were not appended anywhere.
+            end = self.term_end()
+            early = sorted(o for o in appended if end is None or o < end)
+            if early:
+                return unknown(f"the term ended (offset {end}) after the broker had placed "
+                               f"record(s) of the call at offset(s) {early[:5]} that no "
+                               "reader sees now", failure)
+            if in_doubt:
+                return unknown(f"the term ended (offset {end}); the broker may have placed "
+                               f"{in_doubt} record(s) of the call before that, at offsets "
+                               "it never reported (their transaction failed)", failure)
+            fenced.event_ids = ids()
+            return fenced
+
+        def ids() -> tuple[str, ...]:
+            return tuple(e.event_id for copies in slots for _, e in copies) if sent else ()
+
+        def unknown(why: str, cause: Exception | None) -> OutcomeUnknown:
+            error = OutcomeUnknown(f"records of term {self.epoch} may or may not be in the "
+                                   f"log: {why}", ids())
+            error.__cause__ = cause
+            return error
+
+        try:
+            for attempt in range(self.MAX_RESENDS + 1):
+                todo: list[tuple[str, bytes]] = []
+                events: list[Event] = []
+                for copies in slots:
+                    if any(waiting.get(e.event_id) is not None for _, e in copies):
+                        continue
+                    key, event = copies[-1]
+                    if attempt and isinstance(event, (LeadershipGranted, LeadershipRevoked)):
+                        event = replace(event, event_id=new_event_id())
+                        key = record_key(event)
+                        copies.append((key, event))
+                    waiting.setdefault(event.event_id, None)
+                    data, as_read = codec.encode_as_read(event)
+                    todo.append((key, data))
+                    events.append(as_read)
+                if not todo:
+                    break
+                if sent and time.monotonic() - first_sent > DUPLICATE_WINDOW_MS / 2000:
+                    # Rule 1 forgets an id a window after its record landed: a copy sent
+                    # later could be folded as a new event.
+                    raise unknown(f"not confirmed within half the duplicate window "
+                                  f"({DUPLICATE_WINDOW_MS / 2000:g} s); not re-sent", failure)
+                try:
+                    if self.writer is None:
+                        # A new producer fences whichever holds the namespace's id now,
+                        # the current leader's included: read the log first, and make
+                        # one only while this term is still current.
+                        log.sync(self.timeout)
+                        fenced = self._fenced()
+                        if fenced is not None:
+                            raise fenced_now(fenced)
+                        self.open()
+                    if not sent:
+                        sent, first_sent = True, time.monotonic()
+                    written = self.writer.write(todo)
+                    appended.extend(r.offset for r in written)
+                    known = {r.offset: e for r, e in zip(written, events, strict=True)}
+                    log.read_back(written, known, self.timeout)
+                    failure = None
+                except BrokerError as e:  # TransactionFailed included
+                    failure = e
+                    if isinstance(e, TransactionFailed):
+                        appended.extend(e.appended)
+                        in_doubt += e.in_doubt
+                    if isinstance(e, TransactionFailed) and e.fatal and self.writer is not None:
+                        writer, self.writer = self.writer, None
+                        writer.close()
+                    try:
+                        log.sync(self.timeout)  # read, don't guess
+                    except BrokerError as lost:
+                        if not sent:
+                            raise e from None  # nothing left this process: not accepted
+                        raise unknown(str(e), lost) from lost
+                if all(self.decided(copies) for copies in slots):
+                    break
+                fenced = self._fenced()
+                if fenced is not None:
+                    raise fenced_now(fenced) from failure
+                if failure is None:
+                    raise unknown("they were written but the fold did not see them", None)
+                time.sleep(0.05 * (attempt + 1))
+            else:
+                if not sent and failure is not None:
+                    raise failure  # no producer could be made: nothing left this process
+                raise unknown(f"not confirmed after {self.MAX_RESENDS} re-sends", failure)
+            return [self.decided(copies) for copies in slots]  # type: ignore[misc]
+        finally:
+            for copies in slots:
+                for _, e in copies:
+                    waiting.pop(e.event_id, None)
+
+    def term_end(self) -> int | None:
+        """The offset of the record that ended this term in the image (the newer grant, or
+        this term's revoke); ``None`` if the image does not say."""
+        info = self._log.image.term
+        if info is None:
+            return None
+        if info.epoch > self.epoch:
+            return info.granted_offset
+        if info.epoch == self.epoch and info.revoked_offset is not None:
+            return info.revoked_offset
+        return None
+
+    def decided(self, copies: list[tuple[str, Event]]) -> Decision | None:
+        # The verdict on a record: an accepted copy if any, else the first decided one.
+        found = [d for _, e in copies if (d := self._log.waiting.get(e.event_id))]
+        return next((d for d in found if d.accepted), found[0] if found else None)
