@@ -6,36 +6,7 @@ have imported from here, so that ``from registry.codec import encode`` keeps wor
 nothing in ``registry`` imports it any more.
 """
 
-from .wire import (
-    AVRO_NAMESPACE,
-    CATALOG_FILE,
-    MAGIC_BYTE,
-    Catalog,
-    CatalogEntry,
-    Codec,
-    check_catalog,
-    decode,
-    default_codec,
-    encode,
-    fingerprint,
-    plan_catalog_update,
-    resolved_schemas,
-    update_catalog,
-)
+from . import wire
+from .wire import *  # noqa: F403  (the same names, listed once in registry.wire)
 
-__all__ = [
-    "AVRO_NAMESPACE",
-    "CATALOG_FILE",
-    "MAGIC_BYTE",
-    "Catalog",
-    "CatalogEntry",
-    "Codec",
-    "check_catalog",
-    "update_catalog",
-    "decode",
-    "default_codec",
-    "encode",
-    "fingerprint",
-    "plan_catalog_update",
-    "resolved_schemas",
-]
+__all__ = list(wire.__all__)
