@@ -37,7 +37,8 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
+    # spark.default.parallelism is left to the master (local[N]: N), which the audit job
+    # reads as the number of tasks a micro-batch runs in (consumers.audit_job.fold_plan).
     "spark.sql.session.timeZone": "UTC",
     "spark.driver.memory": "1g",
     "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",

@@ -160,26 +160,37 @@ def test_a_partition_written_before_migration_0006_is_adopted_once(connect, db_u
 
 
 @pytest.mark.spark
-def test_two_namespaces_on_two_partitions_fold_in_parallel_and_agree_with_check(
+def test_namespaces_on_more_partitions_than_cores_fold_in_parallel_and_agree_with_check(
         spark, connect, pg_db) -> None:
+    """Five namespaces on five Kafka partitions, a local[2] session: one micro-batch runs in
+    two tasks (coalesced, no exchange), each folding and committing whole Kafka partitions
+    one after the other, and the database agrees with the library's fold."""
+    from consumers.audit_job import FoldTask, fold_plan
     from registry.audit.db import migrate
 
     migrate(pg_db)
     names = {}
-    for i in range(100):  # two namespaces that hash onto different partitions
+    for i in range(200):  # namespaces that hash onto different partitions
         ns = f"par-{i}"
         names.setdefault(partition_for(ns, 8), ns)
-        if len(names) == 2:
+        if len(names) == 5:
             break
     regs = [connect(ns) for ns in names.values()]
     for reg in regs:
         term = reg.claim_leadership("jm-1")
         term.submit_many([(f"job-{i}", b"g") for i in range(300)])
+    whole = (spark.read.format("jobreg-kafka")
+             .option("kafka.bootstrap.servers", regs[0].bootstrap)
+             .option("subscribe", regs[0].topic).load())
+    assert whole.rdd.getNumPartitions() >= 5  # one input partition per Kafka partition
+    task = FoldTask(pg_db, regs[0].topic, 0, regs[0].bootstrap)
+    assert fold_plan(whole, task, spark.sparkContext.defaultParallelism
+                     ).rdd.getNumPartitions() == 2  # one task per core
     run = run_audit(pg_db, regs[0].bootstrap, regs[0].topic, spark=spark,
                     max_offsets_per_trigger=100_000)
     assert run.records == sum(len(_log(r)) for r in regs)
     assert check(pg_db, regs[0].bootstrap, regs[0].topic) == []
-    # one micro-batch, one task per partition: both partitions committed in batch 0
+    # one micro-batch: every partition committed in batch 0
     _, progress = query(pg_db, 'SELECT "partition", batch_id FROM audit_progress '
                                "WHERE next_offset > 0 ORDER BY 1")
     assert sorted(p for p, _ in progress) == sorted(r.partition for r in regs)
@@ -188,7 +199,7 @@ def test_two_namespaces_on_two_partitions_fold_in_parallel_and_agree_with_check(
     for reg in regs:
         reg.claim_leadership("jm-2").submit("more", b"g")
     again = run_audit(pg_db, regs[0].bootstrap, regs[0].topic, spark=spark)
-    assert again.records == 4 and again.caught_up == run.records
+    assert again.records == 2 * len(regs) and again.caught_up == run.records
     assert check(pg_db, regs[0].bootstrap, regs[0].topic) == []
 
 
