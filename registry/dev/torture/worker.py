@@ -120,8 +120,11 @@ class _Ns:
         self.election: Any = None
         self.term: Any = None
         self.old_terms: list[Any] = []
-        self.lost = threading.Event()
-        self.resign = threading.Event()
+        # The term a revoke op gave up. Per term, not a flag: a revoke op that ends after
+        # its term was lost must not make the next term resign (campaign seed 260014: it
+        # did, the worker left that term without revoking it, and the checker saw a
+        # leader that never learned its loss).
+        self.resigned: Any = None
         self.thread: threading.Thread | None = None
         self.cp_next: dict[str, int] = {}
 
@@ -166,12 +169,11 @@ class Worker:
     def _contend(self, st: _Ns) -> None:
         """Wait to lead; lead until the term is lost or given up; contend again."""
         while not self.stop.is_set():
-            st.lost.clear()
-            st.resign.clear()
+            lost = threading.Event()  # this election's: a late callback of another is not
 
-            def revoked(term: Any, st: _Ns = st) -> None:
+            def revoked(term: Any, st: _Ns = st, lost: threading.Event = lost) -> None:
                 self.hist.write(type="info", f="revoked", ns=st.name, epoch=term.epoch)
-                st.lost.set()
+                lost.set()
 
             op = self.hist.next_op()
             self.hist.write(type="invoke", f="elect", op=op, ns=st.name)
@@ -190,14 +192,14 @@ class Worker:
             st.term = term
             self.hist.write(type="ok", f="elect", op=op, ns=st.name, epoch=term.epoch,
                             value={"epoch": term.epoch, "contender": self.contender})
-            while not (self.stop.is_set() or st.lost.is_set() or st.resign.is_set()):
-                st.lost.wait(0.1)
+            while not (self.stop.is_set() or lost.is_set() or st.resigned is term):
+                lost.wait(0.1)
             st.term = None
             st.old_terms.append(term)
             if self.stop.is_set():
                 return
             election.cancel()
-            if st.resign.is_set():
+            if st.resigned is term:
                 self.stop.wait(self.lease)  # let another contender take over
 
     # -- the loop -------------------------------------------------------------------------
@@ -372,7 +374,7 @@ class Worker:
                 return  # rarer than its weight says
             self._call(st, "revoke", lambda: term.revoke("torture resign"), args={},
                        term=term)
-            st.resign.set()
+            st.resigned = term  # leaves only this term (if it is still the one led)
         elif f == "gc":
             grace = float(self.cfg["gc_grace"])
             self._call(st, "gc", lambda: reg.collect_garbage(grace), args={"grace": grace},
