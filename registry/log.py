@@ -536,10 +536,13 @@ class LogReader:
         return high
 
     def read_until(self, offset: int, timeout: float) -> Iterable[list[LogRecord]]:
-        """Yield batches until a record at or past ``offset`` was read, and then until the end
-        of the partition was seen (usually in the same fetch, or the next one, past a commit
-        marker), so that the next write of this reader's writer can take its records as
-        read (:meth:`take_own`); if that end does not show within ``timeout``, it stops.
+        """Yield batches until a record at or past ``offset`` was read, and then, while
+        nothing follows the record at ``offset``, until the end of the partition was seen
+        (usually in the same fetch, or the next one, past a commit marker), so that the next
+        write of this reader's writer can take its records as read (:meth:`take_own`). A
+        record after it (another writer's) ends the read at once: on a busy partition the
+        end would be chased for nothing. If the end does not show within ``timeout``, it
+        stops.
 
         Raises :class:`BrokerError` if no record at or past ``offset`` was read within
         ``timeout`` seconds.
@@ -548,7 +551,7 @@ class LogReader:
         stalled_since = time.monotonic()
         self._eof = False
         try:
-            while self.position <= offset or not self._eof:
+            while self.position <= offset or (self.position == offset + 1 and not self._eof):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     if self.position > offset:
