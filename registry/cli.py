@@ -824,7 +824,8 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
 @_DB_OPTION
 @click.option("--once/--follow", default=True, show_default=True,
               help="--once: everything in the log now, then stop (availableNow); --follow: "
-                   "keep going (processing-time trigger) until Ctrl-C.")
+                   "keep going (processing-time trigger) until Ctrl-C or SIGTERM, which let "
+                   "the batch at work finish.")
 @click.option("--interval", default="1 second", show_default=True,
               help="The processing-time trigger of --follow.")
 @click.option("--max-offsets-per-trigger", type=click.IntRange(1), default=100_000,
@@ -858,7 +859,9 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
         if not settings.as_json:
             click.echo(f"batch {batch_id}: {records:,} records", err=True)
 
-    previous = signal.signal(signal.SIGINT, lambda *_: stop.set()) if not once else None
+    # Ctrl-C, and a container's stop (SIGTERM), end a follow run between batches.
+    previous = {sig: signal.signal(sig, lambda *_: stop.set())
+                for sig in (signal.SIGINT, signal.SIGTERM)} if not once else {}
     try:
         with registry_errors():
             from consumers.audit_job import materialize
@@ -875,8 +878,8 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
             if not plain:
                 result["startup_seconds"] = round(run.startup, 3)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     settings.emit("audit-run", {"db": shown_db, **result},
                   lambda: f"wrote {result['records']:,} records in {result['batches']} "
                           f"batches to {shown_db} ({result['source']}, "

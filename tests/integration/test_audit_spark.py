@@ -130,3 +130,37 @@ def test_a_driver_killed_mid_batch_restarts_with_every_row_exactly_once(connect,
                                           "FROM audit_records")
     _, [(jobs,)] = query(db_url, "SELECT count(*) FROM audit_jobs")
     assert rows == distinct and jobs == 6000
+
+
+
+def test_a_follow_run_stopped_mid_batch_ends_quietly_and_loses_nothing(spark, connect, db_url,
+                                                                        capfd) -> None:
+    """Stopping (Ctrl-C, ``stop_event``, ``stop_after``) while a batch is still working: the
+    batch finishes, the run ends without a JVM stack trace, and a later run writes the rest
+    exactly once. Stopping used to cancel the batch's Spark job: Spark then matched a regex
+    against the Python error's whole text and printed a 1,000-line ``StackOverflowError``
+    from its stream thread. The stand-in for a long batch: ``on_batch`` of the second batch
+    runs a Spark job of a few seconds (in the batch's job group, as the fold's job is)."""
+    reg = connect("busy")
+    term = reg.claim_leadership("jm-1")
+    for start in range(0, 3000, 1000):
+        term.submit_many([(f"job-{i}", b"g") for i in range(start, start + 1000)])
+    stop = threading.Event()
+
+    def slow_batch(batch_id: int, rows: int) -> None:
+        if batch_id == 1:
+            stop.set()  # the run stops while this batch still works
+            spark.sparkContext.parallelize([0], 1).map(lambda x: time.sleep(6) or x).collect()
+
+    capfd.readouterr()
+    run = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark, mode="follow",
+                    interval="50 milliseconds", max_offsets_per_trigger=500,
+                    stop_event=stop, on_batch=slow_batch)
+    err = capfd.readouterr().err
+    assert "Exception in thread" not in err and "StackOverflowError" not in err, err[-3000:]
+    assert run.batches == 2  # the batch at work when the run stopped finished; no later one
+    rest = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark)
+    assert rest.records > 0
+    assert check(db_url, reg.bootstrap, reg.topic) == []
+    _, [(jobs,)] = query(db_url, "SELECT count(*) FROM audit_jobs")
+    assert jobs == 3000
