@@ -244,17 +244,22 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
                 java_client_options(Kafka.of(bootstrap).config)
             except ConfigError:
                 used = "jobreg-kafka"
+        cores = spark.sparkContext.defaultParallelism
         # librdkafka's long-poll setting; the Java client names it fetch.max.wait.ms
         wait = {"fetch.wait.max.ms": 10} if used == "jobreg-kafka" else {"fetch.max.wait.ms": 10}
+        # jobreg-kafka plans at most one input partition per core (its Kafka partitions read
+        # one after the other by one consumer): Spark runs each input partition of a Python
+        # source in a Python worker of its own, a cost paid per input partition, which
+        # coalesce cannot take back. Spark's kafka source reads in the JVM: coalesce suffices.
+        grouped = {"maxPartitions": cores} if used == "jobreg-kafka" else {}
         df = read_stream(spark, bootstrap, topic, source="kafka" if used == "kafka" else "python",
-                         starting_offsets=starting,
+                         starting_offsets=starting, options=grouped,
                          max_offsets_per_trigger=max_offsets_per_trigger, **wait)
         assert writer.generation is not None
         on_executors = writer.engine.dialect.name != "sqlite"
         task = FoldTask(url, topic, writer.generation, bootstrap, stream=stream,
                         timeout=timeout)
 
-        cores = spark.sparkContext.defaultParallelism
         stopping = threading.Event()  # set: batches that begin from now on do nothing
         working = threading.Lock()  # held while a batch works
 

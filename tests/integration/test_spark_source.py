@@ -49,11 +49,13 @@ from pyspark.sql.types import (
 from support.sparkfixture import STARTUP, spark  # noqa: F401
 
 from consumers.kafka_source import (
+    KafkaInputGroup,
     KafkaInputPartition,
     KafkaOptionError,
     KafkaSource,
     KafkaUnavailableError,
     SourceOptions,
+    group_ranges,
     rate_limit,
     read_partition,
 )
@@ -204,6 +206,17 @@ def assert_partition_order(collect: Collect) -> None:
         assert offsets == sorted(set(offsets)), f"partition {partition} out of order: {offsets}"
 
 
+def assert_partitions_whole(collect: Collect) -> None:
+    """Within each batch, each partition's rows come together (Spark keeps a task's rows in
+    order within one collect): what the audit job's fold tasks rely on."""
+    for _bid, rows in collect.batches:
+        seen: list[int] = []
+        for row in rows:
+            if not seen or seen[-1] != row.partition:
+                assert row.partition not in seen, [r.partition for r in rows]
+                seen.append(row.partition)
+
+
 def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -218,7 +231,11 @@ def new_topic(bootstrap: str, name: str, partitions: int) -> str:
 # -- streaming -----------------------------------------------------------------------------
 
 
-def test_available_now_reads_every_record_once(spark, broker, topic):  # noqa: F811
+@pytest.mark.parametrize("grouped", [{}, {"maxPartitions": "2"}], ids=["one-per-partition",
+                                                                       "maxPartitions=2"])
+def test_available_now_reads_every_record_once(spark, broker, topic, grouped):  # noqa: F811
+    """Also with ``maxPartitions``: three partitions in two tasks, one of which reads two
+    partitions with one consumer, each range ending in a transaction marker."""
     bootstrap = broker.bootstrap
     new_topic(bootstrap, topic, 3)
     produce(bootstrap, topic, [(i % 3, b"k%d" % i, b"v%d" % i) for i in range(15)])
@@ -229,7 +246,7 @@ def test_available_now_reads_every_record_once(spark, broker, topic):  # noqa: F
     ends: dict[int, int] = {}
     expected = committed_view(bootstrap, topic, 3, ends)
 
-    df = stream(spark, bootstrap, topic)
+    df = stream(spark, bootstrap, topic, **grouped)
     assert df.schema == SPEC
     started = time.monotonic()
     collect = run_available_now(df)
@@ -243,6 +260,7 @@ def test_available_now_reads_every_record_once(spark, broker, topic):  # noqa: F
     aborted = {b"aborted-0", b"aborted-1"} & values
     assert aborted in (set(), {b"aborted-0", b"aborted-1"})  # the broker's read_committed view
     assert_partition_order(collect)
+    assert_partitions_whole(collect)
     for partition in range(3):  # every partition ends in a transaction marker: an offset gap
         assert max(o for p, o in got if p == partition) + 1 < ends[partition]
     row = collect.rows[0]
@@ -331,6 +349,7 @@ BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092", "subscribe": "t"}
     ({**BASE, "maxOffsetsPerTrigger": "-5"}, "'maxOffsetsPerTrigger' must be >= 1"),
     ({**BASE, "maxOffsetsPerTrigger": "ten"}, "'maxOffsetsPerTrigger' must be an integer"),
     ({**BASE, "failOnDataLoss": "maybe"}, "'failOnDataLoss' must be 'true' or 'false'"),
+    ({**BASE, "maxPartitions": "0"}, "'maxPartitions' must be >= 1"),
     ({**BASE, "kafka.auto.offset.reset": "latest"}, "use 'startingOffsets'"),
     ({**BASE, "startingOffset": "earliest"}, "unknown option 'startingoffset'"),
 ])
@@ -396,6 +415,47 @@ def test_unreachable_broker_fails_an_executor_read_quickly():
     with pytest.raises(KafkaUnavailableError, match="nothing arrived for 1500 ms"):
         list(read_partition(opts, SPEC, KafkaInputPartition("t", 0, 0, 10)))
     assert time.monotonic() - started < 10
+
+
+def test_a_group_reads_its_ranges_whole_one_after_the_other(broker, topic):
+    """One consumer reads a group's ranges in turn, each whole, in offset order, in the
+    group's order; a range that stops before its partition's end (the consumer fetched
+    ahead) or at a transaction marker hands over cleanly to the next."""
+    bootstrap = broker.bootstrap
+    new_topic(bootstrap, topic, 3)
+    produce(bootstrap, topic, [(i % 3, b"k%d" % i, b"v%d" % i) for i in range(300)])
+    produce_txn(bootstrap, topic, [(2, b"t", b"txn")], commit=True)  # p2 ends in a marker
+    opts = SourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    group = KafkaInputGroup((KafkaInputPartition(topic, 0, 10, 20),
+                             KafkaInputPartition(topic, 1, 0, 100),
+                             KafkaInputPartition(topic, 2, 95, 102)))
+    rows = [(p, o) for batch in read_partition(opts, SPEC, group)
+            for p, o in zip(batch.column("partition").to_pylist(),
+                            batch.column("offset").to_pylist(), strict=True)]
+    assert rows == [(0, o) for o in range(10, 20)] + [(1, o) for o in range(100)] + \
+        [(2, o) for o in range(95, 101)]
+
+
+def test_group_ranges_keeps_each_partition_whole_and_balances_the_groups():
+    rng = random.Random(11)
+    for _ in range(300):
+        ranges = [KafkaInputPartition("t", p, b, b + rng.choice([1, 5, 100, 1000]))
+                  for p, b in enumerate(rng.sample(range(10_000), rng.randint(1, 12)))]
+        most = rng.randint(1, 6)
+        planned = group_ranges(ranges, most)
+        if len(ranges) <= most:
+            assert planned == ranges  # Spark's plan: one input partition per Kafka partition
+            continue
+        assert len(planned) == most and all(isinstance(g, KafkaInputGroup) for g in planned)
+        members = [r for g in planned for r in g.ranges]
+        assert sorted(members, key=lambda r: r.partition) == ranges  # each once, whole
+        for g in planned:
+            assert [r.partition for r in g.ranges] == sorted(r.partition for r in g.ranges)
+        sizes = [sum(r.end - r.start for r in g.ranges) for g in planned]
+        assert max(sizes) - min(sizes) <= max(r.end - r.start for r in ranges)
+    assert group_ranges([], 2) == []
+    assert group_ranges([KafkaInputPartition("t", 0, 0, 5)], None) == \
+        [KafkaInputPartition("t", 0, 0, 5)]
 
 
 def test_fail_on_data_loss(spark, broker, topic):  # noqa: F811
