@@ -46,6 +46,9 @@ DEFAULT_CONF: dict[str, str] = {
     # The audit tasks commit to the database: a speculative copy would be fenced (row lock,
     # compare-and-set on the progress) but would fold its batch twice for nothing.
     "spark.speculation": "false",
+    # Python workers are forked from a daemon that has imported the fold and the source
+    # already (consumers/spark_daemon.py), so a new worker's first task does not pay for it.
+    "spark.python.daemon.module": "consumers.spark_daemon",
 }
 
 

@@ -164,3 +164,32 @@ def test_a_follow_run_stopped_mid_batch_ends_quietly_and_loses_nothing(spark, co
     assert check(db_url, reg.bootstrap, reg.topic) == []
     _, [(jobs,)] = query(db_url, "SELECT count(*) FROM audit_jobs")
     assert jobs == 3000
+
+
+def test_python_workers_are_forked_from_a_daemon_that_imported_the_fold(spark) -> None:
+    """``spark.python.daemon.module`` is ``consumers.spark_daemon``: every Python worker is a
+    fork of it, so a new worker has the fold, SQLAlchemy, psycopg and confluent-kafka
+    imported before its first task (and the daemon itself runs no thread to fork)."""
+
+    def origin(_: object) -> list[object]:
+        import os
+        import sys
+
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = [a.decode() for a in f.read().split(b"\0") if a]
+        return [parent, sorted(m for m in ("registry.audit.partition", "consumers.kafka_source",
+                                           "psycopg", "confluent_kafka") if m in sys.modules)]
+
+    seen = spark.sparkContext.parallelize(range(4), 4).map(origin).collect()
+    for parent, modules in seen:
+        assert parent[1:3] == ["-m", "consumers.spark_daemon"], parent
+        assert modules == ["confluent_kafka", "consumers.kafka_source", "psycopg",
+                           "registry.audit.partition"]
+    import subprocess
+    import sys
+
+    threads = subprocess.run(
+        [sys.executable, "-c", "import threading, consumers.spark_daemon; "
+                               "print(threading.active_count())"],
+        capture_output=True, text=True, timeout=60, check=True)
+    assert threads.stdout.strip() == "1"
