@@ -4,17 +4,18 @@ database, exactly once, the fold running on the executors.
 **Shape.** Every namespace lives on one Kafka partition, so a Kafka partition is the unit of
 order. Each micro-batch reaches :func:`run_audit`'s ``foreachBatch`` function, which runs
 ``batch.coalesce(cores).mapInArrow(FoldTask(...), "partition int, start long, end long,
-rows long").collect()`` (:func:`fold_plan`): no exchange. Both sources plan one input
-partition per Kafka partition; ``coalesce`` (no shuffle) hands each task whole input
-partitions one after the other, so a task gets at most as many Kafka partitions as there are
-tasks to spread them over, each complete and in offset order, and there are never more tasks
-than the executors have cores (``spark.default.parallelism``). Each task folds each of its
-Kafka partitions with the library's fold and commits it through
-:class:`registry.audit.partition.PartitionWriter` (rows + that partition's progress + its
-namespaces' snapshots, one transaction per Kafka partition); the driver gets one summary row
-per partition and never folds. Measured here (``jobreg bench audit``, 8 partitions on 2
-cores): one task per Kafka partition paid Spark's per-task cost 8 times a batch (9,089
-events/s, freshness p95 2.9 s); one task per core 16,746 events/s, p95 1.9 s.
+rows long").collect()`` (:func:`fold_plan`): no exchange, and never more tasks than the
+executors have cores (``spark.default.parallelism``). Spark's ``kafka`` source plans one input
+partition per Kafka partition and ``coalesce`` (no shuffle) hands each task whole input
+partitions one after the other; ``jobreg-kafka`` is told ``maxPartitions=cores`` and plans
+the groups itself (each Kafka partition whole, read in turn by one consumer), because Spark
+runs every input partition of a Python source in a Python worker of its own, a cost that
+``coalesce`` cannot take back. Either way a task gets whole Kafka partitions, each complete
+and in offset order. Each task folds each of its Kafka partitions with the library's fold and
+commits it through :class:`registry.audit.partition.PartitionWriter` (rows + that
+partition's progress + its namespaces' snapshots, one transaction per Kafka partition); the
+driver gets one summary row per partition and never folds. The Python workers fork from
+:mod:`consumers.spark_daemon`, which has imported the fold already.
 
 **SQLite** has one writer at a time: there the driver collects the batch (``toArrow``) and
 commits it partition by partition with the same :class:`PartitionWriter`.
@@ -94,8 +95,9 @@ def _columns(df: Any) -> Any:
 
 def fold_plan(frame: Any, task: FoldTask, cores: int) -> Any:
     """The micro-batch's plan on the executors: at most ``cores`` tasks (``coalesce``: no
-    exchange; each task gets whole input partitions, one Kafka partition each, in order),
-    each running ``task``; one summary row per Kafka partition (:data:`SUMMARY_SCHEMA`)."""
+    exchange; each task gets whole input partitions, each one Kafka partition or a
+    ``jobreg-kafka`` group of whole ones, in order), each running ``task``; one summary row
+    per Kafka partition (:data:`SUMMARY_SCHEMA`)."""
     return _columns(frame).coalesce(max(1, cores)).mapInArrow(task, SUMMARY_SCHEMA)
 
 
