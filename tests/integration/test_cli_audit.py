@@ -4,7 +4,11 @@ queries, their JSON, exit codes, and bad input (a write, a database that is gone
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -185,3 +189,37 @@ def test_audit_run_says_which_database_it_wrote(audited) -> None:
     base, db = audited
     code, out, _ = cli(*base, "audit", "run", "--plain", "--db", db)
     assert code == 0 and f"batches to {db} (plain" in out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_follow_run_ends_on_ctrl_c_and_on_a_containers_stop(connect, tmp_path, sig) -> None:
+    """`audit run --follow` ends between batches on SIGINT (Ctrl-C) and on SIGTERM (what
+    `docker compose stop` sends the audit service), says what it wrote, exits 0."""
+    from registry.audit.db import query
+
+    reg = connect("follow")
+    reg.claim_leadership("jm-1").submit("job-1", b"g")
+    db = f"sqlite:///{tmp_path / 'audit.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "registry.cli", "--bootstrap", reg.bootstrap, "--topic",
+         reg.topic, "audit", "run", "--follow", "--plain", "--db", db],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the follow run wrote nothing"
+            try:
+                if query(db, "SELECT count(*) FROM audit_jobs")[1] == [(1,)]:
+                    break
+            except Exception:  # the database is not migrated yet
+                pass
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "wrote 2 records" in out and "Traceback" not in err
