@@ -749,12 +749,11 @@ class _Page:
         return _Span(f"{d.writer or 'an unknown writer'} (epoch {epoch})")
 
     @staticmethod
-    def _named(items: list[_Text], total: int | None = None) -> _Text:
+    def _named(items: list[_Text]) -> _Text:
         """The first :data:`MAX_NAMED` items, then how many more."""
-        total = len(items) if total is None else total
         shown = items[:MAX_NAMED]
-        return _joined(shown, "; ") + (_text(f"; and {total - len(shown)} more")
-                                       if total > len(shown) else [])
+        return _joined(shown, "; ") + (_text(f"; and {len(items) - len(shown)} more")
+                                       if len(items) > len(shown) else [])
 
     def _summary(self) -> tuple[str, list[_SummaryLine]]:
         """The headline and the lines of "What happened"."""

@@ -296,14 +296,21 @@ def test_delete_true_then_false(store: FileBlobStore) -> None:
     assert list(store.list()) == []
 
 
-def test_default_exists_uses_get(store: FileBlobStore) -> None:
+def minimal(store: FileBlobStore) -> BlobStore:
+    """A store with only the four abstract methods (``store``'s): every other method is the
+    base class's default."""
+
     class Minimal(BlobStore):
         put = store.put
         get = store.get
         list = store.list
         delete = store.delete
 
-    m = Minimal()
+    return Minimal()
+
+
+def test_default_exists_uses_get(store: FileBlobStore) -> None:
+    m = minimal(store)
     ref = m.put(b"present")
     assert m.exists(ref)
     path_of(ref).write_bytes(b"PRESENT")
@@ -589,13 +596,7 @@ def test_scoped_sweep_temp_only_in_its_space(store: FileBlobStore) -> None:
 
 
 def test_a_store_without_spaces_is_its_own_only_space(store: FileBlobStore) -> None:
-    class Minimal(BlobStore):
-        put = store.put
-        get = store.get
-        list = store.list
-        delete = store.delete
-
-    m = Minimal()
+    m = minimal(store)
     assert m.scoped("jobreg", "prod") is m
     assert not m.contains(m.put(b"q").uri)  # a caller's ref to it is carried as is
     with pytest.raises(ConfigError, match="malformed namespace"):
