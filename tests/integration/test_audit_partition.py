@@ -163,8 +163,9 @@ def test_a_partition_written_before_migration_0006_is_adopted_once(connect, db_u
 def test_namespaces_on_more_partitions_than_cores_fold_in_parallel_and_agree_with_check(
         spark, connect, pg_db) -> None:
     """Five namespaces on five Kafka partitions, a local[2] session: one micro-batch runs in
-    two tasks (coalesced, no exchange), each folding and committing whole Kafka partitions
-    one after the other, and the database agrees with the library's fold."""
+    two tasks (no exchange: ``coalesce``, and in ``run_audit`` jobreg-kafka's two groups,
+    ``maxPartitions``), each folding and committing whole Kafka partitions one after the
+    other, and the database agrees with the library's fold."""
     from consumers.audit_job import FoldTask, fold_plan
     from registry.audit.db import migrate
 
@@ -186,6 +187,10 @@ def test_namespaces_on_more_partitions_than_cores_fold_in_parallel_and_agree_wit
     task = FoldTask(pg_db, regs[0].topic, 0, regs[0].bootstrap)
     assert fold_plan(whole, task, spark.sparkContext.defaultParallelism
                      ).rdd.getNumPartitions() == 2  # one task per core
+    grouped = (spark.read.format("jobreg-kafka")
+               .option("kafka.bootstrap.servers", regs[0].bootstrap)
+               .option("subscribe", regs[0].topic).option("maxPartitions", 2).load())
+    assert grouped.rdd.getNumPartitions() == 2  # what run_audit's source plans
     run = run_audit(pg_db, regs[0].bootstrap, regs[0].topic, spark=spark,
                     max_offsets_per_trigger=100_000)
     assert run.records == sum(len(_log(r)) for r in regs)
