@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from registry.audit.db import AuditError, migrate
-from registry.audit.partition import PartitionWriter
+from registry.audit.partition import PartitionWriter, log_history
 from registry.audit.writer import AuditWriter, follow_plain, run_plain
 from registry.errors import ConfigError
 from registry.image import LogRecord
@@ -132,7 +132,8 @@ class FoldTask:
 
     def writer(self) -> PartitionWriter:
         return PartitionWriter(self.url, self.topic, self.generation, stream=self.stream,
-                               probe=self.probe)
+                               probe=self.probe,
+                               history=log_history(self.bootstrap, self.topic, self.timeout))
 
     def probe(self, partition: int, start: int, end: int) -> bool:
         """Whether the log holds a record in ``[start, end)`` (a hole of transaction markers,

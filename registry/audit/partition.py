@@ -14,7 +14,9 @@ increasing) and, in **one database transaction**:
    lies beyond ``next_offset`` and the log holds a record in between);
 4. takes the state of the namespaces the batch names: from this process's cache when the
    cache was left by this process's own commit of the same (offset, generation), else from
-   ``audit_snapshots``;
+   ``audit_snapshots`` (a stored state that cannot be read, damaged or in a format this
+   version does not know, is refolded from the log up to the progress: the log is the
+   truth, a snapshot only saves reading it);
 5. folds (:class:`~registry.audit.projection.AuditProjection`, the library's fold);
 6. writes the rows (``COPY`` on PostgreSQL), upserts the snapshots of the namespaces the
    batch changed, and advances the progress with a compare-and-set on the old offset and
@@ -32,6 +34,7 @@ that holds a partition's lock to finish) and returns the progress to start from.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import weakref
@@ -56,8 +59,10 @@ from .models import (
 )
 from .projection import AuditProjection, BatchRows
 
+_LOG = logging.getLogger("registry.audit")
+
 __all__ = ["CACHE_PARTITIONS", "Fenced", "Gap", "PartitionCommit",
-           "PartitionWriter", "begin_run", "clear_cache"]
+           "PartitionWriter", "begin_run", "clear_cache", "log_history"]
 
 CACHE_PARTITIONS = 64
 """At most this many partitions' states are kept in a process's cache (least recently used
@@ -161,16 +166,24 @@ class PartitionWriter:
 
     ``probe(partition, start, end)``: whether the log holds a record at an offset in
     ``[start, end)`` (``None``: the caller reads the partition itself from its progress,
-    so no gap can arise)."""
+    so no gap can arise).
+
+    ``history(partition, end)``: the partition's records below ``end``, from the log
+    (:func:`log_history`). A namespace's stored state that cannot be read (a damaged row,
+    or a format this version does not know) is then refolded from them, and the batch
+    writes every namespace's snapshot of the partition again; without ``history`` such a
+    state stops the batch with an :class:`AuditError` naming the namespace."""
 
     def __init__(self, url: str, topic: str, generation: int, *, stream: str = "audit",
                  probe: Callable[[int, int, int], bool] | None = None,
+                 history: Callable[[int, int], Iterable[LogRecord]] | None = None,
                  engine: Engine | None = None) -> None:
         self.url = url
         self.topic = topic
         self.stream = stream
         self.generation = generation
         self.probe = probe
+        self.history = history
         self.engine = engine or _engine(url)
 
     def write(self, partition: int, records: Iterable[LogRecord], batch_id: int
@@ -200,8 +213,10 @@ class PartitionWriter:
                     if cached is not None and (cached.next_offset, cached.generation) != \
                             (start, generation):
                         cached = None
+                refolded: list[AuditProjection] = []
                 projection = AuditProjection(
-                    self.topic, loader=lambda ns: self._snapshot(conn, ns))
+                    self.topic, loader=lambda ns: self._snapshot(conn, ns),
+                    repair=lambda ns, why: self._refold(partition, start, ns, why, refolded))
                 if cached is not None:
                     projection.resume(cached.state)
                 projection.start_at({partition: start})
@@ -209,7 +224,11 @@ class PartitionWriter:
                 end = rows.progress.get(partition, start)
                 if end == start:  # nothing new: the batch was committed already
                     return PartitionCommit(partition, start, start, 0)
-                states = {ns: projection.state_of(ns, rows) for ns in rows.namespaces}
+                # After a refold, every namespace's snapshot of the partition is written
+                # again: one the batch did not touch has the same state at ``end`` as at
+                # ``start``, the refold's.
+                states = {ns: r.state_of(ns) for r in refolded for ns in r.namespaces()}
+                states.update({ns: projection.state_of(ns, rows) for ns in rows.namespaces})
                 bulk = Bulk(conn)
                 self._insert_rows(bulk, conn, rows)
                 self._snapshots(bulk, partition, end, states)
@@ -225,6 +244,24 @@ class PartitionWriter:
             while len(_CACHE) > CACHE_PARTITIONS:
                 _CACHE.popitem(last=False)
         return PartitionCommit(partition, start, end, len(rows.records))
+
+    def _refold(self, partition: int, start: int, ns: str, why: str,
+                refolded: list[AuditProjection]) -> bytes:
+        """``ns``'s state at ``start``, refolded from the log (its stored one cannot be
+        read: ``why``); the partition is refolded once per batch (``refolded``)."""
+        where = f"{self.topic}[{partition}]"
+        if self.history is None:
+            raise AuditError(f"{where}: the stored state of namespace {ns!r} cannot be read "
+                             f"({why}), and no broker is at hand to refold it from the log")
+        if not refolded:
+            _LOG.warning("%s: the stored state of namespace %r cannot be read (%s); "
+                         "refolding the partition from the log up to offset %d", where, ns,
+                         why, start)
+            again = AuditProjection(self.topic)
+            again.start_at({})
+            again.replay(self.history(partition, start))
+            refolded.append(again)
+        return refolded[0].state_of(ns)
 
     def _checked(self, partition: int, start: int, records: Iterable[LogRecord]
                  ) -> Iterator[LogRecord]:
@@ -297,6 +334,28 @@ class PartitionWriter:
             next_offset=end, batch_id=batch_id, updated_at=int(time.time() * 1000)))
         if done.rowcount != 1:  # cannot happen under the row lock; a guard, not a path
             raise AuditError(f"{self.topic}[{partition}]: the progress moved under the lock")
+
+
+def log_history(bootstrap: Any, topic: str, timeout: float
+                ) -> Callable[[int, int], Iterator[LogRecord]]:
+    """``history(partition, end)`` for :class:`PartitionWriter`: the partition's records
+    below ``end``, read from the broker at ``bootstrap``; an :class:`AuditError` if the log
+    ends before ``end`` (the database reflects records the log does not hold)."""
+    from ..log import LogReader
+
+    def history(partition: int, end: int) -> Iterator[LogRecord]:
+        reader = LogReader(bootstrap, topic, partition)
+        try:
+            for batch in reader.read_to_end(timeout, until=end - 1):
+                yield from (r for r in batch if r.offset < end)
+            if reader.position < end:
+                raise AuditError(f"{topic}[{partition}]: the log ends at offset "
+                                 f"{reader.position}, but the audit database reflects it up "
+                                 f"to {end - 1}")
+        finally:
+            reader.close()
+
+    return history
 
 
 def write_snapshots(engine: Engine, stream: str, topic: str, partition: int, end: int,

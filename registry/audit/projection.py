@@ -43,8 +43,9 @@ from ..fold import Delta, bulk
 from ..image import Decision, Image, LogRecord, Outcome, TermInfo
 from ..keys import parse_key
 from ..wire import Codec, default_codec
+from .db import AuditError
 
-__all__ = ["AuditProjection", "BatchRows", "decode_state", "encode_state"]
+__all__ = ["AuditProjection", "BatchRows", "UnreadableState", "decode_state", "encode_state"]
 
 _CHECKPOINT_STATUS = {CheckpointTriggered: "TRIGGERED", CheckpointCompleted: "COMPLETED",
                       CheckpointFailed: "FAILED", CheckpointDiscarded: "DISCARDED"}
@@ -93,16 +94,26 @@ class BatchRows:
         return len(self.records)
 
 
+class UnreadableState(AuditError):
+    """A namespace's stored state (``audit_snapshots``) cannot be read."""
+
+
 class AuditProjection:
     """Folds one topic into audit rows, batch by batch (see the module docstring)."""
 
     def __init__(self, topic: str, codec: Codec | None = None,
-                 loader: Callable[[str], bytes | None] | None = None) -> None:
+                 loader: Callable[[str], bytes | None] | None = None,
+                 repair: Callable[[str, str], bytes] | None = None) -> None:
         self.topic = topic
         self.codec = codec or default_codec()
         self.loader = loader
         """Called with a namespace :meth:`project` meets for the first time; returns its
         state (:func:`encode_state`) as of the projection's offsets, or ``None`` (new)."""
+        self.repair = repair
+        """Called with a namespace and why the state :attr:`loader` gave cannot be read
+        (damaged, or in a format this version does not know); returns the state to use
+        instead (refolded from the log). Without it such a state raises
+        :class:`UnreadableState`."""
         self._state = _State()
 
     @property
@@ -153,7 +164,7 @@ class AuditProjection:
                     if ns not in state.images and self.loader is not None:
                         data = self.loader(ns)
                         if data is not None:
-                            _load(state, ns, data)
+                            self._load(state, ns, data)
                     delta = deltas[ns] = Delta(
                         state.images.get(ns) or Image.empty(ns), self.codec,
                         lambda t, ns=ns: state.terms.__setitem__((ns, t.epoch), t),
@@ -227,6 +238,17 @@ class AuditProjection:
         self.advance(self.project(records))
 
     # -- internals ------------------------------------------------------------------
+
+    def _load(self, state: _State, ns: str, data: bytes) -> None:
+        """Take ``ns``'s stored state, or what :attr:`repair` gives when it cannot be read."""
+        try:
+            _load(state, ns, data)
+        except Exception as e:  # anything a damaged or unknown encoding raises in decoding
+            reason = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+            if self.repair is None:
+                raise UnreadableState(f"the stored state of namespace {ns!r} cannot be "
+                                      f"read ({reason})") from None
+            _load(state, ns, self.repair(ns, reason))
 
     def _namespace_of(self, r: LogRecord) -> str | None:
         if r.key is not None:
@@ -351,14 +373,15 @@ def decode_state(data: bytes) -> tuple[dict[str, Any], Image]:
 
 
 def _load(state: _State, ns: str, data: bytes) -> None:
+    """Take ``ns``'s state from ``data``: all of it, or (it raises) nothing."""
     head, image = decode_state(data)
+    counts = {(ns, e): [acc, rej] for e, acc, rej in head["counts"]}
+    times = {(ns, e): [granted, revoked] for e, granted, revoked in head["times"]}
+    terms = {(ns, t[0]): TermInfo(*t) for t in head["terms"]}
     state.images[ns] = image
-    for e, acc, rej in head["counts"]:
-        state.counts[(ns, e)] = [acc, rej]
-    for e, granted, revoked in head["times"]:
-        state.term_times[(ns, e)] = [granted, revoked]
-    for t in head["terms"]:
-        state.terms[(ns, t[0])] = TermInfo(*t)
+    state.counts.update(counts)
+    state.term_times.update(times)
+    state.terms.update(terms)
 
 
 def _failure_reason(event: Any) -> str | None:

@@ -41,7 +41,7 @@ from .models import (
     AuditSnapshot,
     AuditTerm,
 )
-from .partition import PartitionWriter, _table, begin_run, write_snapshots
+from .partition import PartitionWriter, _table, begin_run, log_history, write_snapshots
 from .projection import AuditProjection
 
 __all__ = ["AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
@@ -132,7 +132,8 @@ class AuditWriter:
         self.generation = generation
         self.next_offsets = done
         self._partitions = PartitionWriter(self.url, self.topic, generation,
-                                           stream=self.stream, engine=self.engine)
+                                           stream=self.stream, engine=self.engine,
+                                           history=log_history(bootstrap, self.topic, timeout))
         r = _table(AuditRecord)
         with self._conn() as conn:
             return conn.execute(select(func.count()).select_from(r).where(

@@ -95,6 +95,34 @@ def test_a_task_retried_after_its_commit_writes_nothing_twice(connect, pg_db) ->
     assert check(pg_db, reg.bootstrap, reg.topic) == []
 
 
+def test_a_task_refolds_a_stored_state_it_cannot_read_from_the_log(connect, pg_db,
+                                                                     caplog) -> None:
+    """The executor's path (FoldTask) to the refold of
+    ``test_audit_writer.py::test_a_stored_state_that_cannot_be_read_is_refolded_from_the_log``:
+    a task without a cached state meets a damaged snapshot and refolds from the broker."""
+    from sqlalchemy import text
+
+    from registry.audit.db import engine_for, migrate
+
+    migrate(pg_db)
+    reg = connect("heal")
+    _jobs(reg, 20)
+    records = _log(reg)
+    writer = _begin(pg_db, reg)
+    task = FoldTask(pg_db, reg.topic, writer.generation, reg.bootstrap, batch_id=0)
+    _summary(task(iter([_arrow(records[:12])])))
+    with engine_for(pg_db).begin() as conn:
+        conn.execute(text("UPDATE audit_snapshots SET state = :s"), {"s": b"\x00damaged"})
+    clear_cache()  # another executor: no cached state
+    with caplog.at_level("WARNING", logger="registry.audit"):
+        assert _summary(task(iter([_arrow(records)]))) == [
+            (reg.partition, records[11].offset + 1, records[-1].offset + 1,
+             len(records) - 12)]
+    assert "cannot be read" in caplog.text and "refolding the partition" in caplog.text
+    assert check(pg_db, reg.bootstrap, reg.topic) == []
+    writer.close()
+
+
 def test_a_zombie_task_of_an_old_generation_is_refused(connect, db_url) -> None:
     reg = connect("zombie")
     _jobs(reg, 6)

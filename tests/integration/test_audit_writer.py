@@ -306,3 +306,65 @@ def test_a_refused_call_shows_in_the_views_and_a_call_open_at_the_progress_lands
         assert jobs == [("d",), ("e",), ("known",)]
     finally:
         more.close()
+
+
+@pytest.mark.parametrize("damage", [b"\x00\x11 not json", b'{"format":"jobreg-audit-state/9"}\n'],
+                         ids=["damaged", "unknown-format"])
+def test_a_stored_state_that_cannot_be_read_is_refolded_from_the_log(connect, db_url,
+                                                                      damage) -> None:
+    """A namespace's row in ``audit_snapshots`` that cannot be read (damaged, or written in a
+    format this version does not know) is refolded from the log up to the partition's
+    progress by the next batch that needs it: the verdicts stay the fold's (a write of the
+    old leader is still refused, which a fold from nothing would accept), and the batch
+    writes the snapshots again. Without a broker to refold from, the batch stops with a
+    one-line error naming the namespace, and nothing of it is written."""
+    from sqlalchemy import text
+
+    from registry.audit.db import AuditError
+    from registry.audit.projection import decode_state
+    from registry.log import LogReader
+
+    reg = connect("snap")
+    reg.claim_leadership("jm-1").submit("job-1", b"g")
+    reg.claim_leadership("jm-2").submit("job-2", b"g")
+    _write_all(db_url, reg).close()
+
+    def damage_it() -> None:
+        with AuditWriter(db_url, reg.topic).engine.begin() as conn:
+            conn.execute(text("UPDATE audit_snapshots SET state = :s WHERE namespace = 'snap'"),
+                         {"s": damage})
+
+    def stale_write(job_id: str) -> None:  # the old leader, epoch 1, after epoch 2 began
+        write_raw(reg.bootstrap, reg.topic, reg.partition, job_key("snap", job_id),
+                  encode(JobSubmitted(event_id=new_event_id(), namespace="snap", epoch=1,
+                                      writer="jm-1", created_at=0, job_id=job_id,
+                                      graph=InlineGraph(b"z"))))
+
+    # without a broker: a one-line error, nothing written
+    damage_it()
+    stale_write("late-1")
+    _, [(before,)] = query(db_url, "SELECT count(*) FROM audit_records")
+    offline = AuditWriter(db_url, reg.topic)
+    offline.partition_writer()  # begins the run from what the database holds, no broker
+    start = offline.next_offsets[reg.partition]
+    reader = LogReader(reg.bootstrap, reg.topic, reg.partition, start_offset=start)
+    tail = [r for batch in reader.read_to_end(30) for r in batch]
+    reader.close()
+    with pytest.raises(AuditError) as refused:
+        offline.commit(tail, 0)
+    offline.close()
+    message = str(refused.value)
+    assert "the stored state of namespace 'snap' cannot be read" in message
+    assert "no broker is at hand" in message and "\n" not in message
+    assert query(db_url, "SELECT count(*) FROM audit_records")[1] == [(before,)]
+    # with the broker: refolded, the old leader's writes refused, the snapshot readable again
+    stale_write("late-2")
+    _write_all(db_url, reg).close()
+    assert check(db_url, reg.bootstrap, reg.topic) == []
+    _, refused_rows = query(db_url, "SELECT job_id, reason FROM refused_writes "
+                                    "WHERE namespace = 'snap' ORDER BY job_id")
+    assert [tuple(r) for r in refused_rows] == [("late-1", "stale_epoch"),
+                                                ("late-2", "stale_epoch")]
+    _, [(state,)] = query(db_url, "SELECT state FROM audit_snapshots WHERE namespace = 'snap'")
+    head, image = decode_state(bytes(state))
+    assert head["format"] == "jobreg-audit-state/1" and set(image.jobs) == {"job-1", "job-2"}
