@@ -1,12 +1,15 @@
 """The per-partition fold-and-commit (issue 16) against the real broker and PostgreSQL: a task
 retried after its commit writes nothing twice, a task of an old run is refused, a gap is
-refused, the fold resumes from the snapshots, and two namespaces on two partitions fold in
-parallel on Spark and agree with ``audit check``.
+refused, the fold resumes from the snapshots (and refolds from the log a snapshot it cannot
+read), and five namespaces on five partitions fold in parallel on Spark and agree with
+``audit check``.
 
 The task function (:class:`consumers.audit_job.FoldTask`) is called directly where a test
 must be deterministic: it is exactly what ``mapInArrow`` runs on an executor."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -63,16 +66,23 @@ def _rows(url: str) -> tuple[int, int]:
     return n, distinct
 
 
-def test_a_task_retried_after_its_commit_writes_nothing_twice(connect, pg_db) -> None:
+def _twelve_committed(url: str, connect, namespace: str) -> tuple[Any, list, AuditWriter,
+                                                                  FoldTask, list]:
+    """A namespace with 20 jobs, a run begun, and a task that committed the first 12 of its
+    records: (registry, records, writer, task, the task's summary)."""
     from registry.audit.db import migrate
 
-    migrate(pg_db)
-    reg = connect("retry")
+    migrate(url)
+    reg = connect(namespace)
     _jobs(reg, 20)
     records = _log(reg)
-    writer = _begin(pg_db, reg)
-    task = FoldTask(pg_db, reg.topic, writer.generation, reg.bootstrap, batch_id=0)
-    first = _summary(task(iter([_arrow(records[:12])])))
+    writer = _begin(url, reg)
+    task = FoldTask(url, reg.topic, writer.generation, reg.bootstrap, batch_id=0)
+    return reg, records, writer, task, _summary(task(iter([_arrow(records[:12])])))
+
+
+def test_a_task_retried_after_its_commit_writes_nothing_twice(connect, pg_db) -> None:
+    reg, records, writer, task, first = _twelve_committed(pg_db, connect, "retry")
     assert first == [(reg.partition, 0, records[11].offset + 1, 12)]
     # the same task again (its summary never reached the driver): cut at the progress
     assert _summary(task(iter([_arrow(records[:12])]))) == [
@@ -102,15 +112,9 @@ def test_a_task_refolds_a_stored_state_it_cannot_read_from_the_log(connect, pg_d
     a task without a cached state meets a damaged snapshot and refolds from the broker."""
     from sqlalchemy import text
 
-    from registry.audit.db import engine_for, migrate
+    from registry.audit.db import engine_for
 
-    migrate(pg_db)
-    reg = connect("heal")
-    _jobs(reg, 20)
-    records = _log(reg)
-    writer = _begin(pg_db, reg)
-    task = FoldTask(pg_db, reg.topic, writer.generation, reg.bootstrap, batch_id=0)
-    _summary(task(iter([_arrow(records[:12])])))
+    reg, records, writer, task, _ = _twelve_committed(pg_db, connect, "heal")
     with engine_for(pg_db).begin() as conn:
         conn.execute(text("UPDATE audit_snapshots SET state = :s"), {"s": b"\x00damaged"})
     clear_cache()  # another executor: no cached state
