@@ -303,11 +303,12 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
             failure = query.exception()
         except Exception as e:  # StreamingQueryException: the query failed
             failure = e
-        # Stop between batches: the batch at work finishes first (bounded by ``timeout``),
-        # and a batch that begins later does nothing. Stopping a query cancels the Spark job
-        # of a batch at work, and Spark (4.3) then matches a regex against the whole text of
-        # the Python error, which overflows the stack of its stream thread: a 1,000-line
-        # StackOverflowError on the terminal, though nothing is lost.
+        # Stop between batches: the batch at work finishes first (waited for at most
+        # max(timeout, 60 s)), and a batch that begins later does nothing. Stopping a query
+        # cancels the Spark job of a batch at work, and Spark (4.3) then matches a regex
+        # against the whole text of the Python error, which overflows the stack of its
+        # stream thread: a 1,000-line StackOverflowError on the terminal, though nothing
+        # is lost.
         stopping.set()
         if working.acquire(timeout=max(timeout, 60.0)):
             working.release()
