@@ -15,8 +15,9 @@ increasing) and, in **one database transaction**:
 4. takes the state of the namespaces the batch names: from this process's cache when the
    cache was left by this process's own commit of the same (offset, generation), else from
    ``audit_snapshots`` (a stored state that cannot be read, damaged or in a format this
-   version does not know, is refolded from the log up to the progress: the log is the
-   truth, a snapshot only saves reading it);
+   version does not know, or that is missing while the database holds records of the
+   namespace, is refolded from the log up to the progress: the log is the truth, a
+   snapshot only saves reading it);
 5. folds (:class:`~registry.audit.projection.AuditProjection`, the library's fold);
 6. writes the rows (``COPY`` on PostgreSQL), upserts the snapshots of the namespaces the
    batch changed, and advances the progress with a compare-and-set on the old offset and
@@ -170,9 +171,10 @@ class PartitionWriter:
 
     ``history(partition, end)``: the partition's records below ``end``, from the log
     (:func:`log_history`). A namespace's stored state that cannot be read (a damaged row,
-    or a format this version does not know) is then refolded from them, and the batch
-    writes every namespace's snapshot of the partition again; without ``history`` such a
-    state stops the batch with an :class:`AuditError` naming the namespace."""
+    or a format this version does not know) or is missing while the database holds records
+    of the namespace is then refolded from them, and the batch writes every namespace's
+    snapshot of the partition again; without ``history`` such a state stops the batch with
+    an :class:`AuditError` naming the namespace."""
 
     def __init__(self, url: str, topic: str, generation: int, *, stream: str = "audit",
                  probe: Callable[[int, int, int], bool] | None = None,
@@ -215,7 +217,8 @@ class PartitionWriter:
                         cached = None
                 refolded: list[AuditProjection] = []
                 projection = AuditProjection(
-                    self.topic, loader=lambda ns: self._snapshot(conn, ns),
+                    self.topic,
+                    loader=lambda ns: self._stored(conn, partition, start, ns, refolded),
                     repair=lambda ns, why: self._refold(partition, start, ns, why, refolded))
                 if cached is not None:
                     projection.resume(cached.state)
@@ -290,11 +293,22 @@ class PartitionWriter:
 
     # -- inside the transaction ------------------------------------------------------------
 
-    def _snapshot(self, conn: Connection, ns: str) -> bytes | None:
+    def _stored(self, conn: Connection, partition: int, start: int, ns: str,
+                refolded: list[AuditProjection]) -> bytes | None:
+        """``ns``'s stored state; ``None`` for a namespace the database has no record of. A
+        namespace with records but no stored state (a row deleted by hand) is refolded, not
+        folded from nothing."""
         s = _table(AuditSnapshot)
         row = conn.execute(select(s.c.state).where(
             s.c.stream == self.stream, s.c.topic == self.topic, s.c.namespace == ns)).first()
-        return bytes(row[0]) if row is not None else None
+        if row is not None:
+            return bytes(row[0])
+        r = _table(AuditRecord)
+        if conn.execute(select(r.c.offset).where(r.c.namespace == ns, r.c.topic == self.topic)
+                        .limit(1)).first() is None:
+            return None  # new to the database
+        return self._refold(partition, start, ns, "it is missing, though the database holds "
+                            "records of the namespace", refolded)
 
     def _insert_rows(self, bulk: Bulk, conn: Connection, rows: BatchRows) -> None:
         bulk.insert(_table(AuditRecord), rows.records)

@@ -308,13 +308,14 @@ def test_a_refused_call_shows_in_the_views_and_a_call_open_at_the_progress_lands
         more.close()
 
 
-@pytest.mark.parametrize("damage", [b"\x00\x11 not json", b'{"format":"jobreg-audit-state/9"}\n'],
-                         ids=["damaged", "unknown-format"])
+@pytest.mark.parametrize("damage", [b"\x00\x11 not json", b'{"format":"jobreg-audit-state/9"}\n',
+                                    None], ids=["damaged", "unknown-format", "missing"])
 def test_a_stored_state_that_cannot_be_read_is_refolded_from_the_log(connect, db_url,
                                                                       damage) -> None:
     """A namespace's row in ``audit_snapshots`` that cannot be read (damaged, or written in a
-    format this version does not know) is refolded from the log up to the partition's
-    progress by the next batch that needs it: the verdicts stay the fold's (a write of the
+    format this version does not know) or is gone while the database holds records of the
+    namespace is refolded from the log up to the partition's progress by the next batch
+    that needs it: the verdicts stay the fold's (a write of the
     old leader is still refused, which a fold from nothing would accept), and the batch
     writes the snapshots again. Without a broker to refold from, the batch stops with a
     one-line error naming the namespace, and nothing of it is written."""
@@ -331,8 +332,11 @@ def test_a_stored_state_that_cannot_be_read_is_refolded_from_the_log(connect, db
 
     def damage_it() -> None:
         with AuditWriter(db_url, reg.topic).engine.begin() as conn:
-            conn.execute(text("UPDATE audit_snapshots SET state = :s WHERE namespace = 'snap'"),
-                         {"s": damage})
+            if damage is None:  # deleted by hand: the namespace is not new, its state is gone
+                conn.execute(text("DELETE FROM audit_snapshots WHERE namespace = 'snap'"))
+            else:
+                conn.execute(text("UPDATE audit_snapshots SET state = :s "
+                                  "WHERE namespace = 'snap'"), {"s": damage})
 
     def stale_write(job_id: str) -> None:  # the old leader, epoch 1, after epoch 2 began
         write_raw(reg.bootstrap, reg.topic, reg.partition, job_key("snap", job_id),
