@@ -63,7 +63,7 @@ from .projection import AuditProjection, BatchRows
 _LOG = logging.getLogger("registry.audit")
 
 __all__ = ["CACHE_PARTITIONS", "Fenced", "Gap", "PartitionCommit",
-           "PartitionWriter", "begin_run", "clear_cache", "log_history"]
+           "PartitionWriter", "begin_run", "clear_cache", "log_ahead", "log_history"]
 
 CACHE_PARTITIONS = 64
 """At most this many partitions' states are kept in a process's cache (least recently used
@@ -260,10 +260,8 @@ class PartitionWriter:
             _LOG.warning("%s: the stored state of namespace %r cannot be read (%s); "
                          "refolding the partition from the log up to offset %d", where, ns,
                          why, start)
-            again = AuditProjection(self.topic)
-            again.start_at({})
-            again.replay(self.history(partition, start))
-            refolded.append(again)
+            refolded.append(AuditProjection.refolded(self.topic,
+                                                     self.history(partition, start)))
         return refolded[0].state_of(ns)
 
     def _checked(self, partition: int, start: int, records: Iterable[LogRecord]
@@ -350,6 +348,15 @@ class PartitionWriter:
             raise AuditError(f"{self.topic}[{partition}]: the progress moved under the lock")
 
 
+def log_ahead(topic: str, partition: int, next_offset: int, reached: int) -> AuditError:
+    """The error of a database that reflects ``topic[partition]`` up to ``next_offset - 1``
+    while the log ends at ``reached``."""
+    return AuditError(f"the audit database reflects {topic}[{partition}] up to offset "
+                      f"{next_offset - 1}, but the log ends at {reached}: another or a wiped "
+                      f"topic. Write into a new database (or delete this stream's rows) to "
+                      f"audit it")
+
+
 def log_history(bootstrap: Any, topic: str, timeout: float
                 ) -> Callable[[int, int], Iterator[LogRecord]]:
     """``history(partition, end)`` for :class:`PartitionWriter`: the partition's records
@@ -363,9 +370,7 @@ def log_history(bootstrap: Any, topic: str, timeout: float
             for batch in reader.read_to_end(timeout, until=end - 1):
                 yield from (r for r in batch if r.offset < end)
             if reader.position < end:
-                raise AuditError(f"{topic}[{partition}]: the log ends at offset "
-                                 f"{reader.position}, but the audit database reflects it up "
-                                 f"to {end - 1}")
+                raise log_ahead(topic, partition, end, reader.position)
         finally:
             reader.close()
 

@@ -24,6 +24,7 @@ import gc
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from ..errors import CodecError
@@ -45,7 +46,11 @@ from ..keys import parse_key
 from ..wire import Codec, default_codec
 from .db import AuditError
 
-__all__ = ["AuditProjection", "BatchRows", "UnreadableState", "decode_state", "encode_state"]
+__all__ = ["REFOLD_CHUNK", "AuditProjection", "BatchRows", "UnreadableState", "decode_state",
+           "encode_state"]
+
+REFOLD_CHUNK = 5000
+"""Records per fold step of :meth:`AuditProjection.refolded`."""
 
 _CHECKPOINT_STATUS = {CheckpointTriggered: "TRIGGERED", CheckpointCompleted: "COMPLETED",
                       CheckpointFailed: "FAILED", CheckpointDiscarded: "DISCARDED"}
@@ -236,6 +241,18 @@ class AuditProjection:
     def replay(self, records: Iterable[LogRecord]) -> None:
         """Fold records that are already in the database (a restart catching up)."""
         self.advance(self.project(records))
+
+    @classmethod
+    def refolded(cls, topic: str, records: Iterable[LogRecord]) -> AuditProjection:
+        """A projection that folded ``records`` (a partition's log from its start) afresh,
+        :data:`REFOLD_CHUNK` records at a time: the rows of a whole long partition are never
+        held at once."""
+        projection = cls(topic)
+        projection.start_at({})
+        it = iter(records)
+        while chunk := list(islice(it, REFOLD_CHUNK)):
+            projection.replay(chunk)
+        return projection
 
     # -- internals ------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ the same jobs and terms. Any difference is listed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, delete, func, select
@@ -41,8 +41,15 @@ from .models import (
     AuditSnapshot,
     AuditTerm,
 )
-from .partition import PartitionWriter, _table, begin_run, log_history, write_snapshots
-from .projection import AuditProjection
+from .partition import (
+    PartitionWriter,
+    _table,
+    begin_run,
+    log_ahead,
+    log_history,
+    write_snapshots,
+)
+from .projection import REFOLD_CHUNK, AuditProjection
 
 __all__ = ["AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
            "log_reaches", "run_plain"]
@@ -128,7 +135,7 @@ class AuditWriter:
                 continue
             reached = log_reaches(bootstrap, self.topic, partition, next_offset, timeout)
             if reached < next_offset:
-                self._ahead(partition, next_offset, reached)
+                raise log_ahead(self.topic, partition, next_offset, reached)
         self.generation = generation
         self.next_offsets = done
         self._partitions = PartitionWriter(self.url, self.topic, generation,
@@ -139,32 +146,24 @@ class AuditWriter:
             return conn.execute(select(func.count()).select_from(r).where(
                 r.c.topic == self.topic)).scalar_one()
 
-    def _ahead(self, partition: int, next_offset: int, reached: int) -> None:
-        raise AuditError(
-            f"the audit database reflects {self.topic}[{partition}] up to offset "
-            f"{next_offset - 1}, but the log ends at {reached}: another or "
-            f"a wiped topic. Write into a new database (or delete this stream's "
-            f"rows) to audit it")
-
     def _adopt(self, bootstrap: str | Kafka, partition: int, next_offset: int, timeout: float,
                on_progress: Callable[[int], None] | None) -> int:
         """Fold a partition written before migration 0006 up to its progress and write its
-        namespaces' snapshots; return the records folded."""
-        projection = AuditProjection(self.topic)
-        projection.start_at({})
+        namespaces' snapshots; return the records folded (``on_progress`` hears every
+        :data:`~registry.audit.projection.REFOLD_CHUNK` of them)."""
         folded = 0
-        reader = LogReader(bootstrap, self.topic, partition)
-        try:
-            for batch in reader.read_to_end(timeout, until=next_offset - 1):
-                keep = [r for r in batch if r.offset < next_offset]
-                projection.replay(keep)
-                folded += len(keep)
-                if on_progress is not None:
+
+        def counted(records: Iterable[LogRecord]) -> Iterator[LogRecord]:
+            nonlocal folded
+            for r in records:
+                folded += 1
+                if on_progress is not None and folded % REFOLD_CHUNK == 0:
                     on_progress(folded)
-            if reader.position < next_offset:
-                self._ahead(partition, next_offset, reader.position)
-        finally:
-            reader.close()
+                yield r
+
+        history = log_history(bootstrap, self.topic, timeout)
+        projection = AuditProjection.refolded(self.topic,
+                                              counted(history(partition, next_offset)))
         write_snapshots(self.engine, self.stream, self.topic, partition, next_offset,
                         projection)
         return folded
