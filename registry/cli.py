@@ -973,6 +973,48 @@ for _name, _query in NAMED_QUERIES.items():
     _named(_name, _query)
 
 
+@audit.command("grant-reader")
+@click.argument("name")
+@_DB_OPTION
+@click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="JOBREG_AUDIT_READER_PASSWORD_FILE", metavar="FILE",
+              help="A file holding the login's password (a Docker secret). Else "
+                   "$JOBREG_AUDIT_READER_PASSWORD, else a prompt (never echoed). "
+                   "[env: JOBREG_AUDIT_READER_PASSWORD_FILE]")
+@pass_settings
+def audit_grant_reader(settings: Settings, name: str, db_url: str,
+                       password_file: Path | None) -> None:
+    """Create the PostgreSQL login NAME that only reads the audit views (a member of
+    jobreg_audit_reader and nothing else); run with an admin's --db. Again for a login that
+    is already such a reader: sets its password. `audit query` refuses any login that can
+    do more than read."""
+    import os
+
+    from registry.audit.readers import check_reader_name, grant_reader
+
+    with registry_errors(EXIT_USAGE):
+        check_reader_name(name)
+    if password_file is not None:
+        try:
+            password = password_file.read_text().strip()  # as $JOBREG_AUDIT_DB_PASSWORD_FILE is read
+        except (OSError, UnicodeDecodeError) as e:
+            raise CliError(f"cannot read the password of {name!r} from {password_file}: "
+                           f"{getattr(e, 'strerror', None) or e}", EXIT_USAGE) from None
+    elif os.environ.get("JOBREG_AUDIT_READER_PASSWORD"):
+        password = os.environ["JOBREG_AUDIT_READER_PASSWORD"]
+    else:
+        password = click.prompt(f"password of {name}", hide_input=True,
+                                confirmation_prompt=True, err=True)
+    with registry_errors():
+        login = grant_reader(db_url, name, password)
+    settings.emit("audit-grant-reader", {"role": login.role, "created": login.created,
+                                         "url": login.url},
+                  lambda: f"{'created' if login.created else 'updated the password of'} reader "
+                          f"login {login.role} (a member of jobreg_audit_reader only); query "
+                          f"with --db {login.url} and its password in the URL or in "
+                          "$JOBREG_AUDIT_DB_PASSWORD_FILE")
+
+
 # -- the fault campaign -----------------------------------------------------------------------
 
 

@@ -23,12 +23,15 @@ cannot be reached (PostgreSQL gives up after ``connect_timeout``,
   server accepts exactly one statement per call, so ``...; COMMIT; ...`` cannot
   smuggle a second one in), and the transaction is always rolled back.
 
-* PostgreSQL, and by privilege: migration 0005 creates the role ``jobreg_audit_reader``
-  (``SELECT`` on the audit tables and views, nothing else), and every query runs as it
-  (``SET LOCAL ROLE``) when the connected user may; so a write is refused by missing
-  privileges even if the transaction were made read-write. For people who only read,
-  a login role in it (``CREATE ROLE alice LOGIN ... IN ROLE jobreg_audit_reader``) makes
-  read-only hold for any client, not only this one.
+* PostgreSQL, and by privilege: the *login* of the URL must be able to do no more than
+  read (:mod:`registry.audit.readers`): a superuser, an owner, a member of a role that may
+  write or of ``pg_execute_server_program`` and the like is refused before the statement is
+  sent, because a statement can leave ``SET ROLE`` and a read-only transaction does not stop
+  ``COPY ... TO PROGRAM``. :func:`registry.audit.readers.grant_reader` (``jobreg audit
+  grant-reader NAME``) makes such a login, a member of ``jobreg_audit_reader`` (migration
+  0005: ``SELECT`` on the audit tables and views, nothing else), and every query runs as that
+  role (``SET LOCAL ROLE``), so a write is refused by missing privileges as well as by the
+  read-only transaction, from any client.
 
 Migrations live in the package ``registry.migrations`` when installed (the
 repository's top-level ``migrations/`` folder otherwise); Alembic is configured
@@ -433,6 +436,10 @@ def query(
         with _connected(engine) as conn:
             try:
                 if engine.dialect.name == "postgresql":
+                    # The login first: SET ROLE is no sandbox for one that may do more.
+                    from .readers import refuse_more_than_reading  # it builds on this module
+
+                    refuse_more_than_reading(conn)
                     _as_reader(conn)
                 result = conn.execute(text(sql), params or {})
                 if not result.returns_rows:

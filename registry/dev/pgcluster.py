@@ -1,7 +1,7 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks.
 
-:class:`ThrowawayPostgres` runs ``initdb`` into a temporary directory (trust
-authentication, superuser ``jobreg``), starts ``postgres`` on a free port of
+:class:`ThrowawayPostgres` runs ``initdb`` into a temporary directory (superuser
+``jobreg``, trusted without a password; other roles log in with theirs, SCRAM), starts ``postgres`` on a free port of
 127.0.0.1 only (its Unix socket in the same temporary directory), and removes
 everything when it stops::
 
@@ -262,6 +262,12 @@ class ThrowawayPostgres:
             raise AuditError(f"initdb did not finish within {self.startup_timeout} s") from None
         if done.returncode != 0:
             raise AuditError(f"initdb failed ({done.returncode}):\n{done.stderr or done.stdout}")
+        # The superuser needs no password; every other role logs in with its own (SCRAM), so
+        # a wrong password is refused as on a real server, and dblink works for non-superusers.
+        (data / "pg_hba.conf").write_text(
+            "local all all trust\n"
+            f"host all {self.user} {self.host}/32 trust\n"
+            f"host all all {self.host}/32 scram-sha-256\n")
 
     def _spawn(self, bindir: Path, data: Path, sock: Path) -> None:
         assert self._log_file is not None and self.port is not None

@@ -13,9 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from support.pg import query_as_reader as query
 
 from consumers.audit_job import FoldTask, run_audit
-from registry.audit.db import AuditError, query
+from registry.audit.db import AuditError
 from registry.audit.partition import Fenced, Gap, PartitionWriter, clear_cache
 from registry.audit.writer import AuditWriter, check, run_plain
 from registry.keys import partition_for

@@ -50,6 +50,6 @@ def test_a_superuser_url_runs_no_shell_command(pg_db, postgres_cluster) -> None:
     assert not proof.exists(), f"a shell command ran on the server: {proof.read_text()!r}"
     assert done.returncode == 1, done
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    assert "superuser" in done.stderr and "grant-reader" in done.stderr
+    assert "SUPERUSER" in done.stderr and "grant-reader" in done.stderr
     with psycopg.connect(sa.make_url(pg_db).render_as_string().replace("+psycopg", "")) as c:
         assert c.execute("SELECT count(*) FROM audit_records").fetchone() == (3,)

@@ -11,9 +11,10 @@ import time
 import pytest
 from support.crashing import crashing_env
 from support.incidents import incident_000, incident_002
+from support.pg import query_as_reader as query
 
 from consumers.audit_job import run_audit
-from registry.audit.db import migrate, query
+from registry.audit.db import migrate
 from registry.audit.writer import check
 from registry.log import write_raw
 

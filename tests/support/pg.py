@@ -61,3 +61,31 @@ def pg_db(postgres_cluster: ThrowawayPostgres) -> Iterator[str]:
         yield url
     finally:
         postgres_cluster.drop_database(name)
+
+
+#: The reader login :func:`reader_of` makes (roles belong to the cluster: one for the session).
+READER_LOGIN = "jobreg_test_reader"
+READER_PASSWORD = "reader-test-password"
+
+
+def reader_of(url: str) -> str:
+    """The URL of ``url``'s database as a login that only reads (``grant_reader``, idempotent),
+    which ``query`` accepts; ``url`` itself when it is not PostgreSQL. The database must be
+    migrated (0005 or later)."""
+    import sqlalchemy as sa
+
+    from registry.audit.readers import grant_reader
+
+    if not url.startswith("postgresql"):
+        return url
+    grant_reader(url, READER_LOGIN, READER_PASSWORD)
+    return sa.make_url(url).set(username=READER_LOGIN, password=READER_PASSWORD) \
+        .render_as_string(hide_password=False)
+
+
+def query_as_reader(url: str, sql: str, params: dict | None = None, **kwargs: object) -> tuple:
+    """``registry.audit.db.query`` as a login that only reads (:func:`reader_of`): tests that
+    read what a run wrote, on SQLite or on PostgreSQL (whose superuser ``query`` refuses)."""
+    from registry.audit.db import query
+
+    return query(reader_of(url), sql, params, **kwargs)  # type: ignore[arg-type]
