@@ -3,6 +3,8 @@
 * :mod:`registry.audit.models`: the tables (SQLAlchemy declarative models).
 * :mod:`registry.audit.db`: engines, Alembic migrations (``migrate``,
   ``downgrade``, ``current_revision``) and the read-only :func:`query` path.
+* :mod:`registry.audit.readers`: who may run those queries on PostgreSQL (a login that can
+  do no more than read) and :func:`~registry.audit.readers.grant_reader`, which makes one.
 * :mod:`registry.audit.queries`: the named questions (``jobreg audit refused`` ...) as SQL
   over the views; plain data, so the CLI lists them without loading SQLAlchemy.
 * :mod:`registry.audit.partition`: one Kafka partition's batch folded and committed in one

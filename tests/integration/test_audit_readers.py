@@ -6,6 +6,7 @@ Run on the session's throwaway cluster (``tests/support/pg.py``), whose superuse
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
@@ -18,6 +19,7 @@ import psycopg.sql
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from support.pg import reader_of
 
 from registry.audit.db import migrate
 from registry.audit.models import TABLES
@@ -224,3 +226,185 @@ def test_every_escape_is_refused(target: Target, escape: str, login: str) -> Non
     assert not target.proof.exists(), f"the server wrote {target.proof}"
     assert _state(target.admin) == before
     assert out == ""
+
+
+def test_a_reader_login_reads_everything_a_reader_needs(target: Target) -> None:
+    """The login ``grant-reader`` made runs the queries and the named questions, as
+    ``jobreg_audit_reader``."""
+    code, out, err = cli("--json", "audit", "query", "--db", target.reader,
+                         "SELECT current_user, session_user, count(*) FROM audit_records")
+    assert code == 0, err
+    assert json.loads(out)["rows"] == [["jobreg_audit_reader", sa.make_url(target.reader)
+                                        .username, 3]]
+    for name in ("refused", "terms", "results", "resurrections"):
+        code, _, err = cli("audit", name, "--db", target.reader)
+        assert code == 0, (name, err)
+
+
+# --------------------------------------------------------------------------- logins refused
+
+
+def _login_with(admin: str, login: str, password: str, *grants: str) -> None:
+    """Login ``login`` in the reader role, then ``grants`` (``{login}`` is its name)."""
+    with psycopg.connect(_dsn(admin), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {login} LOGIN PASSWORD '{password}' "
+                     "IN ROLE jobreg_audit_reader")
+        for grant in grants:
+            conn.execute(grant.format(login=login))
+
+
+# kind -> (what the admin granted, what the refusal names); {login} is the login, {w} a role
+REFUSED_LOGINS: dict[str, tuple[tuple[str, ...], str]] = {
+    "member of a role that may write": (
+        ("CREATE ROLE {w} NOLOGIN", "GRANT INSERT ON audit_records TO {w}",
+         "GRANT {w} TO {login}"), "may write public.audit_records"),  # inherited: its own
+    "NOINHERIT member of a role that may write": (
+        ("CREATE ROLE {w} NOLOGIN", "GRANT TRUNCATE ON audit_jobs TO {w}",
+         "ALTER ROLE {login} NOINHERIT", "GRANT {w} TO {login}"),
+        "may write public.audit_jobs (as {w})"),
+    "member of a member of a role that may write": (
+        ("CREATE ROLE {w} NOLOGIN", "CREATE ROLE {w}_2 NOLOGIN IN ROLE {w}",
+         "GRANT DELETE ON audit_progress TO {w}", "GRANT {w}_2 TO {login}"),
+        "may write public.audit_progress"),
+    "a table's owner": (
+        ("ALTER TABLE audit_terms OWNER TO {login}",), "owns public.audit_terms"),
+    "the database's owner": (
+        ("ALTER DATABASE {db} OWNER TO {login}",), "member of pg_database_owner"),
+    "CREATE on the schema": (
+        ("GRANT CREATE ON SCHEMA public TO {login}",), "may CREATE in schema public"),
+    "PUBLIC may write": (
+        ("GRANT UPDATE ON audit_jobs TO PUBLIC",), "may write public.audit_jobs"),
+    "a SECURITY DEFINER function of the superuser": (
+        ("CREATE FUNCTION jobreg_t_definer() RETURNS int SECURITY DEFINER LANGUAGE sql "
+         "AS 'SELECT 1'",),
+        "may run SECURITY DEFINER function jobreg_t_definer() (owner jobreg)"),
+    **{f"member of {role}": ((f"GRANT {role} TO {{login}}",), f"member of {role}")
+       for role in ("pg_execute_server_program", "pg_read_server_files",
+                    "pg_write_server_files", "pg_write_all_data")},
+    **{attribute: ((f"ALTER ROLE {{login}} {attribute}",), attribute)
+       for attribute in ("CREATEROLE", "CREATEDB", "REPLICATION", "BYPASSRLS")},
+}
+
+
+@pytest.mark.parametrize("kind", list(REFUSED_LOGINS))
+def test_a_login_that_can_do_more_than_read_is_refused(pg_db, postgres_cluster, kind) -> None:
+    """A login in ``jobreg_audit_reader`` that may also become a role that writes, owns
+    something, or holds a predefined role is refused before the statement is sent, as the
+    superuser is; the refusal names why and the fix."""
+    migrate(pg_db)
+    _fill(pg_db)
+    suffix = uuid.uuid4().hex[:8]
+    login, writer, password = f"l_{suffix}", f"w_{suffix}", f"pw-{suffix}"
+    grants, named = REFUSED_LOGINS[kind]
+    try:
+        _login_with(pg_db, login, password, *(g.format(login=login, w=writer, db=sa.make_url(
+            pg_db).database) for g in grants))
+        url = sa.make_url(pg_db).set(username=login, password=password) \
+            .render_as_string(hide_password=False)
+        before = _state(pg_db)
+        code, out, err = cli("audit", "query", "--db", url, "DELETE FROM audit_records")
+        assert code == 1 and out == "", (out, err)
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert f"refusing to query as '{login}'" in err and "grant-reader" in err, err
+        assert named.format(w=writer) in err, err
+        assert password not in err
+        assert _state(pg_db) == before
+    finally:
+        with psycopg.connect(_dsn(pg_db), autocommit=True) as conn:  # PUBLIC's grant
+            conn.execute("REVOKE ALL ON audit_jobs FROM PUBLIC")
+            conn.execute(f"ALTER DATABASE {sa.make_url(pg_db).database} OWNER TO jobreg")
+        _drop_roles(pg_db, f"{writer}_2", writer, login)
+
+
+def test_a_wrong_password_is_one_line_without_the_secret(target: Target) -> None:
+    wrong = sa.make_url(target.reader).set(password="not-the-password-4711") \
+        .render_as_string(hide_password=False)
+    code, out, err = cli("audit", "query", "--db", wrong, "SELECT 1")
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "password authentication failed for user" in err
+    assert "not-the-password-4711" not in err and target.reader_password not in err
+
+
+# --------------------------------------------------------------------------- grant-reader
+
+
+def test_grant_reader_makes_and_updates_a_login_and_never_shows_its_password(
+        pg_db, tmp_path) -> None:
+    migrate(pg_db)
+    _fill(pg_db)
+    login = f"g_{uuid.uuid4().hex[:8]}"
+    first, second, third = (f"pw-{uuid.uuid4().hex}" for _ in range(3))
+    shape = sa.make_url(pg_db).set(username=login).render_as_string(hide_password=True)
+    try:
+        # typed at a prompt, twice, not echoed
+        code, out, err = cli("audit", "grant-reader", login, "--db", pg_db,
+                             input=f"{first}\n{first}\n")
+        assert code == 0, err
+        assert f"created reader login {login}" in out and f"--db {shape} " in out
+        assert first not in out + err
+        assert _reads(pg_db, login, first)
+        # again: the password is set, the login stays a reader (JSON, from the environment)
+        code, out, err = cli("--json", "audit", "grant-reader", login, "--db", pg_db,
+                             env={"JOBREG_AUDIT_READER_PASSWORD": second})
+        assert code == 0, err
+        assert json.loads(out) == {"format": "jobreg.audit-grant-reader/1", "role": login,
+                                   "created": False, "url": shape}
+        assert second not in out + err
+        assert _reads(pg_db, login, second) and not _reads(pg_db, login, first)
+        # from a file, as docker-compose.yml's secret (a trailing newline is not part of it)
+        secret = tmp_path / "secret"
+        secret.write_text(third + "\n")
+        code, out, err = cli("audit", "grant-reader", login, "--db", pg_db,
+                             "--password-file", str(secret))
+        assert code == 0 and "updated the password of reader login" in out, err
+        assert third not in out + err
+        # the same file logs the reader in, through $JOBREG_AUDIT_DB_PASSWORD_FILE
+        code, out, err = cli("audit", "query", "--db", shape, "SELECT count(*) FROM audit_jobs",
+                             env={"JOBREG_AUDIT_DB_PASSWORD_FILE": str(secret)})
+        assert code == 0, err
+    finally:
+        _drop_roles(pg_db, login)
+
+
+def _reads(admin: str, login: str, password: str) -> bool:
+    url = sa.make_url(admin).set(username=login, password=password) \
+        .render_as_string(hide_password=False)
+    return cli("audit", "query", "--db", url, "SELECT count(*) FROM audit_records")[0] == 0
+
+
+@pytest.mark.parametrize("case", ["the superuser's name", "a bad name", "SQLite",
+                                  "not migrated", "an empty password", "a missing file",
+                                  "no right to create roles"])
+def test_grant_reader_refuses_in_one_line(pg_db, tmp_path, case) -> None:
+    if case != "not migrated":
+        migrate(pg_db)
+    login, password = f"g_{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex}"
+    env = {"JOBREG_AUDIT_READER_PASSWORD": password}
+    args, expected = {
+        "the superuser's name": (
+            ["jobreg", "--db", pg_db],
+            (1, "role 'jobreg' exists and is not a reader login (SUPERUSER")),
+        "a bad name": (["Robert'); DROP", "--db", pg_db], (2, "cannot be a reader login")),
+        "SQLite": ([login, "--db", f"sqlite:///{tmp_path / 'a.db'}"],
+                   (1, "a SQLite database has no logins")),
+        "not migrated": ([login, "--db", pg_db], (1, "run `jobreg audit migrate` on it first")),
+        "an empty password": ([login, "--db", pg_db, "--password-file", "/dev/null"],
+                              (1, "needs a password")),
+        "a missing file": ([login, "--db", pg_db, "--password-file", str(tmp_path / "none")],
+                           (2, "cannot read the password of")),
+        "no right to create roles": ([login, "--db", reader_of(pg_db) if case ==
+                                      "no right to create roles" else pg_db],
+                                     (1, "permission denied to create role")),
+    }[case]
+    try:
+        code, out, err = cli("audit", "grant-reader", *args, env=env)
+        assert (code, out) == (expected[0], ""), err
+        assert expected[1] in err, err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert password not in err
+        with psycopg.connect(_dsn(pg_db)) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_roles WHERE rolname = %s",
+                                (login,)).fetchone() == (0,)
+    finally:
+        _drop_roles(pg_db, login)
