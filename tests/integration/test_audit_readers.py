@@ -408,3 +408,37 @@ def test_grant_reader_refuses_in_one_line(pg_db, tmp_path, case) -> None:
                                 (login,)).fetchone() == (0,)
     finally:
         _drop_roles(pg_db, login)
+
+
+def test_the_compose_health_check_runs_as_its_reader_login(pg_db, tmp_path) -> None:
+    """docker-compose.yml's one-shot ``audit-reader`` steps and the audit service's health
+    check, run as written against the real PostgreSQL (its host, port and database swapped in):
+    unhealthy (exit 1, one line) until the stream has committed progress, then healthy."""
+    import yaml
+
+    services = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml")
+                              .read_text())["services"]
+    test = services["audit"]["healthcheck"]["test"]
+    at = test.index("jobreg")
+    env = dict(a.split("=", 1) for a in test[2:at])
+    args = test[at + 1:]
+    here = sa.make_url(pg_db)
+    db = args.index("--db") + 1
+    login = sa.make_url(args[db]).username
+    args[db] = sa.make_url(args[db]).set(host=here.host, port=here.port, database=here.database) \
+        .render_as_string(hide_password=False)
+    secret = tmp_path / Path(env["JOBREG_AUDIT_DB_PASSWORD_FILE"]).name
+    secret.write_text(f"pw-{uuid.uuid4().hex}\n")
+    try:
+        for step in services["audit-reader"]["command"][0].split("&&"):
+            code, _, err = cli(*step.split()[1:], "--db", pg_db,
+                               env={"JOBREG_AUDIT_READER_PASSWORD_FILE": str(secret)})
+            assert code == 0, (step, err)
+        health = {"JOBREG_AUDIT_DB_PASSWORD_FILE": str(secret)}
+        code, out, err = cli(*args, env=health)
+        assert code == 1 and "division by zero" in err and len(err.strip().splitlines()) == 1
+        _fill(pg_db)
+        code, out, err = cli(*args, env=health)
+        assert code == 0, err
+    finally:
+        _drop_roles(pg_db, login)

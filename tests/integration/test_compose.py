@@ -52,7 +52,9 @@ def test_health_checks_volumes_and_no_secrets() -> None:
     env = SERVICES["postgres"]["environment"]
     assert "POSTGRES_PASSWORD" not in env and env["POSTGRES_PASSWORD_FILE"].startswith("/run/secrets/")
     text = (Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text().lower()
-    assert "password:" not in text.replace("postgres_password:", "")
+    for secret in COMPOSE["secrets"]:  # the secrets' names, declared: no value is in the file
+        text = text.replace(f"{secret}:", "")
+    assert "password:" not in text
 
 
 def _code_text() -> str:
@@ -87,8 +89,59 @@ def test_the_audit_job_runs_a_real_command_with_variables_the_code_reads() -> No
     assert result.exit_code == 0, result.output
     for option in (a for a in audit["command"] if a.startswith("--")):
         assert option in result.output
-    health = CliRunner().invoke(main, [*audit["healthcheck"]["test"][2:], "--help"])
+    health = CliRunner().invoke(main, [*healthcheck()[1], "--help"])
     assert health.exit_code == 0, health.output
+
+
+def healthcheck() -> tuple[dict[str, str], list[str]]:
+    """The audit service's health check: (the variables it sets, jobreg's arguments)."""
+    test = SERVICES["audit"]["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "env"], test
+    at = test.index("jobreg")
+    return dict(a.split("=", 1) for a in test[2:at]), test[at + 1:]
+
+
+def test_the_health_check_queries_as_the_reader_login_grant_reader_makes() -> None:
+    """Issue 26: `audit query` refuses the superuser (POSTGRES_USER of the postgres image), so
+    the health check reads as a login made by `jobreg audit grant-reader`, in a one-shot
+    service that runs before the audit service, with a password from a secret of its own."""
+    from click.testing import CliRunner
+    from sqlalchemy.engine import make_url
+
+    from registry.cli import main
+
+    env, args = healthcheck()
+    assert args[:2] == ["audit", "query"] and "--db" in args
+    url = make_url(args[args.index("--db") + 1])
+    assert url.password is None  # the password comes from the file
+    assert url.get_backend_name() == "postgresql" and url.host == "postgres"
+    superuser = SERVICES["postgres"]["environment"]["POSTGRES_USER"]
+    assert url.username != superuser and url.database == SERVICES["postgres"]["environment"][
+        "POSTGRES_DB"]
+    assert "JOBREG_AUDIT_DB_PASSWORD_FILE" in _code_text()
+    secret = env["JOBREG_AUDIT_DB_PASSWORD_FILE"]
+    assert secret.startswith("/run/secrets/")
+    assert Path(secret).name in SERVICES["audit"]["secrets"] and Path(secret).name in COMPOSE[
+        "secrets"] and Path(secret).name != "postgres_password"
+    # the one-shot service makes that login, with that password, before the audit service
+    init = SERVICES["audit-reader"]
+    assert SERVICES["audit"]["depends_on"]["audit-reader"]["condition"] == \
+        "service_completed_successfully"
+    assert init["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert init["image"] == SERVICES["audit"]["image"] and init["restart"] == "no"
+    init_env = init["environment"]
+    for name in init_env:
+        assert f'"{name}"' in _code_text(), f"audit-reader sets {name}, which no code reads"
+    assert init_env["JOBREG_AUDIT_READER_PASSWORD_FILE"] == secret
+    assert make_url(init_env["JOBREG_AUDIT_DB"]).username == superuser  # an admin makes it
+    assert set(init["secrets"]) == {"postgres_password", Path(secret).name}
+    assert init["entrypoint"] == ["/bin/sh", "-c"]
+    steps = [step.split() for step in init["command"][0].split("&&")]
+    assert steps == [["jobreg", "audit", "migrate"],
+                     ["jobreg", "audit", "grant-reader", url.username]]
+    for step in steps:
+        result = CliRunner().invoke(main, [*step[1:], "--help"])
+        assert result.exit_code == 0, result.output
 
 
 def test_the_image_installs_the_package_and_bakes_in_the_connector() -> None:
