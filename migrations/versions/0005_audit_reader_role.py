@@ -15,12 +15,13 @@ On PostgreSQL:
   whenever the connected user may: a write is then refused twice, by the read-only
   transaction and by missing privileges, so switching the transaction to read-write from
   SQL would still write nothing;
-* give people who only read a login role in it:
-  ``CREATE ROLE alice LOGIN PASSWORD '...' IN ROLE jobreg_audit_reader``.
+* ``jobreg audit grant-reader NAME`` (``registry.audit.readers.grant_reader``) makes a login
+  in it for people who only read; ``audit query`` refuses a login that can do more than
+  read (a statement can leave ``SET LOCAL ROLE``; issue 26).
 
 A migrating user without the right to create roles gets a notice and no role: the
-migration does not fail, and ``audit query`` then relies on the read-only transaction alone
-(as before this revision). SQLite has no roles: nothing to do there. The downgrade revokes
+migration does not fail, and ``audit query`` then runs as the login, which must itself be
+able to do no more than read. SQLite has no roles: nothing to do there. The downgrade revokes
 this database's grants and keeps the role (other databases may use it).
 """
 
