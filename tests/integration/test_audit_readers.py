@@ -442,3 +442,21 @@ def test_the_compose_health_check_runs_as_its_reader_login(pg_db, tmp_path) -> N
         assert code == 0, err
     finally:
         _drop_roles(pg_db, login)
+
+
+def test_options_in_the_url_change_nothing(target: Target) -> None:
+    """The URL may carry server settings (``?options=-c ...``): a superuser that starts as the
+    reader role (``role``), or with a search_path of its own, is still refused (the check
+    looks at the login, with schema-qualified names); a reader that asks for read-write
+    transactions still gets read-only ones (jobreg's setting comes last), and no privilege."""
+    superuser = sa.make_url(target.admin).update_query_dict(
+        {"options": "-c role=jobreg_audit_reader -c search_path=nowhere,public"})
+    code, out, err = cli("audit", "query", "--db", superuser.render_as_string(False), "SELECT 1")
+    assert code == 1 and REFUSED_UP_FRONT in err, err
+    reader = sa.make_url(target.reader).update_query_dict(
+        {"options": "-c default_transaction_read_only=off"})
+    before = _state(target.admin)
+    code, out, err = cli("audit", "query", "--db", reader.render_as_string(False),
+                         "DELETE FROM audit_records")
+    assert code == 1 and "cannot execute DELETE in a read-only transaction" in err, err
+    assert _state(target.admin) == before
