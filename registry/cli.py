@@ -996,7 +996,8 @@ def audit_grant_reader(settings: Settings, name: str, db_url: str,
         check_reader_name(name)
     if password_file is not None:
         try:
-            password = password_file.read_text().strip()  # as $JOBREG_AUDIT_DB_PASSWORD_FILE is read
+            # stripped, as $JOBREG_AUDIT_DB_PASSWORD_FILE is read: one file serves both
+            password = password_file.read_text().strip()
         except (OSError, UnicodeDecodeError) as e:
             raise CliError(f"cannot read the password of {name!r} from {password_file}: "
                            f"{getattr(e, 'strerror', None) or e}", EXIT_USAGE) from None

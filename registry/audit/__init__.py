@@ -22,7 +22,8 @@ from typing import Any
 _LAZY = {
     "DEFAULT_DB_URL": "db", "AuditError": "db", "alembic_config": "db",
     "current_revision": "db", "downgrade": "db", "engine_for": "db", "migrate": "db",
-    "query": "db", "grant_reader": "readers", "TABLES": "models", "VIEWS": "models", "Base": "models",
+    "query": "db", "grant_reader": "readers", "TABLES": "models", "VIEWS": "models",
+    "Base": "models",
 }
 
 __all__ = sorted(_LAZY)

@@ -1,9 +1,9 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks.
 
 :class:`ThrowawayPostgres` runs ``initdb`` into a temporary directory (superuser
-``jobreg``, trusted without a password; other roles log in with theirs, SCRAM), starts ``postgres`` on a free port of
-127.0.0.1 only (its Unix socket in the same temporary directory), and removes
-everything when it stops::
+``jobreg``, trusted without a password; other roles log in with theirs, SCRAM),
+starts ``postgres`` on a free port of 127.0.0.1 only (its Unix socket in the
+same temporary directory), and removes everything when it stops::
 
     with ThrowawayPostgres() as pg:
         url = pg.create_database("scratch")   # postgresql+psycopg://jobreg@127.0.0.1:PORT/scratch
