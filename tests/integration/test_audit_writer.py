@@ -9,8 +9,9 @@ import sys
 import pytest
 from support.crashing import crashing_env
 from support.incidents import incident_000, incident_002
+from support.pg import query_as_reader as query
 
-from registry.audit.db import migrate, query
+from registry.audit.db import migrate
 from registry.audit.writer import AuditWriter, check, run_plain
 from registry.codec import encode
 from registry.events import InlineGraph, JobSubmitted, new_event_id
