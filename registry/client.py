@@ -268,7 +268,10 @@ class Registry:
         snap = read_snapshot(path, namespace=self.namespace, topic=self.topic,
                              partition=self.partition)
         position = snap.image.provenance.last_offset + 1
-        stamp = snap.image.provenance.log_time or snap.written_at_ms
+        # A snapshot is as old as the older of its log time and its writing: a record
+        # stamped ahead (a writer's clock on the embedded broker) must not make it young.
+        log_time = snap.image.provenance.log_time
+        stamp = snap.written_at_ms if log_time is None else min(log_time, snap.written_at_ms)
         age_ms = now_ms() - stamp
         end = self._log.reader.end_offset(self.timeout)
         if age_ms > retention_ms:

@@ -211,3 +211,31 @@ def test_the_audit_refuses_a_namespace_found_on_two_partitions(broker, topic, tm
     assert (f"namespace {MOVED!r} has records on partitions {min(old, new)} and "
             f"{max(old, new)} of topic {topic!r}") in ran.stderr, ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.integration
+def test_a_grant_written_before_counts_were_recorded_is_found_and_still_folds(
+        broker, topic, tmp_path) -> None:
+    """Grants of schema version 1 record no count: the partition's first grant says 0, so
+    every smaller count is a candidate; the namespace is found where one of them put it, and
+    with that count it folds as it always did."""
+    from support.model import encode_with
+
+    ensure_topic(broker.bootstrap, topic, TopicConfig(partitions=8))
+    old = partition_for(MOVED, 4)
+    grant = LeadershipGranted(event_id=new_event_id(), namespace=MOVED, epoch=1, writer="jm-old",
+                              created_at=1, prev_epoch=0)
+    v1 = next(e.id for e in default_codec().catalog.entries()
+              if e.type == "LeadershipGranted" and e.version == 1)
+    write_raw(broker.bootstrap, topic, old, record_key(grant), encode_with(grant, v1))
+    with pytest.raises(NamespaceMoved) as caught:
+        Registry.connect(broker.bootstrap, MOVED, topic=topic, blob_store=tmp_path)
+    message = str(caught.value)
+    assert f"was written on partition {old} of topic {topic!r}, when the topic had " in message
+    assert caught.value.written_under is None and "4" in message.split("partitions=")[1]
+    reg = Registry.connect(broker.bootstrap, MOVED, topic=topic, blob_store=tmp_path,
+                           partitions=4)
+    try:
+        assert reg.leader().contender == "jm-old"
+    finally:
+        reg.close()
