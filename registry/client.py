@@ -106,7 +106,7 @@ from .log import (
     check_bootstrap,
     ensure_topic,
 )
-from .placement import check_count, check_mapping, verify
+from .placement import check_birth, check_count, check_mapping, verify
 from .recovery import (
     CleanupHook,
     CleanupResult,
@@ -454,9 +454,14 @@ class Registry:
         check_id("contender", contender)
         with self._log.lock:
             image = self.sync()
-            if not self._pinned:
-                check_count(self.kafka, self.topic, self.namespace, self.partitions,
-                            self.timeout)
+            if self._plain is None:
+                self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
+            actual = self._plain.partition_count(self.topic)
+            if not self._pinned:  # partitions added since this client read the count?
+                check_count(self.topic, self.namespace, self.partitions, actual)
+            if image.epoch == 0:  # the namespace's first grant: where and under which count
+                check_birth(self.kafka, self.topic, self.namespace, self.partitions,
+                            self.timeout, codec=self._codec, topic_count=actual)
             # Fence the namespace's transactional id before the grant: init_transactions
             # aborts a transaction a dead leader left open (killed between produce and
             # commit), which read-committed readers cannot read past; our grant lands

@@ -866,6 +866,19 @@ class PlainWriter:
                               f"{delivery.error or 'no delivery report'}")
         return delivery.offsets
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has now (a metadata request on this producer's
+        connection); :class:`BrokerError` if the broker does not say within the timeout."""
+        try:
+            found = self._producer.list_topics(topic, timeout=self._timeout).topics.get(topic)
+        except KafkaException as e:
+            raise BrokerError(f"no Kafka broker answered at {self._bootstrap} within "
+                              f"{self._timeout:g} s ({e.args[0].str()})") from e
+        if found is None or found.error is not None or not found.partitions:
+            raise BrokerError(f"the broker at {self._bootstrap} did not describe topic "
+                              f"{topic!r}")
+        return len(found.partitions)
+
     def close(self) -> None:
         """Flush what is queued (up to a second) and close the producer."""
         producer, self._producer = self._producer, _Closed("producer")

@@ -32,6 +32,11 @@ fold; one read of each partition's first records for a new namespace and for for
 topic that was resized (or whose first grants predate recording), full reads of the
 partitions the namespace could have lived on, once per new namespace.
 
+A namespace is born (its first grant, :func:`check_birth`) only under the smallest count
+the partitions' first grants recorded: a namespace born under a newer count on a partition
+whose first grant recorded an older one would leave no first grant saying so, and a client
+mapping with the older count (as the refusal tells people to) would not look for it.
+
 What it does not catch: a namespace that already has grants on both its old and its new
 partition (a split written before jobreg recorded counts, or by a foreign writer) is
 believed where the current count puts it; ``audit run`` refuses such a namespace (it reads
@@ -42,6 +47,7 @@ writing the partition it connected to (where its namespace's records are) until 
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +65,7 @@ _READERS = 8  # partitions read at once
 
 __all__ = [
     "Placement",
+    "check_birth",
     "check_count",
     "check_mapping",
     "former_partitions",
@@ -69,12 +76,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where a namespace lives: ``partition`` of ``topic``, mapped with ``partitions``."""
+    """Where a namespace lives: ``partition`` of ``topic``, mapped with ``partitions``.
+    ``first_counts``: the counts the first grants of the topic's partitions recorded (``0``:
+    not recorded), when they were read (``None``: they were not)."""
 
     topic: str
     namespace: str
     partitions: int
     partition: int
+    first_counts: tuple[int, ...] | None = None
 
 
 def former_partitions(namespace: str, partitions: int, first_grants: Iterable[int]
@@ -162,8 +172,9 @@ def verify(kafka: Kafka, topic: str, namespace: str, partitions: int, timeout: f
 
     ``here``: whether the caller folded the namespace's partition and found an accepted
     grant there (``True``: nothing is read; ``None``: not known, and on a resized topic the
-    partition is read up to the namespace's first grant before other partitions are). Raises :class:`~registry.errors.BrokerError` when a partition
-    cannot be read within ``timeout`` seconds of no progress. ``topic_count``: the topic's
+    partition is read up to the namespace's first grant before other partitions are).
+    Raises :class:`~registry.errors.BrokerError` when a partition cannot be read within
+    ``timeout`` seconds of no progress. ``topic_count``: the topic's
     partition count, when the caller has just asked (``partitions`` may be smaller: a
     mapping pinned to the count namespaces were written under).
     """
@@ -188,7 +199,28 @@ def verify(kafka: Kafka, topic: str, namespace: str, partitions: int, timeout: f
     for (q, counts), grant in zip(former, found, strict=True):
         if grant is not None:
             raise _moved(namespace, topic, partitions, q, grant, counts)
-    return placement
+    return dataclasses.replace(placement, first_counts=tuple(firsts))
+
+
+def check_birth(kafka: Kafka, topic: str, namespace: str, partitions: int, timeout: float, *,
+                codec: Codec | None = None, topic_count: int | None = None) -> None:
+    """Before the first grant of ``namespace`` (a claim at epoch 0): :func:`verify` again
+    (a namespace created elsewhere since the client connected is found), and refuse to bring
+    a namespace into being under another count than the one the topic's first namespaces
+    were written under. After partitions were added, a namespace born under the new count
+    on a partition whose first grant recorded the old one leaves no trace a client of the
+    old count would look for: it could start the namespace a second time."""
+    placement = verify(kafka, topic, namespace, partitions, timeout, here=False, codec=codec,
+                       topic_count=topic_count)
+    recorded = [c for c in placement.first_counts or () if c > 0]
+    if recorded and min(recorded) != partitions:
+        first = min(recorded)
+        raise ConfigError(
+            f"namespace {namespace!r} has no records yet, and the namespaces of topic "
+            f"{topic!r} were first written under {first} partitions, not the {partitions} it "
+            f"would be mapped with (partitions were added): a namespace born under another "
+            f"count may be started a second time by clients of the first. Map with "
+            f"partitions={first} (CLI --partitions {first}); see README \"Scaling the topic\"")
 
 
 def locate(kafka: Kafka, topic: str, namespace: str, timeout: float, *,
@@ -212,13 +244,11 @@ def check_mapping(topic: str, partitions: int, actual: int) -> None:
                           f"{topic!r} has {actual}")
 
 
-def check_count(kafka: Kafka, topic: str, namespace: str, partitions: int,
-                timeout: float) -> None:
+def check_count(topic: str, namespace: str, partitions: int, actual: int) -> None:
     """Before a claim of a client that maps with the topic's own count: refuse when that
-    count changed since the client read it (``partitions``) and the change moves
-    ``namespace`` (its grant would start a second history on another partition than the one
-    new clients read). One metadata request."""
-    actual = topic_partitions(kafka, topic, timeout)
+    count changed since the client read it (``partitions``; ``actual`` now) and the change
+    moves ``namespace`` (its grant would start a second history on another partition than
+    the one new clients read)."""
     if actual == partitions:
         return
     now = partition_for(namespace, actual)

@@ -162,25 +162,59 @@ def test_a_namespace_the_new_count_does_not_move_goes_on(broker, topic, tmp_path
                                  ).state_at(offset=100).epoch == 2
 
 
+def _grants(bootstrap: str, topic: str, ns: str, partition: int) -> list[tuple[int, int]]:
+    reader = LogReader(bootstrap, topic, partition)
+    try:
+        return [(g.partitions, g.partition) for g in (
+            default_codec().decode(r.value) for b in reader.read_to_end(10.0) for r in b
+            if r.key and r.key.startswith(f"{ns}/term/".encode()))]
+    finally:
+        reader.close()
+
+
 @pytest.mark.integration
-def test_a_new_namespace_is_born_where_the_count_puts_it_and_its_grant_says_so(
+def test_a_grant_records_the_count_and_the_partition_it_was_written_under(
+        connect, broker, topic) -> None:
+    reg = connect("prod")
+    reg.claim_leadership("jm-1")
+    reg.claim_leadership("jm-2")
+    assert _grants(broker.bootstrap, topic, "prod", reg.partition) == \
+        [(reg.partitions, reg.partition)] * 2
+
+
+@pytest.mark.integration
+def test_a_new_namespace_is_born_only_under_the_count_the_topic_was_first_written_under(
         broker, topic, tmp_path) -> None:
+    """After partitions were added, a namespace born under the new count on a partition
+    whose first grant recorded the old one would leave nothing a client of the old count
+    (which the refusal tells people to be) looks for: it could be started twice. Its birth
+    is refused; under the old count it is born, and reads find it with either count once it
+    has records where that count puts it."""
     ensure_topic(broker.bootstrap, topic, TopicConfig(partitions=8))
-    _write_under(broker.bootstrap, topic, MOVED, 4)  # a resized topic: candidates are read
+    _write_under(broker.bootstrap, topic, MOVED, 4)  # a resized topic
     fresh = _named(True, start=1000)
     reg = Registry.connect(broker.bootstrap, fresh, topic=topic, blob_store=tmp_path)
     try:
-        assert reg.epoch() == 0
-        reg.claim_leadership("jm-1")
+        assert reg.epoch() == 0  # reading a namespace that has no records anywhere is fine
+        with pytest.raises(ConfigError) as caught:
+            reg.claim_leadership("jm-1")
+        assert str(caught.value).startswith(
+            f"namespace {fresh!r} has no records yet, and the namespaces of topic {topic!r} "
+            f"were first written under 4 partitions, not the 8 it would be mapped with")
+        assert "partitions=4" in str(caught.value)
+        assert reg.sync().epoch == 0  # nothing was written
     finally:
         reg.close()
-    reader = LogReader(broker.bootstrap, topic, partition_for(fresh, 8))
+    pinned = Registry.connect(broker.bootstrap, fresh, topic=topic, blob_store=tmp_path,
+                              partitions=4)
     try:
-        grants = [default_codec().decode(r.value) for b in reader.read_to_end(10.0) for r in b
-                  if r.key and r.key.startswith(f"{fresh}/term/".encode())]
+        assert pinned.claim_leadership("jm-1").epoch == 1
     finally:
-        reader.close()
-    assert [(g.partitions, g.partition) for g in grants] == [(8, partition_for(fresh, 8))]
+        pinned.close()
+    assert _grants(broker.bootstrap, topic, fresh, partition_for(fresh, 4)) == \
+        [(4, partition_for(fresh, 4))]
+    with pytest.raises(NamespaceMoved, match="was written under 4 partitions"):
+        Registry.connect(broker.bootstrap, fresh, topic=topic, blob_store=tmp_path)
 
 
 @pytest.mark.integration
@@ -239,3 +273,24 @@ def test_a_grant_written_before_counts_were_recorded_is_found_and_still_folds(
         assert reg.leader().contender == "jm-old"
     finally:
         reg.close()
+
+
+@pytest.mark.spark
+@pytest.mark.integration
+def test_the_audit_job_on_spark_refuses_a_namespace_found_on_two_partitions(
+        broker, topic, tmp_path, spark) -> None:
+    """The same check on the executors: Spark's tasks commit through the same
+    PartitionWriter as --plain."""
+    from consumers.audit_job import run_audit
+    from registry.audit.db import AuditError, migrate
+
+    ensure_topic(broker.bootstrap, topic, TopicConfig(partitions=8))
+    old = _write_under(broker.bootstrap, topic, MOVED, 4)
+    new = _write_under(broker.bootstrap, topic, MOVED, 8, job="job-b")
+    url = f"sqlite:///{tmp_path / 'audit.db'}"
+    migrate(url)
+    with pytest.raises(AuditError) as caught:
+        run_audit(url, broker.bootstrap, topic, spark=spark, mode="once")
+    assert (f"namespace {MOVED!r} has records on partitions {min(old, new)} and "
+            f"{max(old, new)} of topic {topic!r}") in str(caught.value)
+    assert "\n" not in str(caught.value)
