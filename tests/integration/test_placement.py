@@ -294,3 +294,16 @@ def test_the_audit_job_on_spark_refuses_a_namespace_found_on_two_partitions(
     assert (f"namespace {MOVED!r} has records on partitions {min(old, new)} and "
             f"{max(old, new)} of topic {topic!r}") in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.integration
+def test_an_election_raises_the_refusal_instead_of_retrying_it_for_ever(
+        broker, topic, tmp_path) -> None:
+    ensure_topic(broker.bootstrap, topic, TopicConfig(partitions=8))
+    reg = Registry(broker.bootstrap, MOVED, topic=topic, partitions=4, blob_store=tmp_path,
+                   timeout=1.0)
+    try:
+        with pytest.raises(ConfigError, match="partitions were added"):
+            reg.elect("jm-1", lease=2.0).acquire(timeout=60)
+    finally:
+        reg.close()

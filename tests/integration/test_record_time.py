@@ -4,7 +4,7 @@ The topic says ``LogAppendTime``; the embedded broker keeps the producer's stamp
 so a writer whose clock is skewed sets the stamps readers see. The writers here pass explicit
 stamps (``write_raw(..., timestamp=)``), as a producer whose clock said so would: no test
 waits for time to pass. What the fold does with such stamps without a broker is in
-``tests/unit/test_record_time.py``.
+``tests/unit/test_fold_time.py``.
 """
 
 from __future__ import annotations
