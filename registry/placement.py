@@ -87,8 +87,8 @@ class Placement:
     first_counts: tuple[int, ...] | None = None
 
 
-def former_partitions(namespace: str, partitions: int, first_grants: Iterable[int]
-                      ) -> dict[int, list[int]]:
+def former_partitions(namespace: str, partitions: int, first_grants: Iterable[int],
+                      topic_count: int | None = None) -> dict[int, list[int]]:
     """The partitions other than its current one where ``namespace`` may have been written:
     partition -> the counts that put it there. ``first_grants``: the count recorded by the
     first grant of each partition that has one (``0``: not recorded). Empty when every first
@@ -96,7 +96,9 @@ def former_partitions(namespace: str, partitions: int, first_grants: Iterable[in
 
     Kafka never removes partitions, so the counts the topic had lie between the smallest
     recorded one (1 when a first grant predates recording) and the current one; a recorded
-    count above it (records copied from a larger topic) is a candidate too.
+    count above it (records copied from a larger topic, or a client that mapped with the
+    topic's count while others map with a smaller one) is a candidate too, on any of the
+    topic's ``topic_count`` partitions (default ``partitions``).
     """
     counts = set(first_grants)
     if not counts or counts == {partitions}:
@@ -106,7 +108,8 @@ def former_partitions(namespace: str, partitions: int, first_grants: Iterable[in
     here = crc % partitions
     out: dict[int, list[int]] = {}
     for n in sorted(set(range(low, partitions)) | {c for c in counts if c > 0}):
-        if n != partitions and (q := crc % n) != here and q < partitions:
+        if n != partitions and (q := crc % n) != here \
+                and q < (partitions if topic_count is None else topic_count):
             out.setdefault(q, []).append(n)
     return out
 
@@ -190,7 +193,7 @@ def verify(kafka: Kafka, topic: str, namespace: str, partitions: int, timeout: f
         firsts = [g.partitions for g in pool.map(
             lambda q: _find_grant(kafka, topic, q, timeout, codec, None), range(topic_count))
             if g is not None]
-        former = sorted(former_partitions(namespace, partitions, firsts).items())
+        former = sorted(former_partitions(namespace, partitions, firsts, topic_count).items())
         if former and here is None and _find_grant(kafka, topic, placement.partition, timeout,
                                                    codec, namespace) is not None:
             return placement

@@ -82,6 +82,12 @@ def test_former_partitions_are_read_only_when_a_first_grant_recorded_another_cou
     # a count above the topic's (records copied from a larger topic) is a candidate too
     big = next(n for n in range(9, 64) if crc % n < 8 and crc % n != crc % 8)
     assert crc % big in former_partitions(MOVED, 8, [8, big])
+    # mapped with 8 on a topic of 12 (partitions added, clients pinned to 8): a namespace a
+    # client of 12 wrote on partition 8 or above is found there
+    wide = next(f"x{i}" for i in range(1000) if zlib.crc32(f"x{i}".encode()) % 12 >= 8)
+    twelve = zlib.crc32(wide.encode()) % 12
+    assert twelve in former_partitions(wide, 8, [8, 12], 12)
+    assert twelve not in former_partitions(wide, 8, [8, 12])
     # where the old count put it is where it is now: not a candidate
     assert partition_for(STAYED, 4) not in former_partitions(STAYED, 8, [4])
 
