@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import tempfile
 import threading
@@ -59,7 +60,7 @@ from typing import Any, Literal
 from registry.audit.db import AuditError, migrate
 from registry.audit.partition import PartitionWriter, log_history
 from registry.audit.writer import AuditWriter, follow_plain, run_plain
-from registry.errors import ConfigError
+from registry.errors import ConfigError, RegistryError
 from registry.image import LogRecord
 from registry.kafka_config import Kafka, java_client_options
 from registry.log import LogReader, topic_partitions
@@ -172,6 +173,25 @@ def _first_lines(e: BaseException, limit: int = 600) -> str:
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
+# A jobreg error raised in a Python worker, as the JVM's trace of the failed task quotes it.
+_WORKER_ERROR = re.compile(r"^registry\.[\w.]+\.(\w+): (.+)$", re.MULTILINE)
+
+
+def _failure(e: BaseException, raised: list[BaseException]) -> AuditError:
+    """The error a failed stream ends with: the jobreg error that failed it (raised in a
+    batch on the driver, or quoted from an executor's trace) when there is one, so that its
+    one line says what happened (a namespace on two partitions, a fenced task, ...)."""
+    for error in raised:
+        if isinstance(error, AuditError):
+            return error
+        if isinstance(error, RegistryError):
+            return AuditError(str(error))
+    found = _WORKER_ERROR.search(str(e))
+    if found is not None:
+        return AuditError(found.group(2).strip())
+    return AuditError(f"the audit stream failed: {_first_lines(e)}")
+
+
 def materialize(url: str, bootstrap: str | Kafka, topic: str, *,
                 engine: Literal["spark", "plain"] = "spark",
                 mode: Literal["once", "follow"] = "once",
@@ -266,11 +286,17 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
         stopping = threading.Event()  # set: batches that begin from now on do nothing
         working = threading.Lock()  # held while a batch works
 
+        raised: list[BaseException] = []  # a jobreg error a batch raised on the driver
+
         def batch(frame: Any, batch_id: int) -> None:
             with working:
                 if stopping.is_set():  # the run ends: the next run starts at the progress
                     return
-                fold_batch(frame, batch_id)
+                try:
+                    fold_batch(frame, batch_id)
+                except RegistryError as e:
+                    raised.append(e)
+                    raise
 
         def fold_batch(frame: Any, batch_id: int) -> None:
             if on_executors:
@@ -314,7 +340,7 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
             working.release()
         query.stop()
         if failure is not None:
-            raise AuditError(f"the audit stream failed: {_first_lines(failure)}") from None
+            raise _failure(failure, raised) from None
         return AuditRun(writer.batches, writer.rows, caught_up, time.monotonic() - started,
                         used, startup)
     finally:

@@ -82,6 +82,7 @@ class Settings:
     timeout: float
     namespace_given: bool = False
     client_config: dict[str, str] = field(default_factory=dict)
+    partitions: int | None = None
 
     @property
     def kafka(self) -> Kafka:
@@ -107,7 +108,8 @@ class Settings:
             raise CliError("say where the log is: --bootstrap HOST:PORT (or $JOBREG_BOOTSTRAP), "
                            "or --from-file DUMP", EXIT_USAGE)
         return Forensics.from_broker(self.kafka, self.topic, self.namespace, self.timeout,
-                                     progress=progress, require_records=True)
+                                     progress=progress, require_records=True,
+                                     partitions=self.partitions)
 
     def emit(self, what: str, payload: dict[str, Any], human: Callable[[], str]) -> None:
         """Print ``payload`` as JSON (``{"format": "jobreg.<what>/1", ...}``) under
@@ -201,6 +203,11 @@ def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="A properties file of extra Kafka client settings (security.protocol, "
                    "ssl.*, sasl.*), as Kafka's tools take it; values may be ${env:NAME} or "
                    "${file:PATH}. [env: JOBREG_KAFKA_CONFIG]")
+@click.option("--partitions", envvar="JOBREG_PARTITIONS", type=click.IntRange(1),
+              default=None,
+              help="Map namespaces to partitions with this count instead of the topic's: "
+                   "the count they were written under, after partitions were added (README "
+                   "\"Scaling the topic\"). [env: JOBREG_PARTITIONS]")
 @click.option("--json", "as_json", is_flag=True,
               help="Print JSON (stable shapes, see the README) instead of tables.")
 @click.option("--timeout", envvar="JOBREG_TIMEOUT", type=click.FloatRange(0.1, 3600),
@@ -209,8 +216,8 @@ def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) 
                    "long reads). [env: JOBREG_TIMEOUT]")
 @click.pass_context
 def main(ctx: click.Context, bootstrap: str | None, namespace: str, topic: str,
-         from_file: str | None, command_config: str | None, as_json: bool,
-         timeout: float) -> None:
+         from_file: str | None, command_config: str | None, partitions: int | None,
+         as_json: bool, timeout: float) -> None:
     """jobreg: an event-sourced job registry on a compacted Kafka log.
 
     The read commands (jobs, leader, terms, timeline, explain, rejected,
@@ -241,7 +248,7 @@ def main(ctx: click.Context, bootstrap: str | None, namespace: str, topic: str,
     source = ctx.get_parameter_source("namespace")
     ctx.obj = Settings(bootstrap, namespace, topic, from_file, as_json, timeout,
                        namespace_given=source not in (None, click.core.ParameterSource.DEFAULT),
-                       client_config=client_config)
+                       client_config=client_config, partitions=partitions)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -940,7 +947,8 @@ def audit_check(settings: Settings, db_url: str, dumps: tuple[Path, ...]) -> Non
             diffs, unchecked = check_dumps(db_url, sources, topic=settings.topic)
         else:
             _need_bootstrap(settings)
-            diffs = check(db_url, settings.kafka, settings.topic, timeout=settings.timeout)
+            diffs = check(db_url, settings.kafka, settings.topic, timeout=settings.timeout,
+                          partitions=settings.partitions)
 
     def human() -> str:
         lines = diffs or ["the audit database agrees with the fold"

@@ -106,6 +106,7 @@ from .log import (
     check_bootstrap,
     ensure_topic,
 )
+from .placement import check_birth, check_count, check_mapping, verify
 from .recovery import (
     CleanupHook,
     CleanupResult,
@@ -170,13 +171,17 @@ class Registry:
                  partitions: int, codec: Codec | None = None, timeout: float = 10.0,
                  fetch_wait_ms: int = 5, inline_limit: int = DEFAULT_INLINE_LIMIT,
                  blob_store: BlobStore | str | os.PathLike[str] | None = None,
-                 client_config: Mapping[str, object] | None = None) -> None:
+                 client_config: Mapping[str, object] | None = None,
+                 pinned: bool = False) -> None:
         self.bootstrap = check_bootstrap(bootstrap)
         self.kafka = Kafka(self.bootstrap, check_client_config(client_config))
         """Where every Kafka client of this registry connects, with the extra properties."""
         self.namespace = check_id("namespace", namespace)
         self.topic = topic
+        self.partitions = partitions
+        """The partition count the namespace is mapped with (README "The log")."""
         self.partition = partition_for(namespace, partitions)
+        self._pinned = pinned  # mapped with a count given by the caller, not the topic's
         self.timeout = timeout
         self.inline_limit = inline_limit
         self._blob_store = blob_store
@@ -196,8 +201,16 @@ class Registry:
                 inline_limit: int = DEFAULT_INLINE_LIMIT,
                 blob_store: BlobStore | str | os.PathLike[str] | None = None,
                 snapshot: str | os.PathLike[str] | None = None,
-                client_config: Mapping[str, object] | None = None) -> Registry:
+                client_config: Mapping[str, object] | None = None,
+                partitions: int | None = None) -> Registry:
         """Connect to ``bootstrap``, create the topic if needed, and fold the namespace's log.
+
+        The namespace lives on partition ``crc32(namespace) % partitions``; ``partitions``
+        is the topic's partition count unless given (at most the topic's: after partitions
+        were added by mistake, the count namespaces were written under). A namespace with no
+        grant on that partition is looked for where other counts the topic had would have
+        put it (:mod:`registry.placement`): found there, the connect raises
+        :class:`~registry.errors.NamespaceMoved` (a :class:`~registry.errors.ConfigError`).
 
         ``client_config``: extra librdkafka properties for every Kafka client the
         registry makes (a secured cluster's ``security.protocol``, ``ssl.*``,
@@ -228,22 +241,37 @@ class Registry:
         config = topic_config or TopicConfig()
         kafka = Kafka(check_bootstrap(bootstrap), check_client_config(client_config))
         info = ensure_topic(kafka, topic, config, timeout)
-        reg = cls(bootstrap, namespace, topic=topic, partitions=info.partitions, codec=codec,
-                  timeout=timeout, fetch_wait_ms=fetch_wait_ms, inline_limit=inline_limit,
-                  blob_store=blob_store, client_config=client_config)
+        if partitions is not None:
+            check_mapping(topic, partitions, info.partitions)
+        reg = cls(bootstrap, namespace, topic=topic,
+                  partitions=info.partitions if partitions is None else partitions,
+                  codec=codec, timeout=timeout, fetch_wait_ms=fetch_wait_ms,
+                  inline_limit=inline_limit, blob_store=blob_store,
+                  client_config=client_config, pinned=partitions is not None)
         if snapshot is not None:
             # The topic's own setting decides; ours only if the broker did not say.
             retention = info.delete_retention_ms
             reg._start_from_snapshot(snapshot, config.delete_retention_ms if retention is None
                                      else retention)
         reg._log.catch_up(reg.timeout)  # bounded by progress, not by the whole read
+        try:
+            # A namespace with a grant on its partition lives there; only a new (or moved)
+            # one costs reads of other partitions.
+            verify(reg.kafka, topic, namespace, reg.partitions, timeout,
+                   here=reg.image.epoch > 0, codec=reg._codec, topic_count=info.partitions)
+        except BaseException:
+            reg.close()
+            raise
         return reg
 
     def _start_from_snapshot(self, path: str | os.PathLike[str], retention_ms: int) -> None:
         snap = read_snapshot(path, namespace=self.namespace, topic=self.topic,
                              partition=self.partition)
         position = snap.image.provenance.last_offset + 1
-        stamp = snap.image.provenance.log_time or snap.written_at_ms
+        # A snapshot is as old as the older of its log time and its writing: a record
+        # stamped ahead (a writer's clock on the embedded broker) must not make it young.
+        log_time = snap.image.provenance.log_time
+        stamp = snap.written_at_ms if log_time is None else min(log_time, snap.written_at_ms)
         age_ms = now_ms() - stamp
         end = self._log.reader.end_offset(self.timeout)
         if age_ms > retention_ms:
@@ -426,6 +454,14 @@ class Registry:
         check_id("contender", contender)
         with self._log.lock:
             image = self.sync()
+            if self._plain is None:
+                self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
+            actual = self._plain.partition_count(self.topic)
+            if not self._pinned:  # partitions added since this client read the count?
+                check_count(self.topic, self.namespace, self.partitions, actual)
+            if image.epoch == 0:  # the namespace's first grant: where and under which count
+                check_birth(self.kafka, self.topic, self.namespace, self.partitions,
+                            self.timeout, codec=self._codec, topic_count=actual)
             # Fence the namespace's transactional id before the grant: init_transactions
             # aborts a transaction a dead leader left open (killed between produce and
             # commit), which read-committed readers cannot read past; our grant lands
@@ -446,7 +482,7 @@ class Registry:
             grant = LeadershipGranted(
                 event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
                 writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
-                lease_ms=lease_ms)
+                lease_ms=lease_ms, partitions=self.partitions, partition=self.partition)
             if self._plain is None:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
             self._log.waiting[grant.event_id] = None

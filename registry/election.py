@@ -128,7 +128,9 @@ class Election:
         Raises :class:`~registry.errors.ElectionTimeout` (a ``TimeoutError``) after
         ``timeout`` seconds (``None``: wait for ever) and
         :class:`~registry.errors.ElectionCancelled` (a ``RuntimeError``) if :meth:`cancel`
-        was called meanwhile.
+        was called meanwhile; a claim refused by configuration (a
+        :class:`~registry.errors.ConfigError`, such as
+        :class:`~registry.errors.NamespaceMoved`) is raised as is, not retried.
         """
         deadline = None if timeout is None else self._clock() + timeout
         seen: tuple[int, int, bool] | None = None
@@ -186,6 +188,8 @@ class Election:
                                                   lease_ms=round(self.lease * 1000))
         except ClaimRejected:
             return None  # another contender won the compare-and-set
+        except ConfigError:
+            raise  # no retry mends it (the namespace moved: registry.placement)
         except RegistryError:
             return None  # unreachable or unknown outcome: look again
         self._valid_until = started + _SAFETY * self.lease

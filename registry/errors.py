@@ -6,6 +6,8 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
 
     RegistryError
     ├── ConfigError            bad argument, malformed id, bad configuration
+    │   └── NamespaceMoved         the namespace's records lie on another partition than the
+    │                              topic's partition count now maps it to (README "The log")
     ├── CodecError             bytes that are not a jobreg event
     │   ├── UnknownSchemaError     the header names a schema this reader cannot find
     │   └── UnknownEventTypeError  the schema is not one of our event types
@@ -62,6 +64,7 @@ __all__ = [
     "ElectionTimeout",
     "Fenced",
     "LeaseExpired",
+    "NamespaceMoved",
     "OutcomeUnknown",
     "RegistryError",
     "UnknownEventTypeError",
@@ -83,6 +86,20 @@ class RegistryError(Exception):
 
 class ConfigError(RegistryError, ValueError):
     """A bad argument, a malformed identifier or an invalid configuration."""
+
+
+class NamespaceMoved(ConfigError):
+    """The namespace's records were written under another partition count of the topic and
+    lie on a partition other than the one the topic's count maps it to now (partitions were
+    added): reading or claiming it there would see none of them. The message says what
+    happened and what to do (:mod:`registry.placement`)."""
+
+    def __init__(self, message: str, *, namespace: str, topic: str, partitions: int,
+                 partition: int, found_partition: int, written_under: int | None) -> None:
+        super().__init__(message)
+        self.namespace, self.topic = namespace, topic
+        self.partitions, self.partition = partitions, partition
+        self.found_partition, self.written_under = found_partition, written_under
 
 
 class CodecError(RegistryError):

@@ -160,12 +160,19 @@ class Event:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LeadershipGranted(Event):
-    """A contender claimed the term ``epoch``; accepted iff ``prev_epoch`` is current (a CAS)."""
+    """A contender claimed the term ``epoch``; accepted iff ``prev_epoch`` is current (a CAS).
+
+    ``partitions`` and ``partition``: the topic's partition count the claimant mapped the
+    namespace with, and the partition that gave (``0`` and ``-1``: not recorded, a grant
+    written before jobreg recorded them). Forensic facts for :mod:`registry.placement`;
+    the fold's rules do not read them."""
 
     TYPE: ClassVar[str] = "LeadershipGranted"
 
     prev_epoch: int
     lease_ms: int | None = None
+    partitions: int = 0
+    partition: int = -1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

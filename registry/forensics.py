@@ -36,8 +36,9 @@ from .files import atomic_write
 from .fold import fold_batches
 from .image import Decision, Image, JobView, LogRecord, Outcome, TermInfo
 from .kafka_config import Kafka
-from .keys import check_id, partition_for
-from .log import LogReader, topic_partitions
+from .keys import check_id
+from .log import LogReader
+from .placement import locate
 from .wire import Catalog, Codec, default_codec
 
 __all__ = [
@@ -273,12 +274,14 @@ class Forensics:
 
     @classmethod
     def from_broker(cls, kafka: Kafka, topic: str, namespace: str, timeout: float, *,
-                    progress: Progress | None = None,
-                    require_records: bool = False) -> Forensics:
+                    progress: Progress | None = None, require_records: bool = False,
+                    partitions: int | None = None) -> Forensics:
         """Forensics over ``namespace``'s log on the broker: the partition it hashes to among
-        the topic's partitions (asked of the broker)."""
-        partitions = topic_partitions(kafka, topic, timeout)
-        source = BrokerSource(kafka, topic, partition_for(namespace, partitions), timeout)
+        the topic's partitions (asked of the broker; ``partitions``: another count to map
+        with), checked by :func:`registry.placement.locate` (a namespace whose records lie
+        on another partition raises :class:`~registry.errors.NamespaceMoved`)."""
+        placement = locate(kafka, topic, namespace, timeout, partitions=partitions)
+        source = BrokerSource(kafka, topic, placement.partition, timeout)
         return cls(source, namespace, progress=progress, require_records=require_records)
 
     def _batches(self) -> Iterator[list[LogRecord]]:

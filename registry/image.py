@@ -55,7 +55,10 @@ class LogRecord(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Provenance:
-    """Which log position an image reflects (as KRaft's ``MetadataProvenance``)."""
+    """Which log position an image reflects (as KRaft's ``MetadataProvenance``).
+
+    ``log_time``: the newest record stamp folded (ms; ``None`` before any stamped record),
+    never an earlier stamp that came later in the log."""
 
     namespace: str
     last_offset: int = -1

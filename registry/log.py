@@ -100,8 +100,11 @@ class TopicConfig:
       must rebuild from the start.
     * ``message.timestamp.type=LogAppendTime``: the broker stamps records, so a
       writer with a skewed clock cannot make a fresh record look old to the
-      cleaner's lag check.
-    * ``partitions``: fixed for the topic's life (namespaces hash onto them).
+      cleaner's lag check, nor move fold rule 1's windows (:func:`ensure_topic`
+      refuses an existing topic that says otherwise).
+    * ``partitions``: the count a new topic gets. Namespaces hash onto the count;
+      adding partitions later moves some, which every path refuses
+      (:mod:`registry.placement`).
     """
 
     partitions: int = 8
@@ -191,7 +194,8 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
     """Create the registry topic if it is missing; return what it is.
 
     Always explicit: some brokers auto-create missing topics without
-    compaction. An existing topic must have ``cleanup.policy=compact``.
+    compaction. An existing topic must have ``cleanup.policy=compact`` and, where the
+    broker reports it, ``message.timestamp.type=LogAppendTime``.
     Raises :class:`BrokerError` if the broker does not answer within
     ``timeout`` seconds and :class:`ConfigError` for a topic we cannot use.
     """
@@ -217,11 +221,20 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
         policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else None
         retention = entries["delete.retention.ms"].value if "delete.retention.ms" in entries \
             else None
+        stamps = entries["message.timestamp.type"].value \
+            if "message.timestamp.type" in entries else None
     except Exception:  # a broker that cannot describe configs: trust creation
-        policy = retention = None
+        policy = retention = stamps = None
     if policy is not None and "compact" not in policy:
         raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; jobreg needs a "
                           "compacted topic (create it with cleanup.policy=compact)")
+    if stamps is not None and stamps != config.timestamp_type:
+        # Record time must be the broker's: with CreateTime every writer's clock stamps its
+        # records, and fold rule 1 and the cleaner's lag read them (README "Compaction").
+        raise ConfigError(f"topic {topic!r} has message.timestamp.type={stamps}; jobreg needs "
+                          f"{config.timestamp_type} (the broker's stamps): kafka-configs "
+                          f"--alter --entity-type topics --entity-name {topic} --add-config "
+                          f"message.timestamp.type={config.timestamp_type}")
     try:
         retention_ms = int(retention) if retention is not None else None
     except ValueError:
@@ -829,14 +842,17 @@ class PlainWriter:
             raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
                               f"({e.args[0].str()})") from e
 
-    def write(self, topic: str, partition: int, records: list[tuple[bytes | None, bytes | None]]
-              ) -> list[int]:
-        """Write raw ``(key, value)`` records; return their offsets, or raise BrokerError."""
+    def write(self, topic: str, partition: int, records: list[tuple[bytes | None, bytes | None]],
+              *, timestamp: int | None = None) -> list[int]:
+        """Write raw ``(key, value)`` records; return their offsets, or raise BrokerError.
+        ``timestamp``: the producer's stamp (ms) instead of its clock's; a ``LogAppendTime``
+        topic replaces it with the broker's on Kafka (the embedded broker keeps it)."""
         delivery = _Delivery()
+        stamp = {} if timestamp is None else {"timestamp": timestamp}
         try:
             for key, value in records:
                 self._producer.produce(topic, value=value, key=key, partition=partition,
-                                       on_delivery=delivery)
+                                       on_delivery=delivery, **stamp)
         except (KafkaException, BufferError) as e:
             raise BrokerError(f"could not send to {topic}[{partition}]: {e}") from e
         left = self._producer.flush(self._timeout)
@@ -850,6 +866,19 @@ class PlainWriter:
                               f"{delivery.error or 'no delivery report'}")
         return delivery.offsets
 
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has now (a metadata request on this producer's
+        connection); :class:`BrokerError` if the broker does not say within the timeout."""
+        try:
+            found = self._producer.list_topics(topic, timeout=self._timeout).topics.get(topic)
+        except KafkaException as e:
+            raise BrokerError(f"no Kafka broker answered at {self._bootstrap} within "
+                              f"{self._timeout:g} s ({e.args[0].str()})") from e
+        if found is None or found.error is not None or not found.partitions:
+            raise BrokerError(f"the broker at {self._bootstrap} did not describe topic "
+                              f"{topic!r}")
+        return len(found.partitions)
+
     def close(self) -> None:
         """Flush what is queued (up to a second) and close the producer."""
         producer, self._producer = self._producer, _Closed("producer")
@@ -858,11 +887,14 @@ class PlainWriter:
 
 
 def write_raw(bootstrap: str | Kafka, topic: str, partition: int, key: bytes | str | None,
-              value: bytes | None, timeout: float = 10.0) -> int:
+              value: bytes | None, timeout: float = 10.0, *,
+              timestamp: int | None = None) -> int:
     """Write one record straight to the topic, bypassing every check: a zombie's write.
 
     For tests and drills. ``value`` may be any bytes (``registry.wire.encode``
-    of an event, or garbage). Returns the record's offset.
+    of an event, or garbage). ``timestamp``: the stamp a producer whose clock says so would
+    send (ms); the embedded broker keeps it, Kafka replaces it on a ``LogAppendTime`` topic.
+    Returns the record's offset.
     """
     if isinstance(key, str):
         key = key.encode("utf-8")
@@ -870,6 +902,6 @@ def write_raw(bootstrap: str | Kafka, topic: str, partition: int, key: bytes | s
         raise ConfigError(f"partition must be >= 0, not {partition}")
     writer = PlainWriter(bootstrap, timeout, topic)
     try:
-        return writer.write(topic, partition, [(key, value)])[0]
+        return writer.write(topic, partition, [(key, value)], timestamp=timestamp)[0]
     finally:
         writer.close()

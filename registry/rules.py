@@ -373,8 +373,11 @@ class Delta:
         if self.resolved:
             self.resolved = []
         self._last_offset = record.offset
-        if record.timestamp is not None:
-            self._log_time = record.timestamp
+        stamp = record.timestamp
+        # The newest stamp so far: a stamp earlier than one before it (a clock stepping
+        # back: the embedded broker keeps each writer's) does not take the log's time back.
+        if stamp is not None and (self._log_time is None or stamp > self._log_time):
+            self._log_time = stamp
         key: str | None = None
         if record.key is not None:
             try:

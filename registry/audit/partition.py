@@ -297,14 +297,19 @@ class PartitionWriter:
         namespace with records but no stored state (a row deleted by hand) is refolded, not
         folded from nothing."""
         s = _table(AuditSnapshot)
-        row = conn.execute(select(s.c.state).where(
+        row = conn.execute(select(s.c.state, s.c.partition).where(
             s.c.stream == self.stream, s.c.topic == self.topic, s.c.namespace == ns)).first()
         if row is not None:
+            if row[1] != partition:
+                raise two_partitions(self.topic, ns, row[1], partition)
             return bytes(row[0])
         r = _table(AuditRecord)
-        if conn.execute(select(r.c.offset).where(r.c.namespace == ns, r.c.topic == self.topic)
-                        .limit(1)).first() is None:
+        seen = conn.execute(select(r.c.partition).where(
+            r.c.namespace == ns, r.c.topic == self.topic).limit(1)).first()
+        if seen is None:
             return None  # new to the database
+        if seen[0] != partition:
+            raise two_partitions(self.topic, ns, seen[0], partition)
         return self._refold(partition, start, ns, "it is missing, though the database holds "
                             "records of the namespace", refolded)
 
@@ -346,6 +351,16 @@ class PartitionWriter:
             next_offset=end, batch_id=batch_id, updated_at=int(time.time() * 1000)))
         if done.rowcount != 1:  # cannot happen under the row lock; a guard, not a path
             raise AuditError(f"{self.topic}[{partition}]: the progress moved under the lock")
+
+
+def two_partitions(topic: str, namespace: str, first: int, second: int) -> AuditError:
+    """The error of a namespace found on two partitions: the audit folds a namespace from
+    one log (every namespace lives on one partition, :mod:`registry.placement`)."""
+    return AuditError(f"namespace {namespace!r} has records on partitions {first} and "
+                      f"{second} of topic {topic!r}: it was written under two partition "
+                      f"counts (partitions were added, and a client claimed it where the new "
+                      f"count maps it); one namespace cannot be folded from two logs. See "
+                      f"README \"Scaling the topic\"")
 
 
 def log_ahead(topic: str, partition: int, next_offset: int, reached: int) -> AuditError:

@@ -282,7 +282,7 @@ class Pipeline:
 
 
 def check(url: str, bootstrap: str | Kafka, topic: str, *, stream: str = "audit",
-          timeout: float = 30.0) -> list[str]:
+          timeout: float = 30.0, partitions: int | None = None) -> list[str]:
     """Compare the audit database with the library's fold of the same log up to the same
     offsets; return the differences (empty: the database is right).
 
@@ -291,16 +291,18 @@ def check(url: str, bootstrap: str | Kafka, topic: str, *, stream: str = "audit"
     epoch, writer, job) equal those of :class:`~registry.forensics.Forensics` replaying
     the namespace from the broker; the ``audit_jobs`` and ``audit_terms`` rows equal the
     fold's jobs and terms (a job's ``graph_uri`` and ``held_checkpoints`` only where the
-    row has them: rows written before migration 0004 may not).
+    row has them: rows written before migration 0004 may not). Each namespace is read where
+    :func:`registry.placement.locate` finds it (``partitions``: the count to map with); a
+    namespace whose records lie elsewhere raises :class:`~registry.errors.NamespaceMoved`.
     """
     from ..forensics import BrokerSource
-    from ..keys import partition_for
+    from ..placement import locate
 
     def scopes(namespaces: list[str], done: dict[int, int], stored: dict[int, set[int]]
                ) -> Iterable[_Scope]:
-        partitions = topic_partitions(bootstrap, topic, timeout)
+        kafka = Kafka.of(bootstrap)
         for ns in sorted(namespaces):
-            partition = partition_for(ns, partitions)
+            partition = locate(kafka, topic, ns, timeout, partitions=partitions).partition
             yield _Scope(ns, partition, BrokerSource(bootstrap, topic, partition, timeout))
         for partition in sorted(set(done) | set(stored)):
             upto = done.get(partition, 0)

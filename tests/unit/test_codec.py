@@ -100,7 +100,9 @@ ENVELOPE = {
     "schema_version": st.integers(min_value=-5, max_value=5),  # overwritten by the codec
 }
 PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
-    LeadershipGranted: {"prev_epoch": longs, "lease_ms": st.none() | longs},
+    LeadershipGranted: {"prev_epoch": longs, "lease_ms": st.none() | longs,
+                        "partitions": st.integers(0, 2**31 - 1),
+                        "partition": st.integers(-1, 2**31 - 1)},
     LeadershipRevoked: {"reason": texts},
     JobSubmitted: {
         "job_id": texts,
