@@ -51,9 +51,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from .errors import BrokerError, ConfigError
+from .errors import AuthenticationFailed, BrokerError, ConfigError
 from .image import LogRecord
-from .kafka_config import Kafka
+from .kafka_config import Kafka, login_refused
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -140,15 +140,19 @@ class _Closed:
 
 
 class _LastError:
-    """An ``error_cb`` that keeps the last error's message."""
+    """An ``error_cb`` that keeps the last error's message, and the first refused login's
+    (librdkafka reports "all brokers are down" after it, and retries the login for ever)."""
 
-    __slots__ = ("text",)
+    __slots__ = ("login", "text")
 
     def __init__(self) -> None:
         self.text: str | None = None
+        self.login: str | None = None
 
     def __call__(self, err: KafkaError) -> None:
         self.text = err.str()
+        if err.code() == KafkaError._AUTHENTICATION and self.login is None:
+            self.login = err.str()
 
 
 class _Admin:
@@ -161,13 +165,23 @@ class _Admin:
         # method would make a cycle through the client, and a client in a cycle lives (its
         # threads, sockets and thread-local key with it) until the collector gets to it.
         self._errors = _LastError()
-        self.client = AdminClient(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+        self.kafka = Kafka.of(bootstrap)
+        self.client = AdminClient(self.kafka.settings(_CLIENT_DEFAULTS, {
             "error_cb": self._errors}))
 
     @property
     def last_error(self) -> str | None:
         """librdkafka's last error message, if it reported one."""
         return self._errors.text
+
+    def refused_login(self) -> AuthenticationFailed | None:
+        """The error to raise if the broker refused this client's SASL login (callbacks
+        are served on poll only: this polls)."""
+        with contextlib.suppress(Exception):
+            self.client.poll(0)
+        if self._errors.login is None:
+            return None
+        return AuthenticationFailed(login_refused(self.kafka, self._errors.login))
 
     def __getattr__(self, name: str):  # the AdminClient's own methods
         return getattr(self.client, name)
@@ -289,15 +303,26 @@ def topic_partitions(bootstrap: str | Kafka, topic: str, timeout: float = 10.0) 
     return len(found.partitions)
 
 
+_LOGIN_CHECK_S = 0.25  # how often a first metadata request looks for a refused login
+
+
 def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
-    try:
-        return admin.list_topics(timeout=timeout)
-    except KafkaException as e:
-        with contextlib.suppress(Exception):
-            admin.client.poll(0)  # callbacks are served on poll only
-        why = admin.last_error or e.args[0].str()
-        raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
-                          f"({' '.join(why.split())})") from e
+    """The cluster's metadata. A refused SASL login ends the wait at once, as Kafka's own
+    clients end it (librdkafka would retry the login until the timeout): it is asked for
+    every :data:`_LOGIN_CHECK_S` while the broker has not answered."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return admin.list_topics(timeout=max(0.001, min(left, _LOGIN_CHECK_S)))
+        except KafkaException as e:
+            refused = admin.refused_login()
+            if refused is not None:
+                raise refused from e
+            if left <= _LOGIN_CHECK_S:
+                why = admin.last_error or e.args[0].str()
+                raise BrokerError(f"no Kafka broker answered at {bootstrap} within "
+                                  f"{timeout:g} s ({' '.join(why.split())})") from e
 
 
 def transactional_id(topic: str, namespace: str) -> str:
