@@ -38,7 +38,7 @@ from support.tls import make_certs
 
 from registry import AuthenticationFailed, BrokerError, EmbeddedBroker, Registry
 from registry.forensics import Forensics
-from registry.kafka_config import Kafka, load_properties
+from registry.kafka_config import Kafka, load_properties, login_refused, scrubbed
 from registry.log import write_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.embedded_only]
@@ -398,6 +398,23 @@ def test_the_readmes_sasl_scram_properties_work_over_sasl_ssl(tmp_path) -> None:
         assert WRONG not in wrong.stderr + wrong.stdout
     assert set(proxy.logins) == {Login("SCRAM-SHA-512", USER, True),
                                  Login("SCRAM-SHA-512", USER, False)}
+
+
+# -- the message itself (no broker) --------------------------------------------------------
+
+def test_a_refused_login_reads_as_one_line_whatever_librdkafka_wrote() -> None:
+    kafka = Kafka("h:9093", {**_sasl("SCRAM-SHA-256", "pw-in-the-reason"), "ssl.key.password": "kp"})
+    said = ("sasl_ssl://h:9093/bootstrap: SASL authentication error: Authentication failed:\n"
+            "user jobreg pw-in-the-reason kp (after 12ms in state AUTH_REQ, 3 identical error(s) "
+            "suppressed)")
+    assert login_refused(kafka, said) == (
+        "h:9093 refused the SASL login (mechanism SCRAM-SHA-256, user 'jobreg'): Authentication "
+        "failed: user jobreg *** ***; check the sasl.* properties")
+    oauth = Kafka("h:1", {"sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.client.id": "app"})
+    assert "(mechanism OAUTHBEARER, user 'app')" in login_refused(oauth, "x")
+    assert "(mechanism GSSAPI, no user name given)" in login_refused(Kafka("h:1", {}), "x")
+    assert scrubbed("a secret here", {"sasl.password": "", "ssl.ca.location": "secret"}) == \
+        "a secret here"  # only secret-looking keys, only non-empty values
 
 
 # -- the audit job ----------------------------------------------------------------------------
