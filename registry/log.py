@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import threading
 import time
@@ -53,7 +54,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from .errors import AuthenticationFailed, BrokerError, ConfigError
 from .image import LogRecord
-from .kafka_config import Kafka, login_refused
+from .kafka_config import Kafka, login_refused, scrubbed
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -139,6 +140,21 @@ class _Closed:
         raise RuntimeError(f"this {self.what} is closed")
 
 
+_REFUSED_PREFIX = re.compile(r"^Failed to create \w+( \w+)?: ")
+
+
+def _client(kind: Any, settings: dict[str, Any]) -> Any:
+    """``kind(settings)`` (a confluent-kafka client); :class:`ConfigError` when librdkafka
+    refuses the settings (a SASL mechanism it does not know, a user name without a password),
+    in its words, scrubbed of secret values."""
+    try:
+        return kind(settings)
+    except KafkaException as e:
+        why = _REFUSED_PREFIX.sub("", e.args[0].str())
+        raise ConfigError(f"librdkafka refuses the client properties: "
+                          f"{scrubbed(why, settings)}") from e
+
+
 class _LastError:
     """An ``error_cb`` that keeps the last error's message, and the first refused login's
     (librdkafka reports "all brokers are down" after it, and retries the login for ever)."""
@@ -166,7 +182,7 @@ class _Admin:
         # threads, sockets and thread-local key with it) until the collector gets to it.
         self._errors = _LastError()
         self.kafka = Kafka.of(bootstrap)
-        self.client = AdminClient(self.kafka.settings(_CLIENT_DEFAULTS, {
+        self.client = _client(AdminClient, self.kafka.settings(_CLIENT_DEFAULTS, {
             "error_cb": self._errors}))
 
     @property
@@ -381,7 +397,7 @@ class LogReader:
         })
 
     def _new_consumer(self) -> Consumer:
-        return Consumer(self._settings(self.fetch_wait_ms, "earliest"))
+        return _client(Consumer, self._settings(self.fetch_wait_ms, "earliest"))
 
     def _unstick(self, timeout: float) -> None:
         """A read made no progress for a while: if the broker says records lie ahead, wait
@@ -458,7 +474,7 @@ class LogReader:
         deadline = time.monotonic() + _PROBE_S
         try:
             if self._probe is None:
-                self._probe = Consumer(self._settings(_PROBE_WAIT_MS, "latest"))
+                self._probe = _client(Consumer, self._settings(_PROBE_WAIT_MS, "latest"))
                 self._probe.assign([tp])
             else:  # a seek wakes the fetcher at once (see _resume)
                 self._probe.resume([tp])
@@ -748,7 +764,7 @@ class TransactionalWriter:
                  timeout: float = 10.0) -> None:
         self.topic, self.partition = topic, partition
         self._timeout = timeout
-        self._producer = Producer(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+        self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "transactional.id": transactional_id(topic, namespace),
             "linger.ms": 0,
             "transaction.timeout.ms": 60_000,
@@ -843,7 +859,7 @@ class PlainWriter:
                  topic: str | None = None) -> None:
         self._timeout = timeout
         self._bootstrap = str(bootstrap)
-        self._producer = Producer(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+        self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "enable.idempotence": True,
             "linger.ms": 0,
             "message.timeout.ms": int(timeout * 1000),

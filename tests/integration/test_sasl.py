@@ -36,7 +36,7 @@ from support.sasl_proxy import (
 )
 from support.tls import make_certs
 
-from registry import AuthenticationFailed, BrokerError, EmbeddedBroker, Registry
+from registry import AuthenticationFailed, BrokerError, ConfigError, EmbeddedBroker, Registry
 from registry.forensics import Forensics
 from registry.kafka_config import Kafka, load_properties, login_refused, scrubbed
 from registry.log import write_raw
@@ -363,6 +363,26 @@ def test_a_wrong_password_in_the_cli_is_one_line_and_exit_1(sasl_broker, tmp_pat
         assert _one_line_naming(result.stderr, "PLAIN"), result.stderr
         assert WRONG not in result.stderr
     assert not db.exists()
+
+
+@pytest.mark.parametrize(("setting", "said"), [
+    ({"sasl.mechanism": "SCRAM-SHA-1024"}, "Unsupported hash function: SCRAM-SHA-1024 (try SCRAM-SHA-512)"),
+    ({"sasl.username": None}, "sasl.username and sasl.password must be set")])
+def test_sasl_settings_librdkafka_refuses_are_one_line(sasl_broker, tmp_path, setting,
+                                                       said) -> None:
+    """librdkafka refuses them when it makes a client: a ConfigError, not its exception."""
+    bootstrap, _ = sasl_broker
+    config = {k: v for k, v in {**_sasl("PLAIN", WRONG), **setting}.items() if v is not None}
+    with pytest.raises(ConfigError) as e:
+        Registry.connect(bootstrap, "sasl", topic="sasl-client", client_config=config)
+    assert str(e.value) == f"librdkafka refuses the client properties: {said}"
+    assert all(WRONG not in str(x) + repr(x) for x in _chain(e.value))
+    props = tmp_path / "bad.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in config.items()))
+    result = subprocess.run([*JOBREG, "--bootstrap", bootstrap, "-F", str(props), "jobs"],
+                            capture_output=True, text=True, timeout=120, env=ENV)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr == f"Error: librdkafka refuses the client properties: {said}\n"
 
 
 def _readme_sasl_properties() -> str:
