@@ -319,26 +319,29 @@ def topic_partitions(bootstrap: str | Kafka, topic: str, timeout: float = 10.0) 
     return len(found.partitions)
 
 
-_LOGIN_CHECK_S = 0.25  # how often a first metadata request looks for a refused login
+_LOGIN_CHECK_S = 0.25  # the first wait of a metadata request before a look for a refused login
 
 
 def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
     """The cluster's metadata. A refused SASL login ends the wait at once, as Kafka's own
-    clients end it (librdkafka would retry the login until the timeout): it is asked for
-    every :data:`_LOGIN_CHECK_S` while the broker has not answered."""
+    clients end it (librdkafka would retry the login until the timeout): the request waits
+    :data:`_LOGIN_CHECK_S`, then twice as long each time (a distant broker's answer may take
+    longer than the first waits), and between waits looks for a refused login."""
     deadline = time.monotonic() + timeout
+    wait = _LOGIN_CHECK_S
     while True:
         left = deadline - time.monotonic()
         try:
-            return admin.list_topics(timeout=max(0.001, min(left, _LOGIN_CHECK_S)))
+            return admin.list_topics(timeout=max(0.001, min(left, wait)))
         except KafkaException as e:
             refused = admin.refused_login()
             if refused is not None:
                 raise refused from e
-            if left <= _LOGIN_CHECK_S:
+            if left <= wait:
                 why = admin.last_error or e.args[0].str()
                 raise BrokerError(f"no Kafka broker answered at {bootstrap} within "
                                   f"{timeout:g} s ({' '.join(why.split())})") from e
+        wait *= 2
 
 
 def transactional_id(topic: str, namespace: str) -> str:
