@@ -199,6 +199,12 @@ class _Admin:
             return None
         return AuthenticationFailed(login_refused(self.kafka, self._errors.login))
 
+    def drop(self) -> None:
+        """Let the client go now (freed at once unless a caller holds it): a client whose
+        login was refused retries it for as long as it lives, and an error's traceback keeps
+        this object, and so the client, alive for as long as the error is kept."""
+        self.client = _Closed("admin client")
+
     def __getattr__(self, name: str):  # the AdminClient's own methods
         return getattr(self.client, name)
 
@@ -335,6 +341,11 @@ def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
             return admin.list_topics(timeout=max(0.001, min(left, wait)))
         except KafkaException as e:
             refused = admin.refused_login()
+            if refused is not None or left <= wait:
+                # Neither our frame's admin nor confluent-kafka's frame in the cause's
+                # traceback may keep the client alive after the error.
+                admin.drop()
+                e.with_traceback(None)
             if refused is not None:
                 raise refused from e
             if left <= wait:

@@ -105,6 +105,22 @@ def _chain(e: BaseException | None) -> list[BaseException]:
     return seen
 
 
+def _clients_kept_by(error: BaseException) -> list[object]:
+    """The confluent-kafka clients that the frames of ``error``'s tracebacks (its chain's too)
+    keep alive: a client whose login was refused retries it for as long as it lives."""
+    kinds = (AdminClient, Consumer, Producer)
+    found = []
+    for x in _chain(error):
+        tb = x.__traceback__
+        while tb is not None:
+            for value in tb.tb_frame.f_locals.values():
+                for candidate in (value, getattr(value, "client", None)):
+                    if isinstance(candidate, kinds):
+                        found.append(candidate)
+            tb = tb.tb_next
+    return found
+
+
 def _one_line_naming(text: str, mechanism: str) -> bool:
     return ("\n" not in text.strip() and "refused the SASL login" in text
             and f"mechanism {mechanism}" in text and f"user '{USER}'" in text)
@@ -163,6 +179,7 @@ def test_librdkafka_with_a_wrong_password_or_without_sasl_is_refused(sasl_broker
     with pytest.raises(KafkaException):
         plain.list_topics(timeout=1)
     assert 3 in proxy.refused[refused:]  # Metadata
+    del admin, plain  # freed now: they would retry for as long as they live
 
 
 def _request(key: int, version: int, correlation: int, body: bytes, flexible: bool) -> bytes:
@@ -279,6 +296,7 @@ def test_a_wrong_password_is_one_line_naming_the_mechanism_and_the_user(
     assert isinstance(e.value, BrokerError) and "no Kafka broker answered" not in text
     assert all(WRONG not in str(x) + repr(x) for x in _chain(e.value))
     assert Login(mechanism, USER, False) in proxy.logins
+    assert _clients_kept_by(e.value) == []  # nothing keeps logging in while the error is kept
     with pytest.raises(AuthenticationFailed, match="user 'nobody'"):  # an unknown user
         Registry.connect(bootstrap, "sasl", topic="sasl-client", timeout=60,
                          client_config=_sasl(mechanism, SECRET, user="nobody"))
