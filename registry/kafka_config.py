@@ -14,6 +14,11 @@ variable ``NAME``, ``${file:PATH}`` the contents of ``PATH`` (stripped), as Kafk
 variables, never a value; :func:`redacted` hides secret values for anyone who prints
 a configuration.
 
+**A refused SASL login** is one line that names the mechanism and the user, never the secret
+(:func:`login_refused`; :class:`~registry.errors.AuthenticationFailed`), and text that jobreg
+did not write (the broker's reason, librdkafka's complaint) is shown :func:`scrubbed` of
+secret values.
+
 **Guarded properties**: jobreg's guarantees rest on some settings (idempotent
 producers, read_committed readers, its own transactional id per namespace), so a
 configuration that sets one of :data:`GUARDED` is refused with the reason.
