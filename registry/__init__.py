@@ -12,6 +12,7 @@ from .blobs import BlobStore, FileBlobStore
 from .client import DEFAULT_INLINE_LIMIT, Receipt, Registry, Term
 from .election import Election
 from .errors import (
+    AuthenticationFailed,
     BlobCorrupt,
     BlobError,
     BlobMissing,
@@ -58,6 +59,7 @@ __all__ = [
     "CleanupResult",
     "DEFAULT_INLINE_LIMIT",
     "DEFAULT_TOPIC",
+    "AuthenticationFailed",
     "BlobCorrupt",
     "BlobError",
     "BlobMissing",

@@ -63,7 +63,8 @@ def registry_errors(exit_code: int = EXIT_ERROR) -> Iterator[None]:
 
 EPILOG = (
     "Exit codes: 0 ok; 1 error reported by the registry or the broker (unreachable broker, "
-    "missing topic, a file that is not a dump, a file that cannot be written); 2 usage error "
+    "a refused SASL login, missing topic, a file that is not a dump, a file that cannot be "
+    "written); 2 usage error "
     "(bad arguments, a malformed --bootstrap, a --from-file that does not exist; or the broker "
     "binary is not installed); 3 the job asked about has no record in the namespace, or the "
     "namespace has no record on the topic."

@@ -12,7 +12,8 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
     │   ├── UnknownSchemaError     the header names a schema this reader cannot find
     │   └── UnknownEventTypeError  the schema is not one of our event types
     ├── BrokerError            the broker cannot be reached or started
-    │   └── BrokerStartError       the embedded broker did not come up
+    │   ├── BrokerStartError       the embedded broker did not come up
+    │   └── AuthenticationFailed   the broker refused the client's SASL login
     ├── BlobError              a job graph in the blob store is missing or corrupt
     │   ├── BlobMissing            no blob under that reference
     │   └── BlobCorrupt            the blob's size or sha256 does not match its reference
@@ -52,6 +53,7 @@ sent (every copy; empty when nothing was sent), to look up in
 from __future__ import annotations
 
 __all__ = [
+    "AuthenticationFailed",
     "BlobCorrupt",
     "BlobError",
     "BlobMissing",
@@ -116,6 +118,11 @@ class UnknownEventTypeError(CodecError):
 
 class BrokerError(RegistryError):
     """The Kafka broker cannot be reached, or refused an operation."""
+
+
+class AuthenticationFailed(BrokerError):
+    """The broker refused the client's SASL login: the message names the mechanism and the
+    user, never the secret. Retrying with the same settings cannot help."""
 
 
 class BrokerStartError(BrokerError):

@@ -14,6 +14,11 @@ variable ``NAME``, ``${file:PATH}`` the contents of ``PATH`` (stripped), as Kafk
 variables, never a value; :func:`redacted` hides secret values for anyone who prints
 a configuration.
 
+**A refused SASL login** is one line that names the mechanism and the user, never the secret
+(:func:`login_refused`; :class:`~registry.errors.AuthenticationFailed`), and text that jobreg
+did not write (the broker's reason, librdkafka's complaint) is shown :func:`scrubbed` of
+secret values.
+
 **Guarded properties**: jobreg's guarantees rest on some settings (idempotent
 producers, read_committed readers, its own transactional id per namespace), so a
 configuration that sets one of :data:`GUARDED` is refused with the reason.
@@ -31,7 +36,7 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = ["GUARDED", "Kafka", "check_client_config", "java_client_options", "load_properties",
-           "redacted"]
+           "login_refused", "redacted", "scrubbed"]
 
 GUARDED: dict[str, str] = {
     "bootstrap.servers": "give the brokers as the bootstrap address (--bootstrap)",
@@ -56,6 +61,38 @@ _REF = re.compile(r"\$\{(env|file):([^}]+)\}")
 def redacted(config: Mapping[str, Any]) -> dict[str, Any]:
     """``config`` with the values of secret-looking keys replaced by ``***``."""
     return {k: "***" if _SECRET.search(k) else v for k, v in config.items()}
+
+
+def scrubbed(text: str, config: Mapping[str, Any]) -> str:
+    """``text`` with every value of a secret-looking key of ``config`` replaced by ``***``:
+    for text jobreg did not write (a broker's or librdkafka's message) before it is shown."""
+    for key, value in config.items():
+        if _SECRET.search(key) and value not in (None, ""):
+            text = text.replace(str(value), "***")
+    return text
+
+
+# librdkafka's words around the broker's reason: "sasl_ssl://HOST:PORT/ID: SASL authentication
+# error: REASON (after 3ms in state AUTH_REQ, 2 identical error(s) suppressed)".
+_RDKAFKA_WHERE = re.compile(r"^\S+://\S+?: ")
+_RDKAFKA_WHEN = re.compile(r"\s*\(after \d+ms in state \w+(, \d+ identical error\(s\) "
+                           r"suppressed)?\)\s*$")
+_RDKAFKA_WHAT = re.compile(r"^SASL authentication error: ")
+
+
+def login_refused(kafka: Kafka, reason: str) -> str:
+    """The one line that says the broker at ``kafka`` refused its SASL login: where, the
+    mechanism and the user (never the secret), and the broker's ``reason`` (librdkafka's
+    message, trimmed and scrubbed of secret values)."""
+    config = kafka.config
+    mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "GSSAPI"
+    user = (config.get("sasl.username") or config.get("sasl.oauthbearer.client.id")
+            or config.get("sasl.kerberos.principal"))
+    who = f"user {user!r}" if user else "no user name given"
+    why = _RDKAFKA_WHAT.sub("", _RDKAFKA_WHEN.sub("", _RDKAFKA_WHERE.sub("", reason)))
+    why = " ".join(scrubbed(why, config).split())
+    return (f"{kafka.bootstrap} refused the SASL login (mechanism {mechanism}, {who}): {why}; "
+            "check the sasl.* properties")
 
 
 def check_client_config(config: Mapping[str, Any] | None) -> dict[str, str]:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import socket
 import threading
 import time
@@ -51,9 +52,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from .errors import BrokerError, ConfigError
+from .errors import AuthenticationFailed, BrokerError, ConfigError
 from .image import LogRecord
-from .kafka_config import Kafka
+from .kafka_config import Kafka, login_refused, scrubbed
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -142,16 +143,35 @@ class _Closed:
         raise RuntimeError(f"this {self.what} is closed")
 
 
-class _LastError:
-    """An ``error_cb`` that keeps the last error's message."""
+_REFUSED_PREFIX = re.compile(r"^Failed to create \w+( \w+)?: ")
 
-    __slots__ = ("text",)
+
+def _client(kind: Any, settings: dict[str, Any]) -> Any:
+    """``kind(settings)`` (a confluent-kafka client); :class:`ConfigError` when librdkafka
+    refuses the settings (a SASL mechanism it does not know, a user name without a password),
+    in its words, scrubbed of secret values."""
+    try:
+        return kind(settings)
+    except KafkaException as e:
+        why = _REFUSED_PREFIX.sub("", e.args[0].str())
+        raise ConfigError(f"librdkafka refuses the client properties: "
+                          f"{scrubbed(why, settings)}") from e
+
+
+class _LastError:
+    """An ``error_cb`` that keeps the last error's message, and the first refused login's
+    (librdkafka reports "all brokers are down" after it, and retries the login for ever)."""
+
+    __slots__ = ("login", "text")
 
     def __init__(self) -> None:
         self.text: str | None = None
+        self.login: str | None = None
 
     def __call__(self, err: KafkaError) -> None:
         self.text = err.str()
+        if err.code() == KafkaError._AUTHENTICATION and self.login is None:
+            self.login = err.str()
 
 
 class _Admin:
@@ -164,13 +184,29 @@ class _Admin:
         # method would make a cycle through the client, and a client in a cycle lives (its
         # threads, sockets and thread-local key with it) until the collector gets to it.
         self._errors = _LastError()
-        self.client = AdminClient(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+        self.kafka = Kafka.of(bootstrap)
+        self.client = _client(AdminClient, self.kafka.settings(_CLIENT_DEFAULTS, {
             "error_cb": self._errors}))
 
     @property
     def last_error(self) -> str | None:
         """librdkafka's last error message, if it reported one."""
         return self._errors.text
+
+    def refused_login(self) -> AuthenticationFailed | None:
+        """The error to raise if the broker refused this client's SASL login (callbacks
+        are served on poll only: this polls)."""
+        with contextlib.suppress(Exception):
+            self.client.poll(0)
+        if self._errors.login is None:
+            return None
+        return AuthenticationFailed(login_refused(self.kafka, self._errors.login))
+
+    def drop(self) -> None:
+        """Let the client go now (freed at once unless a caller holds it): a client whose
+        login was refused retries it for as long as it lives, and an error's traceback keeps
+        this object, and so the client, alive for as long as the error is kept."""
+        self.client = _Closed("admin client")
 
     def __getattr__(self, name: str):  # the AdminClient's own methods
         return getattr(self.client, name)
@@ -302,15 +338,34 @@ def topic_partitions(bootstrap: str | Kafka, topic: str, timeout: float = 10.0) 
     return len(found.partitions)
 
 
+_LOGIN_CHECK_S = 0.25  # the first wait of a metadata request before a look for a refused login
+
+
 def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
-    try:
-        return admin.list_topics(timeout=timeout)
-    except KafkaException as e:
-        with contextlib.suppress(Exception):
-            admin.client.poll(0)  # callbacks are served on poll only
-        why = admin.last_error or e.args[0].str()
-        raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
-                          f"({' '.join(why.split())})") from e
+    """The cluster's metadata. A refused SASL login ends the wait at once, as Kafka's own
+    clients end it (librdkafka would retry the login until the timeout): the request waits
+    :data:`_LOGIN_CHECK_S`, then twice as long each time (a distant broker's answer may take
+    longer than the first waits), and between waits looks for a refused login."""
+    deadline = time.monotonic() + timeout
+    wait = _LOGIN_CHECK_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return admin.list_topics(timeout=max(0.001, min(left, wait)))
+        except KafkaException as e:
+            refused = admin.refused_login()
+            if refused is not None or left <= wait:
+                # Neither our frame's admin nor confluent-kafka's frame in the cause's
+                # traceback may keep the client alive after the error.
+                admin.drop()
+                e.with_traceback(None)
+            if refused is not None:
+                raise refused from e
+            if left <= wait:
+                why = admin.last_error or e.args[0].str()
+                raise BrokerError(f"no Kafka broker answered at {bootstrap} within "
+                                  f"{timeout:g} s ({' '.join(why.split())})") from e
+        wait *= 2
 
 
 def transactional_id(topic: str, namespace: str) -> str:
@@ -369,7 +424,7 @@ class LogReader:
         })
 
     def _new_consumer(self) -> Consumer:
-        return Consumer(self._settings(self.fetch_wait_ms, "earliest"))
+        return _client(Consumer, self._settings(self.fetch_wait_ms, "earliest"))
 
     def _unstick(self, timeout: float) -> None:
         """A read made no progress for a while: if the broker says records lie ahead, wait
@@ -446,7 +501,7 @@ class LogReader:
         deadline = time.monotonic() + _PROBE_S
         try:
             if self._probe is None:
-                self._probe = Consumer(self._settings(_PROBE_WAIT_MS, "latest"))
+                self._probe = _client(Consumer, self._settings(_PROBE_WAIT_MS, "latest"))
                 self._probe.assign([tp])
             else:  # a seek wakes the fetcher at once (see _resume)
                 self._probe.resume([tp])
@@ -736,7 +791,7 @@ class TransactionalWriter:
                  timeout: float = 10.0) -> None:
         self.topic, self.partition = topic, partition
         self._timeout = timeout
-        self._producer = Producer(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+        self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "transactional.id": transactional_id(topic, namespace),
             "linger.ms": 0,
             "transaction.timeout.ms": 60_000,
@@ -831,7 +886,7 @@ class PlainWriter:
                  topic: str | None = None) -> None:
         self._timeout = timeout
         self._bootstrap = str(bootstrap)
-        self._producer = Producer(Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+        self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "enable.idempotence": True,
             "linger.ms": 0,
             "message.timeout.ms": int(timeout * 1000),

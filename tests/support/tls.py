@@ -9,12 +9,10 @@ broker advertises, and every byte after the handshake is the Kafka protocol unch
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import ipaddress
 import socket
 import ssl
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+
+from .relay import Relay
 
 
 @dataclass(frozen=True)
@@ -67,65 +67,32 @@ def make_certs(directory: Path, name: str = "jobreg test") -> Certs:
     return certs
 
 
-class TlsProxy:
+class TlsProxy(Relay):
     """Accepts TLS on 127.0.0.1:``port`` and forwards the plain bytes to ``target`` (set it
     once the broker behind it listens). Stopped by :meth:`stop`; its threads are daemons."""
 
+    name = "tls-proxy"
+
     def __init__(self, certs: Certs) -> None:
-        self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self._context.load_cert_chain(certs.cert, certs.key)
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self._server.getsockname()[1]
-        self.target: int | None = None
-        self._open: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._stopped = False
-        threading.Thread(target=self._accept, daemon=True, name="tls-proxy").start()
+        self._context = server_context(certs)
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                raw, _ = self._server.accept()
-            except OSError:
-                return  # stopped
-            threading.Thread(target=self._serve, args=(raw,), daemon=True).start()
-
-    def _serve(self, raw: socket.socket) -> None:
-        try:
-            client = self._context.wrap_socket(raw, server_side=True)
-        except (ssl.SSLError, OSError):  # a plaintext client, or one that does not trust us
-            raw.close()
-            return
-        try:
-            upstream = socket.create_connection(("127.0.0.1", self.target or 1))
-        except OSError:
-            client.close()
-            return
-        with self._lock:
-            if self._stopped:
-                client.close()
-                upstream.close()
-                return
-            self._open += [client, upstream]
-        threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-        _pump(upstream, client)
-
-    def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            self._server.close()
-            for s in self._open:
-                with contextlib.suppress(OSError):
-                    s.close()
+    def open(self, raw: socket.socket) -> socket.socket | None:
+        """The TLS server side of ``raw`` (``None``, closed: the handshake failed)."""
+        return accept_tls(self._context, raw)
 
 
-def _pump(source: socket.socket, sink: socket.socket) -> None:
+def server_context(certs: Certs) -> ssl.SSLContext:
+    """A TLS server context serving ``certs``' certificate."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certs.cert, certs.key)
+    return context
+
+
+def accept_tls(context: ssl.SSLContext, raw: socket.socket) -> ssl.SSLSocket | None:
+    """``raw`` after a server-side TLS handshake; ``None`` (and ``raw`` closed) if it failed."""
     try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (source, sink):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+        return context.wrap_socket(raw, server_side=True)
+    except (ssl.SSLError, OSError):  # a plaintext client, or one that does not trust us
+        raw.close()
+        return None
