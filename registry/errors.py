@@ -6,6 +6,7 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
 
     RegistryError
     ├── ConfigError            bad argument, malformed id, bad configuration
+    │   └── DamagedDump            a dump file whose header or data is damaged or cut short
     ├── CodecError             bytes that are not a jobreg event
     │   ├── UnknownSchemaError     the header names a schema this reader cannot find
     │   └── UnknownEventTypeError  the schema is not one of our event types
@@ -58,6 +59,7 @@ __all__ = [
     "ClaimRejected",
     "CodecError",
     "ConfigError",
+    "DamagedDump",
     "ElectionCancelled",
     "ElectionTimeout",
     "Fenced",
@@ -83,6 +85,11 @@ class RegistryError(Exception):
 
 class ConfigError(RegistryError, ValueError):
     """A bad argument, a malformed identifier or an invalid configuration."""
+
+
+class DamagedDump(ConfigError):
+    """A dump file (``jobreg dump``) whose header or data is damaged, or that is cut short:
+    the message names the file, where the damage lies and how many records precede it."""
 
 
 class CodecError(RegistryError):
