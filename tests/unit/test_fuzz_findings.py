@@ -23,7 +23,7 @@ def test_a_nul_byte_in_a_file_reference_of_command_config(tmp_path) -> None:
     code, err = _run("--command-config", str(props), "jobs")
     assert code == 2 and "Traceback" not in err
     assert err.rstrip().splitlines()[-1] == (
-        f"Error: Invalid value for '--command-config': {props}:1: sasl.password refers to the "
+        f"Error: Invalid value for --command-config: {props}:1: sasl.password refers to the "
         "file '/tmp/se\\x00cret', which cannot be read (its name holds a NUL byte)")
 
 
