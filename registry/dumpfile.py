@@ -166,6 +166,10 @@ class DumpReader:
                 try:
                     meta = fastavro.reader(f).metadata
                 except Exception as e:
+                    f.seek(0)
+                    if b"jobreg.format" not in f.read(1 << 20):  # the header's first MiB
+                        raise ConfigError(f"{self.path}: not a jobreg dump (not an Avro object "
+                                          "container file)") from e
                     raise self._header(f"its header does not parse ({_header_said(e)})") from e
         except OSError as e:
             raise ConfigError(f"{self.path}: cannot read it ({e.strerror or e})") from e
