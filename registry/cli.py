@@ -1003,7 +1003,9 @@ for _name, _query in NAMED_QUERIES.items():
 @click.option("--target", "targets", multiple=True, type=click.Choice(["dump", "record",
                                                                         "properties"]),
               help="Fuzz only these targets (repeatable; default: all three).")
-def fuzz(cases: int, seed: int, targets: tuple[str, ...]) -> None:
+@click.option("--seconds", type=click.FloatRange(1), default=None,
+              help="Stop each target when its share of this time is up (default: no limit).")
+def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None) -> None:
     """The fuzz campaign: real dumps, records and --command-config files, mutated (bit flips,
     truncations, insertions, overwrites, splices) and fed to jobreg's own entry points;
     checks one line on stderr, a documented exit status, no traceback, no file written.
@@ -1015,6 +1017,7 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...]) -> None:
 
     with registry_errors():
         result = run_campaign(main, cases, seed=seed, targets=targets or TARGETS,
+                              seconds=seconds,
                               progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_result(result))
     if result.findings:

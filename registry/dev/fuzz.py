@@ -95,9 +95,12 @@ class FuzzResult:
     findings: dict[str, Finding] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def add(self, found: Finding | None) -> None:
-        if found is not None:
-            self.findings.setdefault(found.signature, found)
+    def add(self, found: Finding | None) -> bool:
+        """Keep ``found`` if it is a new defect; whether it was."""
+        if found is None or found.signature in self.findings:
+            return False
+        self.findings[found.signature] = found
+        return True
 
 
 def _header_size(dump: bytes) -> int:
@@ -307,14 +310,21 @@ def check_record(record: LogRecord, namespace: str) -> Finding | None:
 # --------------------------------------------------------------------------- the campaign
 
 
+class _OutOfTime(Exception):
+    """The campaign's time is up (``seconds``): the target stops where it is."""
+
+
 def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, ...] = TARGETS,
                  seeds: Seeds | None = None, workdir: Path | None = None,
+                 seconds: float | None = None,
                  progress: Callable[[str], None] | None = None) -> FuzzResult:
     """``cases`` cases per target, mutations drawn by hypothesis from ``seed`` (the same
-    seed draws the same cases), through ``entry`` (``registry.cli.main``). Findings are
-    collected, not raised: a campaign reports every distinct one."""
+    seed draws the same cases), through ``entry`` (``registry.cli.main``); with ``seconds``,
+    each target stops when its share of the time is up (the result counts the cases tried).
+    Findings are collected, not raised: a campaign reports every distinct one, and
+    ``progress`` hears of each when it is found."""
     try:
-        from hypothesis import HealthCheck, Phase, given, settings
+        from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as hseed
         from hypothesis import strategies as st
     except ImportError as e:
@@ -336,13 +346,22 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
         last = seeds.records[-1].offset if seeds.records else 0
         config = settings(max_examples=cases, database=None, deadline=None,
                           derandomize=False, phases=[Phase.generate],
-                          suppress_health_check=list(HealthCheck))
+                          suppress_health_check=list(HealthCheck),
+                          verbosity=Verbosity.quiet, report_multiple_bugs=False)
+        share = None if seconds is None else seconds / max(1, len(targets))
+        stop_at = [float("inf")]
 
         def note(target: str) -> None:
+            if time.monotonic() > stop_at[0]:
+                raise _OutOfTime
             result.cases[target] += 1
             n = result.cases[target]
             if progress and n % 500 == 0:
                 progress(f"{target}: {n:,} cases, {len(result.findings)} distinct finding(s)")
+
+        def told(found: Finding | None) -> None:
+            if result.add(found) and progress and found is not None:
+                progress(f"FINDING {found.target}: {found.rule}: {found.detail}")
 
         @config
         @hseed(seed)
@@ -358,7 +377,7 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
                                     "dump", outputs)
             case.unlink(missing_ok=True)
             result.exits[("dump", code)] += 1
-            result.add(found)
+            told(found)
 
         @config
         @hseed(seed + 1)
@@ -368,8 +387,8 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
             r = seeds.records[index]
             value = mutate(r.value or b"", mutations, 5)
             key = mutate(r.key or b"", mutations[:1]) if key_too else r.key
-            result.add(check_record(LogRecord(r.offset, key, value, r.timestamp,
-                                              r.partition), seeds.namespace))
+            told(check_record(LogRecord(r.offset, key, value, r.timestamp, r.partition),
+                              seeds.namespace))
 
         @config
         @hseed(seed + 2)
@@ -383,11 +402,16 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
                                     env=env)
             case.unlink(missing_ok=True)
             result.exits[("properties", code)] += 1
-            result.add(found)
+            told(found)
 
         runs = {"dump": dump_case, "record": record_case, "properties": properties_case}
         for target in targets:
-            runs[target]()
+            stop_at[0] = float("inf") if share is None else time.monotonic() + share
+            try:
+                runs[target]()
+            except _OutOfTime:
+                if progress:
+                    progress(f"{target}: time is up after {result.cases[target]:,} cases")
     result.seconds = time.monotonic() - started
     return result
 

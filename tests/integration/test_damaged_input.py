@@ -22,9 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from registry import Registry
-from registry.cli import main
-
-EXIT_DAMAGED = 4  # registry.cli.EXIT_DAMAGED (README "Exit status")
+from registry.cli import EXIT_DAMAGED, main
 from registry.events import new_event_id
 from registry.log import write_raw
 
