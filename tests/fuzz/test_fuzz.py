@@ -39,7 +39,8 @@ def test_the_checker_catches_what_it_must(tmp_path) -> None:
             raise click.ClickException("one\nand two")
         if what == "file":
             (tmp_path / "left.tmp").write_text("x")
-            raise SystemExit(1)
+            raise click.ClickException("a file is left behind")
+        click.echo("Error: an exit status no one documented", err=True)
         raise SystemExit(9)
 
     rules = {what: check_cli(entry, [what], tmp_path, "selftest")[1].rule
