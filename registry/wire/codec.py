@@ -233,6 +233,7 @@ class Codec:
             raise self._not_wire_format(data) from e
         if magic != MAGIC_BYTE:
             raise self._not_wire_format(data)
+        reader: _Reader | None = None
         try:
             reader = self._readers.get(schema_id)
             if reader is None:
@@ -246,6 +247,10 @@ class Codec:
         except CodecError:
             raise
         except Exception as e:
+            if reader is None:  # the writer schema itself could not be made a decoder
+                raise CodecError(f"schema id {schema_id} cannot be read with: "
+                                 f"{' '.join(str(e).split()) or 'its schema does not parse'}"
+                                 ) from e
             raise CodecError(_body_error(reader, schema_id, data)) from e
         if end != len(data):
             raise CodecError(
