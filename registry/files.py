@@ -8,8 +8,8 @@ lasts. The file gets the permissions any new file gets (``0666`` less the umask:
 ``0600`` is not kept. A file already at the target is replaced only when the caller's
 ``replaceable`` recognises it as one of jobreg's own outputs by its content (a dump, a
 report), or with ``force``; anything else is refused with one line naming ``--force``
-(checked before the write and again just before the rename). On any error the temporary file is removed and the target left as it
-was; an ``OSError`` (a missing directory, no permission, a full disk, a target
+(checked before the write and again just before the rename). On any error the
+temporary file is removed and the target left as it was; an ``OSError`` (a missing directory, no permission, a full disk, a target
 in ``/proc``) is raised as one :class:`~registry.errors.ConfigError` naming
 the target, not the temporary file. A crash of the process itself can leave a
 ``.<name>.*.tmp`` behind.
