@@ -9,9 +9,9 @@ lasts. The file gets the permissions any new file gets (``0666`` less the umask:
 ``replaceable`` recognises it as one of jobreg's own outputs by its content (a dump, a
 report), or with ``force``; anything else is refused with one line naming ``--force``
 (checked before the write and again just before the rename). On any error the
-temporary file is removed and the target left as it was; an ``OSError`` (a missing directory, no permission, a full disk, a target
-in ``/proc``) is raised as one :class:`~registry.errors.ConfigError` naming
-the target, not the temporary file. A crash of the process itself can leave a
+temporary file is removed and the target left as it was; an ``OSError`` (a missing
+directory, no permission, a full disk, a target in ``/proc``) is raised as one
+:class:`~registry.errors.ConfigError` naming the target, not the temporary file. A crash of the process itself can leave a
 ``.<name>.*.tmp`` behind.
 """
 
