@@ -31,13 +31,14 @@ if TYPE_CHECKING:
     from registry.forensics import Forensics
     from registry.kafka_config import Kafka
 
-__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "CliError", "main",
-           "registry_errors"]
+__all__ = ["EXIT_DAMAGED", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "CliError",
+           "main", "registry_errors"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # the registry or the broker reported an error
 EXIT_USAGE = 2  # bad command line (click's own code), or no broker binary installed
 EXIT_NOT_FOUND = 3  # the job (or namespace) asked about has no record
+EXIT_DAMAGED = 4  # a dump is damaged or cut short (DamagedDump)
 
 
 class CliError(click.ClickException):
@@ -50,13 +51,18 @@ class CliError(click.ClickException):
 
 @contextlib.contextmanager
 def registry_errors(exit_code: int = EXIT_ERROR) -> Iterator[None]:
-    """Turn a :class:`RegistryError` into a :class:`CliError` (message, exit code 1).
+    """Turn a :class:`RegistryError` into a :class:`CliError` (message, exit code 1; a
+    damaged dump, :class:`~registry.errors.DamagedDump`, exit code 4).
 
     Use as ``with registry_errors(): ...`` inside a command, or as a decorator
     placed below the click decorators.
     """
+    from registry.errors import DamagedDump
+
     try:
         yield
+    except DamagedDump as e:
+        raise CliError(str(e), EXIT_DAMAGED) from e
     except RegistryError as e:
         raise CliError(str(e), exit_code) from e
 
@@ -64,10 +70,12 @@ def registry_errors(exit_code: int = EXIT_ERROR) -> Iterator[None]:
 EPILOG = (
     "Exit codes: 0 ok; 1 error reported by the registry or the broker (unreachable broker, "
     "a refused SASL login, missing topic, a file that is not a dump, a file that cannot be "
-    "written); 2 usage error "
-    "(bad arguments, a malformed --bootstrap, a --from-file that does not exist; or the broker "
-    "binary is not installed); 3 the job asked about has no record in the namespace, or the "
-    "namespace has no record on the topic."
+    "written or that --force would have to replace, a database that is not an audit database, "
+    "a PostgreSQL login that can do more than read); 2 usage error "
+    "(bad arguments, a malformed --bootstrap or --command-config, a --from-file that does not "
+    "exist; or the broker binary is not installed); 3 the job asked about has no record in "
+    "the namespace, or the namespace has no record on the topic; 4 a dump is damaged or cut "
+    "short (the one line says where)."
 )
 
 
@@ -729,17 +737,25 @@ def state(settings: Settings, offset: int | None, at_time: int | None,
     settings.emit("state", payload, human)
 
 
+_FORCE = click.option("--force", is_flag=True,
+                       help="Replace the file even if it is not one jobreg wrote (by "
+                            "default only a jobreg dump or report is replaced).")
+
+
 @main.command()
 @click.argument("file", type=click.Path(dir_okay=False, writable=True))
+@_FORCE
 @pass_settings
-def dump(settings: Settings, file: str) -> None:
-    """Write the namespace's records to FILE (Avro container, writer schemas embedded).
+def dump(settings: Settings, file: str, force: bool) -> None:
+    """Write the namespace's records to FILE (Avro container, writer schemas embedded, an
+    end marker with a SHA-256 of the records; the umask's permissions).
 
-    Every read command replays it with --from-file FILE, with no broker.
+    Every read command replays it with --from-file FILE, with no broker. An existing FILE
+    is replaced only if it is a jobreg dump, or with --force.
     """
     with _reading(settings) as f:
         count = f.dump(file, topic=settings.topic if settings.from_file is None else
-                       getattr(f.source, "topic", ""))
+                       getattr(f.source, "topic", ""), force=force)
     span = (f" (offsets {count.first_offset} to {count.last_offset}: commit markers and other "
             "namespaces' records take offsets too)" if count.first_offset is not None else "")
     settings.emit("dump", {"namespace": f.namespace, "file": file, "records": int(count),
@@ -758,19 +774,22 @@ def dump(settings: Settings, file: str) -> None:
               help="Draw records stamped at or after T (ISO 8601 or ms).")
 @click.option("--until", callback=_time_option, metavar="T", default=None,
               help="Draw records stamped at or before T (ISO 8601 or ms).")
+@_FORCE
 @pass_settings
 def report(settings: Settings, out: str, jobs_: tuple[str, ...], since: int | None,
-           until: int | None) -> None:
+           until: int | None, force: bool) -> None:
     """Write an incident report: one HTML file that opens with a summary of what happened,
     then the timeline as a picture (terms as bands, jobs as lanes, refused and quarantined
     records highlighted) and the explanation of every job with something to explain (or of
-    each --job)."""
+    each --job). An existing file is replaced only if it is a jobreg report, or with
+    --force."""
     if since is not None and until is not None and since > until:
         raise click.BadParameter("--since is after --until", param_hint="--since")
     from registry.report import write_report
 
     with _reading(settings) as f:
-        path = write_report(f, out, jobs=list(jobs_) or None, since=since, until=until)
+        path = write_report(f, out, jobs=list(jobs_) or None, since=since, until=until,
+                            force=force)
     settings.emit("report", {"namespace": f.namespace, "file": str(path)},
                   lambda: f"wrote {path}")
 
@@ -1023,6 +1042,38 @@ def audit_grant_reader(settings: Settings, name: str, db_url: str,
                           f"login {login.role} (a member of jobreg_audit_reader only); query "
                           f"with --db {login.url} and its password in the URL or in "
                           "$JOBREG_AUDIT_DB_PASSWORD_FILE")
+
+
+# -- the fuzz campaign ------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--cases", type=click.IntRange(1), default=1000, show_default=True,
+              help="Cases per target.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the draws (the same seed tries the same cases).")
+@click.option("--target", "targets", multiple=True, type=click.Choice(["dump", "record",
+                                                                        "properties"]),
+              help="Fuzz only these targets (repeatable; default: all three).")
+@click.option("--seconds", type=click.FloatRange(1), default=None,
+              help="Stop each target when its share of this time is up (default: no limit).")
+def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None) -> None:
+    """The fuzz campaign: real dumps, records and --command-config files, mutated (bit flips,
+    truncations, insertions, overwrites, splices) and fed to jobreg's own entry points;
+    checks one line on stderr, a documented exit status, no traceback, no file written.
+    Starts an embedded broker for the seed log. Progress on stderr, the figures on stdout.
+
+    Exits 1 if any case broke a rule (each distinct finding is printed once).
+    """
+    from registry.dev.fuzz import TARGETS, format_result, run_campaign
+
+    with registry_errors():
+        result = run_campaign(main, cases, seed=seed, targets=targets or TARGETS,
+                              seconds=seconds,
+                              progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_result(result))
+    if result.findings:
+        raise SystemExit(EXIT_ERROR)
 
 
 # -- the fault campaign -----------------------------------------------------------------------

@@ -367,12 +367,14 @@ class Registry:
         """Every leadership term: leader, how it started and ended, span, write counts."""
         return self.forensics().terms()
 
-    def dump(self, path: str | os.PathLike[str]) -> int:
+    def dump(self, path: str | os.PathLike[str], *, force: bool = False) -> int:
         """Write this namespace's records to an Avro container file; return how many.
 
-        Replay it with no broker through :meth:`open_dump`.
+        Replay it with no broker through :meth:`open_dump`. An existing file at ``path`` is
+        replaced only if it is a jobreg dump, or with ``force``
+        (:meth:`Forensics.dump <registry.forensics.Forensics.dump>`).
         """
-        return self.forensics().dump(path, topic=self.topic)
+        return self.forensics().dump(path, topic=self.topic, force=force)
 
     @staticmethod
     def open_dump(path: str | os.PathLike[str]) -> Forensics:

@@ -6,8 +6,9 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
 
     RegistryError
     ├── ConfigError            bad argument, malformed id, bad configuration
-    │   └── NamespaceMoved         the namespace's records lie on another partition than the
-    │                              topic's partition count now maps it to (README "The log")
+    │   ├── NamespaceMoved         the namespace's records lie on another partition than the
+    │   │                          topic's partition count now maps it to (README "The log")
+    │   └── DamagedDump            a dump file whose header or data is damaged or cut short
     ├── CodecError             bytes that are not a jobreg event
     │   ├── UnknownSchemaError     the header names a schema this reader cannot find
     │   └── UnknownEventTypeError  the schema is not one of our event types
@@ -62,6 +63,7 @@ __all__ = [
     "ClaimRejected",
     "CodecError",
     "ConfigError",
+    "DamagedDump",
     "ElectionCancelled",
     "ElectionTimeout",
     "Fenced",
@@ -102,6 +104,11 @@ class NamespaceMoved(ConfigError):
         self.namespace, self.topic = namespace, topic
         self.partitions, self.partition = partitions, partition
         self.found_partition, self.written_under = found_partition, written_under
+
+
+class DamagedDump(ConfigError):
+    """A dump file (``jobreg dump``) whose header or data is damaged, or that is cut short:
+    the message names the file, where the damage lies and how many records precede it."""
 
 
 class CodecError(RegistryError):

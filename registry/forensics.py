@@ -26,11 +26,10 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
-import fastavro
-
-from .errors import ConfigError
+from .dumpfile import DUMP_SCHEMA, DumpReader, is_dump, write_dump
+from .errors import ConfigError, DamagedDump
 from .events import GraphRef, JobStatus
 from .files import atomic_write
 from .fold import fold_batches
@@ -49,22 +48,6 @@ __all__ = [
     "LogSource",
     "TermSummary",
 ]
-
-DUMP_SCHEMA = {
-    "type": "record",
-    "name": "DumpRecord",
-    "namespace": "jobreg.dump",
-    "doc": "One record of the registry topic, as read (key and value untouched).",
-    "fields": [
-        {"name": "partition", "type": "int"},
-        {"name": "offset", "type": "long"},
-        {"name": "timestamp", "type": ["null", "long"], "default": None},
-        {"name": "key", "type": ["null", "bytes"], "default": None},
-        {"name": "value", "type": ["null", "bytes"], "default": None},
-    ],
-}
-"""The Avro schema of a dump's records; the writer schemas of the values travel in the
-file's metadata (``jobreg.catalog``)."""
 
 _BATCH = 1000
 
@@ -127,52 +110,52 @@ class BrokerSource:
 
 
 class DumpSource:
-    """An Avro object container file written by :meth:`Forensics.dump`."""
+    """A dump file written by :meth:`Forensics.dump` (:mod:`registry.dumpfile` says what a
+    damaged one does: :class:`~registry.errors.DamagedDump`, after the records before the
+    damage)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._file: BinaryIO | None = None
+        self._reader = DumpReader(self.path)
         self._size = 1
+        self._reading = False
+        meta = self._reader.metadata
+        self.namespace = meta["jobreg.namespace"]
+        self.topic = meta["jobreg.topic"]
         try:
-            with self.path.open("rb") as f:
-                meta = fastavro.reader(f).metadata
-        except OSError as e:
-            raise ConfigError(f"{self.path}: cannot read it ({e.strerror or e})") from e
-        except Exception as e:  # fastavro raises several types for a file that is not Avro
-            raise ConfigError(f"{self.path}: not a jobreg dump (not an Avro object container "
-                              "file)") from e
-        if meta.get("jobreg.format") != "jobreg-dump/1":
-            raise ConfigError(f"{self.path}: not a jobreg dump (format "
-                              f"{meta.get('jobreg.format')!r})")
-        try:
-            self.namespace = meta["jobreg.namespace"]
-            self.topic = meta["jobreg.topic"]
             self._catalog = Catalog.from_dict(json.loads(meta["jobreg.catalog"]))
-        except (KeyError, ValueError) as e:
-            raise ConfigError(f"{self.path}: a jobreg dump without its {e} metadata") from e
+        except json.JSONDecodeError as e:
+            raise DamagedDump(f"{self.path}: damaged header: its schema catalog "
+                              f"(jobreg.catalog) is not JSON at char {e.pos}") from e
+        except Exception as e:  # valid JSON that is not a catalog: its parts raise anything
+            raise DamagedDump(f"{self.path}: damaged header: its schema catalog "
+                              "(jobreg.catalog) is not a catalog") from e
 
     def batches(self) -> Iterator[list[LogRecord]]:
         self._size = max(1, self.path.stat().st_size)
-        with self.path.open("rb") as f:
-            self._file = f
-            batch: list[LogRecord] = []
-            for rec in fastavro.reader(f):
-                batch.append(LogRecord(rec["offset"], rec["key"], rec["value"],
-                                       rec["timestamp"], rec["partition"]))
+        self._reading = True
+        batch: list[LogRecord] = []
+        try:
+            for rec in self._reader.records():
+                batch.append(rec)
                 if len(batch) >= _BATCH:
                     yield batch
                     batch = []
-            if batch:
-                yield batch
-            self._file = None
+        except DamagedDump:
+            if batch:  # the records before the damage first: a read that stops there may
+                yield batch  # be answered (state --offset before the damage)
+            raise
+        finally:
+            self._reading = False
+        if batch:
+            yield batch
 
     def codec(self) -> Codec:
         # The writer schemas the dump carries: newer than ours, perhaps.
         return Codec(self._catalog)
 
     def fraction_read(self) -> float | None:
-        f = self._file
-        return None if f is None or f.closed else min(1.0, f.tell() / self._size)
+        return min(1.0, self._reader.position / self._size) if self._reading else None
 
 
 class Scan(NamedTuple):
@@ -443,13 +426,16 @@ class Forensics:
                          + "; ".join(d.detail for d in ignored) + ".")
         return "\n".join(lines)
 
-    def dump(self, path: str | os.PathLike[str], *, topic: str = "") -> DumpCount:
+    def dump(self, path: str | os.PathLike[str], *, topic: str = "",
+             force: bool = False) -> DumpCount:
         """Write the namespace's records to an Avro object container file; return how many
         (a :class:`DumpCount`: an ``int`` that also says which offsets they span).
 
         The file embeds the writer schemas (the schema catalog) so that
         :class:`DumpSource` replays it anywhere. Written atomically
-        (:func:`registry.files.atomic_write`), so a reader never sees half a dump.
+        (:func:`registry.files.atomic_write`), so a reader never sees half a dump, with the
+        permissions the umask gives; an existing file at ``path`` is replaced only if it is
+        a jobreg dump, or with ``force``.
         """
         from .keys import parse_key
 
@@ -470,11 +456,10 @@ class Forensics:
                     yield {"partition": r.partition, "offset": r.offset,
                            "timestamp": r.timestamp, "key": r.key, "value": r.value}
 
-        meta = {"jobreg.format": "jobreg-dump/1", "jobreg.namespace": self.namespace,
-                "jobreg.topic": topic, "jobreg.catalog": json.dumps(catalog.to_dict())}
-        with atomic_write(path, "dump") as f:
-            fastavro.writer(f, fastavro.parse_schema(DUMP_SCHEMA), records(), metadata=meta,
-                            codec="deflate")
+        meta = {"jobreg.namespace": self.namespace, "jobreg.topic": topic,
+                "jobreg.catalog": json.dumps(catalog.to_dict())}
+        with atomic_write(path, "dump", replaceable=is_dump, force=force) as f:
+            write_dump(f, meta, records())
         return DumpCount(count, first, last)
 
 

@@ -154,6 +154,9 @@ def _resolve(value: str, key: str, where: str, environ: Mapping[str, str]) -> st
                 raise ConfigError(f"{where}: {key} refers to the environment variable {ref}, "
                                   "which is not set")
             return environ[ref]
+        if "\0" in ref:  # no file has such a name (open() would raise ValueError)
+            raise ConfigError(f"{where}: {key} refers to the file {ref!r}, which cannot be "
+                              "read (its name holds a NUL byte)")
         try:
             return Path(ref).read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as e:

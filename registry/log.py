@@ -59,6 +59,7 @@ from .kafka_config import Kafka, login_refused, scrubbed
 __all__ = [
     "DEFAULT_TOPIC",
     "LogReader",
+    "no_broker",
     "PlainWriter",
     "TopicConfig",
     "TopicInfo",
@@ -338,6 +339,33 @@ def topic_partitions(bootstrap: str | Kafka, topic: str, timeout: float = 10.0) 
     return len(found.partitions)
 
 
+# librdkafka's words for a peer that answered in another protocol (an HTTP server, a TLS
+# listener to a plaintext client): it reads the reply's first 4 bytes as a Kafka frame size
+# and suggests raising receive.message.max.bytes, which is never the fix.
+_NOT_KAFKA = re.compile(r"Invalid response size|Protocol parse failure|Unsupported protocol",
+                        re.I)
+# ... and for a peer that never answered (accepted and silent, or no route at all).
+_SILENT = re.compile(r"Broker transport failure|brokers are down|timed out|Timed out", re.I)
+
+
+def no_broker(bootstrap: str | Kafka, timeout: float, why: str) -> BrokerError:
+    """The one-line error for a bootstrap address where no Kafka broker answered within
+    ``timeout``, given librdkafka's last word ``why``: a peer that answered in another
+    protocol, or one that never answered, is said in words that name the address and the
+    likely causes; any other reason (a TLS or SASL failure) is kept as librdkafka says it."""
+    why = " ".join(why.split())
+    if _NOT_KAFKA.search(why):
+        said = (f"something at {bootstrap} answered, but not in the Kafka protocol: the wrong "
+                "port, another server, or a TLS listener, which needs security.protocol=SSL "
+                "in --command-config")
+    elif _SILENT.search(why):
+        said = ("nothing there answered the Kafka handshake: a broker that is down or paused, "
+                "a firewall, or the wrong address")
+    else:
+        said = why
+    return BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s ({said})")
+
+
 _LOGIN_CHECK_S = 0.25  # the first wait of a metadata request before a look for a refused login
 
 
@@ -362,9 +390,7 @@ def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
             if refused is not None:
                 raise refused from e
             if left <= wait:
-                why = admin.last_error or e.args[0].str()
-                raise BrokerError(f"no Kafka broker answered at {bootstrap} within "
-                                  f"{timeout:g} s ({' '.join(why.split())})") from e
+                raise no_broker(bootstrap, timeout, admin.last_error or e.args[0].str()) from e
         wait *= 2
 
 
@@ -894,8 +920,7 @@ class PlainWriter:
         try:
             _warm_up(self._producer, timeout, topic)
         except KafkaException as e:
-            raise BrokerError(f"no Kafka broker answered at {bootstrap} within {timeout:g} s "
-                              f"({e.args[0].str()})") from e
+            raise no_broker(bootstrap, timeout, e.args[0].str()) from e
 
     def write(self, topic: str, partition: int, records: list[tuple[bytes | None, bytes | None]],
               *, timestamp: int | None = None) -> list[int]:

@@ -101,13 +101,13 @@ import jinja2
 
 from .errors import ConfigError
 from .events import GraphRef, JobStatus
-from .files import atomic_write
+from .files import atomic_write, check_replaceable
 from .forensics import Forensics, Scan, TermSummary
 from .image import Decision, Image, JobView, Outcome
 from .keys import check_id, parse_key
 
 __all__ = ["AUTO_EXPLAIN_ALL", "MAX_EXPLAINED", "MAX_LANES", "MAX_MARKS", "MAX_NAMED",
-           "MAX_TABLE_ROWS", "render_report", "write_report"]
+           "MAX_TABLE_ROWS", "is_report", "render_report", "write_report"]
 
 MAX_LANES = 50
 """Job lanes drawn at most; the page says how many were left out."""
@@ -537,16 +537,33 @@ def render_report(forensics: Forensics, *, jobs: Sequence[str] | None = None,
 def write_report(forensics: Forensics, path: str | os.PathLike[str], *,
                  jobs: Sequence[str] | None = None, since: int | None = None,
                  until: int | None = None, title: str | None = None,
-                 generated_at: int | None = None) -> Path:
+                 generated_at: int | None = None, force: bool = False) -> Path:
     """:func:`render_report` to ``path``, atomically (:func:`registry.files.atomic_write`:
-    a reader never sees half a page; a path that cannot be written is one ``ConfigError``);
-    returns the path."""
+    a reader never sees half a page; a path that cannot be written is one ``ConfigError``),
+    with the permissions the umask gives; returns the path. An existing file at ``path``
+    is replaced only if it is a jobreg report (:func:`is_report`), or with ``force``."""
+    path = Path(path)
+    if not force:  # before the replay: a refusal should not wait for a long read
+        check_replaceable(path, "report", is_report)
     text = render_report(forensics, jobs=jobs, since=since, until=until, title=title,
                          generated_at=generated_at)
-    path = Path(path)
-    with atomic_write(path, "report") as f:
+    with atomic_write(path, "report", replaceable=is_report, force=force) as f:
         f.write(text.encode("utf-8"))
     return path
+
+
+_GENERATOR = b'<meta name="generator" content="jobreg report">'
+
+
+def is_report(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a report jobreg wrote (its head names jobreg as its generator):
+    what :func:`write_report` may replace without ``force``."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().lower().startswith(b"<!doctype html") and _GENERATOR in head
 
 
 class _Page:

@@ -75,6 +75,7 @@ __all__ = [
     "migrate",
     "migrations_dir",
     "query",
+    "read_engine",
 ]
 
 #: The audit database when none is given: a SQLite file in the working directory.
@@ -300,6 +301,37 @@ def _connected(engine: Engine) -> Iterator[Connection]:
         ) from None
     with conn:
         yield conn
+
+
+def read_engine(url: str | URL) -> Engine:
+    """A read-only engine (:func:`engine_for` with ``readonly``) on a database checked to be
+    an audit database: what every audit read that is not a user's own SQL opens.
+
+    Creates nothing: a SQLite file that does not exist is refused before any connection
+    (``mode=ro`` would refuse it too). Raises :class:`AuditError` (one line naming the
+    database) for a database that cannot be opened, is not a database at all (a text file)
+    or has no audit tables (never migrated).
+    """
+    shown = _shown(_parse(url))  # as given, not the mode=ro URI a SQLite file is opened by
+    engine = engine_for(url, readonly=True)
+    try:
+        with _connected(engine) as conn:
+            try:
+                found = sqlalchemy.inspect(conn).has_table("audit_progress")
+            except DBAPIError as e:
+                raise AuditError(f"cannot read the audit database {shown!r}: "
+                                 f"{_db_message(e)}") from None
+            finally:
+                with suppress(SQLAlchemyError):
+                    conn.rollback()
+    except BaseException:
+        engine.dispose()
+        raise
+    if not found:
+        engine.dispose()
+        raise AuditError(f"{shown!r} is not an audit database (it has no audit "
+                         "tables: `jobreg audit migrate --db URL` creates them)")
+    return engine
 
 
 # --------------------------------------------------------------------------- migrations

@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from ..image import LogRecord, Outcome
 from ..kafka_config import Kafka
 from ..log import LogReader, topic_partitions
-from .db import AuditError, current_revision, engine_for
+from .db import AuditError, current_revision, engine_for, read_engine
 from .models import (
     AuditCheckpoint,
     AuditJob,
@@ -79,11 +79,14 @@ class AuditWriter:
     """Commits batches of one topic's records into an audit database, exactly once, per
     partition (see the module docstring)."""
 
-    def __init__(self, url: str, topic: str, *, stream: str = "audit") -> None:
+    def __init__(self, url: str, topic: str, *, stream: str = "audit",
+                 readonly: bool = False) -> None:
         self.url = url
         self.topic = topic
         self.stream = stream
-        self.engine: Engine = engine_for(url)
+        # readonly: for checks; the database must be an audit database already, and the
+        # engine refuses every write (and creates no SQLite file)
+        self.engine: Engine = read_engine(url) if readonly else engine_for(url)
         self.generation: int | None = None
         self.next_offsets: dict[int, int] = {}
         """partition -> the first offset the database did not reflect when the run began
@@ -370,7 +373,7 @@ def _check(url: str, topic: str, stream: str,
                             Iterable[_Scope]]) -> list[str]:
     from ..forensics import Forensics, Scan
 
-    writer = AuditWriter(url, topic, stream=stream)
+    writer = AuditWriter(url, topic, stream=stream, readonly=True)
     diffs: list[str] = []
     try:
         done = writer.progress()

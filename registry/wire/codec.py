@@ -26,6 +26,7 @@ import fastavro
 
 from ..errors import CodecError, UnknownEventTypeError, UnknownSchemaError
 from ..events import EVENT_TYPES, Event
+from .bodycheck import explain
 from .catalog import Catalog, CatalogEntry
 from .mapping import RecordWriter, record_builder
 from .schemas import event_type_of, fingerprint
@@ -207,8 +208,9 @@ class Codec:
         except CodecError:
             raise
         except Exception as e:
+            said = " ".join(str(e).split()) or "a value out of range"
             raise CodecError(
-                f"cannot build a {reader.type_name} from its record: {type(e).__name__}: {e}"
+                f"the body decodes but is not a valid {reader.type_name}: {said}"
             ) from e
 
     def decode_record(self, data: bytes) -> tuple[str, dict[str, Any]]:
@@ -231,6 +233,7 @@ class Codec:
             raise self._not_wire_format(data) from e
         if magic != MAGIC_BYTE:
             raise self._not_wire_format(data)
+        reader: _Reader | None = None
         try:
             reader = self._readers.get(schema_id)
             if reader is None:
@@ -244,9 +247,11 @@ class Codec:
         except CodecError:
             raise
         except Exception as e:
-            raise CodecError(
-                f"cannot decode a record with schema id {schema_id}: {type(e).__name__}: {e}"
-            ) from e
+            if reader is None:  # the writer schema itself could not be made a decoder
+                raise CodecError(f"schema id {schema_id} cannot be read with: "
+                                 f"{' '.join(str(e).split()) or 'its schema does not parse'}"
+                                 ) from e
+            raise CodecError(_body_error(reader, schema_id, data)) from e
         if end != len(data):
             raise CodecError(
                 f"{len(data) - end} trailing byte(s) after the Avro body "
@@ -304,6 +309,14 @@ class Codec:
         except Exception as e:
             raise CodecError(f"schema id {schema_id} from the registry does not parse: {e}") from e
         return parsed, event_type_of(parsed)
+
+
+def _body_error(reader: _Reader, schema_id: int, data: bytes) -> str:
+    """What is wrong with a body fastavro could not decode, in words (no exception names):
+    where it leaves its writer schema (:func:`~registry.wire.bodycheck.explain`)."""
+    where = explain(reader.writer, data, _HEADER_SIZE)
+    return (f"the body does not match schema id {schema_id} ({reader.type_name}): "
+            + (where or f"its {len(data) - _HEADER_SIZE} byte(s) do not decode"))
 
 
 # --------------------------------------------------------------------------- defaults
