@@ -199,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 _reply(ok=True, **run(cmd))
             except WriteRejected as e:
-                _reply(ok=False, error=type(e).__name__, reason=e.reason, detail=str(e))
-            except (RegistryError, ValueError, KeyError, TypeError, AttributeError) as e:
+                _reply(ok=False, error=type(e).__name__, reason=e.reason, detail=str(e),
+                       offset=e.offset, event_ids=list(e.event_ids))
+            except RegistryError as e:
+                _reply(ok=False, error=type(e).__name__, reason=None, detail=str(e),
+                       offset=None, event_ids=list(e.event_ids))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 _reply(ok=False, error=type(e).__name__, reason=None, detail=str(e))
     finally:
         if election is not None:
