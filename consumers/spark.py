@@ -105,8 +105,12 @@ def _jvm_stderr_filtered() -> Iterator[None]:
     so everything it (and the Python workers it forks) writes reaches this process's stderr,
     line by line, but those. If the block starts no process, the relay ends with it."""
     sys.stderr.flush()
+    try:
+        real = os.dup(2)  # this process's stderr: where the relay writes, while it runs
+    except OSError:  # no stderr at all: nothing to keep clean
+        yield
+        return
     read, write = os.pipe()
-    real = os.dup(2)  # this process's stderr: where the relay writes, for as long as it runs
     os.dup2(write, 2)
     os.close(write)
     threading.Thread(target=_relay, args=(read, real), name="jvm-stderr", daemon=True).start()
