@@ -5,8 +5,9 @@
 its own process: a separate coordinator as in a Flink HA setup) and then runs
 commands, one JSON object per line on stdin, answering each with one JSON line on
 stdout: ``{"ok": true, ...}`` or ``{"ok": false, "error": <class>, "reason": <code>,
-"detail": <message>}``. Errors never end the process; ``{"op": "exit"}`` or the
-end of stdin does.
+"detail": <message>, "offset": <the refused record's, or null>, "event_ids": [<the records
+the call sent; empty if it sent none>]}`` (the last two for a jobreg error only). Errors never
+end the process; ``{"op": "exit"}`` or the end of stdin does.
 
 Commands (``op``): ``claim``; ``elect`` (``lease`` s, ``timeout`` s: wait that long to
 lead); ``submit`` / ``submit_many`` / ``adopt`` / ``release`` / ``cancel`` /
