@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +54,12 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+#: Lines the JVM writes to stderr that are not Spark's log and tell a jobreg user nothing:
+#: Spark's launcher always adds the incubating Vector API module (``--add-modules=
+#: jdk.incubator.vector``, unconditionally) and the JVM announces it before any logging starts.
+JVM_NOISE = (b"WARNING: Using incubator modules: ",)
+
+
 class KafkaConnectorMissing(RuntimeError):
     """``source="kafka"`` was asked for, but Spark's Kafka connector is not on the classpath."""
 
@@ -73,7 +81,8 @@ def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     conf = dict(DEFAULT_CONF)
-    # errors only from the JVM's log (Spark's default prints INFO and WARN lines)
+    # errors only from the JVM's log (Spark's default prints INFO and WARN lines, and a
+    # log-level banner unless the gateway's logger is configured: see log4j2.properties)
     log4j = Path(__file__).with_name("log4j2.properties")
     conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
     if os.environ.get("JOBREG_SPARK_PACKAGES"):  # e.g. the Kafka connector, in production
@@ -82,10 +91,48 @@ def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
         os.environ.get("JOBREG_SPARK_MASTER", master))
     for key, value in {**conf, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _jvm_stderr_filtered():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaSource)
     return spark
+
+
+@contextmanager
+def _jvm_stderr_filtered() -> Iterator[None]:
+    """Run the block with this process's stderr (fd 2) going through a relay that drops the
+    lines of :data:`JVM_NOISE`: a JVM the block starts keeps that stderr for its lifetime,
+    so everything it (and the Python workers it forks) writes reaches this process's stderr,
+    line by line, but those. If the block starts no process, the relay ends with it."""
+    sys.stderr.flush()
+    try:
+        real = os.dup(2)  # this process's stderr: where the relay writes, while it runs
+    except OSError:  # no stderr at all: nothing to keep clean
+        yield
+        return
+    read, write = os.pipe()
+    os.dup2(write, 2)
+    os.close(write)
+    threading.Thread(target=_relay, args=(read, real), name="jvm-stderr", daemon=True).start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(real, 2)  # the pipe's write end now stays open only in what the block started
+
+
+def _relay(read: int, out: int) -> None:
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            for line in pipe:
+                if not line.startswith(JVM_NOISE):
+                    view = memoryview(line)
+                    while view:
+                        view = view[os.write(out, view):]
+    except OSError:  # our stderr is gone: nothing left to say it to
+        pass
+    finally:
+        os.close(out)
 
 
 def connector_package(spark: SparkSession) -> str:

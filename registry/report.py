@@ -25,12 +25,17 @@ rule is restated here. :func:`write_report` writes the page atomically.
   result (all drawn jobs when there are at most :data:`AUTO_EXPLAIN_ALL`; the
   jobs asked for when ``jobs`` is given). The plainly ``ACTIVE`` jobs not
   explained are named in one line.
-* Tables of the refused writes, the quarantined records and the leadership terms.
+* Tables of the refused writes, the quarantined records and the leadership terms
+  (a record's detail on a line of its own under it; cells wrap, times do not, so
+  each table fits an 800-px window).
 
-**The picture** (inline SVG: a fixed column of lane names and a plot that
-scrolls sideways on its own when the window is narrower than the plot; the
-plot is 32 px per offset drawn, at least 480 and at most 1,100 px wide, so a
-short log fits an 800-px window and none scrolls in a 1,400-px one) encodes:
+**The picture** (inline SVG: a fixed column of lane names and a plot as wide as
+the window allows, from 480 px up to its natural width: 32 px per offset drawn,
+at least 480 and at most 1,100 px). The plot's geometry is laid out at 480 px
+and written in percentages of its width, marks and labels keeping their size in
+pixels, so a narrower window draws the same picture narrower: the whole of it
+fits an 800-px window (the incident is never off to the side), and only a window
+narrower than about 760 px scrolls the plot sideways on its own. It encodes:
 
 * **x axis: log offset**, linear between the first and last record drawn. Log
   order is the truth; offsets label the ticks above the lanes. **Time** (UTC,
@@ -130,10 +135,11 @@ _ALWAYS_DRAWN_TYPES = frozenset({"LeadershipGranted", "LeadershipRevoked"})
 
 # -- geometry of the picture (SVG user units = CSS px at 100 %) ------------------------------
 _NAMES_WIDTH = 230     # the column of lane names (its own SVG, never scrolled)
-_PLOT_MAX = 1100       # the plot (its own SVG, scrolled sideways in a narrow window) ...
-_PLOT_MIN = 480        # ... at most this wide and at least this wide, ...
-_PER_OFFSET = 32       # ... and no wider than this much per offset (a short log stays narrow)
-_PLOT_LEFT, _PLOT_RIGHT_PAD = 14, 26  # x of the plot's start; room right of its end
+_PLOT_MAX = 1100       # the plot (its own SVG, as wide as the window allows) is drawn ...
+_PLOT_MIN = 480        # ... at most this wide and at least this wide (narrower: it scrolls), ...
+_PER_OFFSET = 32       # ... and no wider than this much per offset (a short log stays narrow);
+# its geometry is laid out at _PLOT_MIN px and written as percentages of the plot's width
+_PLOT_LEFT, _PLOT_RIGHT_PAD = 14, 26  # x of the plot's start; room right of its end (at 480)
 _BAND_ROW = 22         # term labels
 _AXIS_ROW = 20         # offset tick labels
 _LANES_TOP = _BAND_ROW + _AXIS_ROW + 4
@@ -224,6 +230,12 @@ def _coord(value: float) -> str:
     return f"{value:.1f}"
 
 
+def _pct(value: float, width: float) -> str:
+    """An x of the plot, laid out ``width`` px wide, as a percentage of the plot's width (the
+    template filter ``pct``): to 0.001 %, a hundredth of a pixel at 1,100 px."""
+    return f"{value * 100 / width:.3f}%"
+
+
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("registry", "templates"),
     autoescape=True,
@@ -235,6 +247,7 @@ _TEMPLATES = jinja2.Environment(
     auto_reload=False,
 )
 _TEMPLATES.filters["coord"] = _coord
+_TEMPLATES.filters["pct"] = _pct
 
 
 # -- what the templates are given ----------------------------------------------------------------
@@ -328,7 +341,8 @@ class _Timeline:
     names_width: int
     names_right: int      # x where lane names' right-aligned texts end
     names_divider_x: float
-    plot_width: int
+    plot_width: int       # the width the plot's geometry is laid out at (its narrowest) ...
+    plot_max: int         # ... and the widest it is drawn; its x are written in % of its width
     plot_left: int
     height: int
     band_row: int         # height of the band labels' row
@@ -376,6 +390,7 @@ class _Table:
     empty: str            # said instead of a table without rows
     css_class: str
     column_classes: list[str]  # each column's cell class ("": none)
+    details: Sequence[str]     # each row's detail, on a line of its own under it ("": none)
     total: int            # rows before the cut
     left_out: int
     max_rows: int
@@ -1015,8 +1030,11 @@ class _Page:
         first, last = window[0].offset, window[-1].offset
         pad = max(0.6, (last - first) * 0.012)
         domain_start, domain_end = first - pad, last + pad
-        plot_width = round(min(_PLOT_MAX, max(_PLOT_MIN, (domain_end - domain_start) * _PER_OFFSET
-                                              + _PLOT_LEFT + _PLOT_RIGHT_PAD)))
+        plot_max = round(min(_PLOT_MAX, max(_PLOT_MIN, (domain_end - domain_start) * _PER_OFFSET
+                                            + _PLOT_LEFT + _PLOT_RIGHT_PAD)))
+        # Laid out at the narrowest it is drawn: a wider plot spreads the same marks and labels
+        # apart (x in %, sizes in px), so what does not overlap here overlaps nowhere.
+        plot_width = _PLOT_MIN
         scale = (plot_width - _PLOT_RIGHT_PAD - _PLOT_LEFT) / (domain_end - domain_start)
 
         def x_of(offset: float) -> float:
@@ -1028,7 +1046,8 @@ class _Page:
         return _Timeline(
             names_width=_NAMES_WIDTH, names_right=_NAMES_WIDTH - 8,
             names_divider_x=_NAMES_WIDTH - 0.5,
-            plot_width=plot_width, plot_left=_PLOT_LEFT, height=lanes_bottom + _TIME_ROWS,
+            plot_width=plot_width, plot_max=plot_max, plot_left=_PLOT_LEFT,
+            height=lanes_bottom + _TIME_ROWS,
             band_row=_BAND_ROW, band_label_y=15, offset_label_y=_BAND_ROW + 14,
             lanes_top=_LANES_TOP, lanes_bottom=lanes_bottom,
             time_caption_y=lanes_bottom + 15, time_label_y=lanes_bottom + 16,
@@ -1188,19 +1207,19 @@ class _Page:
     def _refused(self) -> _Table:
         rows = [d for d in self.window if d.outcome == Outcome.REJECTED]
         head = ("offset", "time (UTC)", "type", "job", "writer", "epoch", "expected epoch",
-                "reason", "detail")
+                "reason")
         body = [(d.offset, _iso(d.timestamp), d.event_type, d.job_id, d.writer, d.epoch,
-                 d.expected_epoch, d.reason, d.detail) for d in rows]
+                 d.expected_epoch, d.reason) for d in rows]
         return _table("Refused writes", head, body, "No write was refused in the window.",
-                      css_class="refused", reason_column=7, wrap_column=8)
+                      css_class="refused", reason_column=7, details=[d.detail for d in rows])
 
     def _quarantined(self) -> _Table:
         rows = [d for d in self.window if d.outcome == Outcome.QUARANTINED]
-        head = ("offset", "time (UTC)", "key", "reason", "detail")
-        body = [(d.offset, _iso(d.timestamp), d.key, d.reason, d.detail) for d in rows]
+        head = ("offset", "time (UTC)", "key", "reason")
+        body = [(d.offset, _iso(d.timestamp), d.key, d.reason) for d in rows]
         return _table("Quarantined records", head, body,
                       "No record was quarantined in the window.", css_class="quar",
-                      reason_column=3, wrap_column=4)
+                      reason_column=3, details=[d.detail for d in rows])
 
     def _terms_table(self) -> _Table:
         stamp = {d.offset: d.timestamp for d in self.all}
@@ -1214,15 +1233,15 @@ class _Page:
 
 def _table(title: str, head: Sequence[str], rows: Sequence[Sequence[object]], empty: str, *,
            css_class: str, reason_column: int | None = None,
-           wrap_column: int | None = None) -> _Table:
-    """A table of at most :data:`MAX_TABLE_ROWS` rows; the reason column's cells are coloured,
-    the wrap column's (long details) wrap."""
-    column_classes = ["reason" if i == reason_column else "wrap" if i == wrap_column else ""
-                      for i in range(len(head))]
+           details: Sequence[str] = ()) -> _Table:
+    """A table of at most :data:`MAX_TABLE_ROWS` rows; the reason column's cells are coloured.
+    ``details`` (long texts, one per row) go on a line of their own under their row, across
+    the table: a column of them would leave the others too little room in a narrow window."""
+    column_classes = ["reason" if i == reason_column else "" for i in range(len(head))]
     shown = rows[:MAX_TABLE_ROWS]
     return _Table(title=title, head=head, rows=shown, empty=empty, css_class=css_class,
-                  column_classes=column_classes, total=len(rows),
-                  left_out=len(rows) - len(shown), max_rows=MAX_TABLE_ROWS)
+                  column_classes=column_classes, details=list(details)[:MAX_TABLE_ROWS],
+                  total=len(rows), left_out=len(rows) - len(shown), max_rows=MAX_TABLE_ROWS)
 
 
 def _holds(view: JobView) -> str:

@@ -5,8 +5,9 @@
 its own process: a separate coordinator as in a Flink HA setup) and then runs
 commands, one JSON object per line on stdin, answering each with one JSON line on
 stdout: ``{"ok": true, ...}`` or ``{"ok": false, "error": <class>, "reason": <code>,
-"detail": <message>}``. Errors never end the process; ``{"op": "exit"}`` or the
-end of stdin does.
+"detail": <message>, "offset": <the refused record's, or null>, "event_ids": [<the records
+the call sent; empty if it sent none>]}`` (the last two for a jobreg error only). Errors never
+end the process; ``{"op": "exit"}`` or the end of stdin does.
 
 Commands (``op``): ``claim``; ``elect`` (``lease`` s, ``timeout`` s: wait that long to
 lead); ``submit`` / ``submit_many`` / ``adopt`` / ``release`` / ``cancel`` /
@@ -199,8 +200,12 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 _reply(ok=True, **run(cmd))
             except WriteRejected as e:
-                _reply(ok=False, error=type(e).__name__, reason=e.reason, detail=str(e))
-            except (RegistryError, ValueError, KeyError, TypeError, AttributeError) as e:
+                _reply(ok=False, error=type(e).__name__, reason=e.reason, detail=str(e),
+                       offset=e.offset, event_ids=list(e.event_ids))
+            except RegistryError as e:
+                _reply(ok=False, error=type(e).__name__, reason=None, detail=str(e),
+                       offset=None, event_ids=list(e.event_ids))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 _reply(ok=False, error=type(e).__name__, reason=None, detail=str(e))
     finally:
         if election is not None:

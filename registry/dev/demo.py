@@ -13,18 +13,21 @@ incident report per incident, and checks its own guarantees; it returns one
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from registry.client import Registry
 from registry.dev.broker import EmbeddedBroker
 from registry.dev.coordinator import CoordinatorProcess
-from registry.image import Decision
+from registry.image import Decision, Outcome
 
-__all__ = ["Verdict", "run_demo"]
+__all__ = ["Verdict", "fate", "jobreg_command", "run_demo"]
 
 Out = Callable[[str], None]
 
@@ -70,9 +73,56 @@ def _coordinators(bootstrap: str, namespace: str, *names: str,
     return [c for c in out if c is not None]
 
 
-def _rejected(bootstrap: str, namespace: str) -> list[Decision]:
+def _decisions(bootstrap: str, namespace: str) -> list[Decision]:
+    """Every verdict of the namespace's log, in log order (what a sentence is checked against)."""
     with Registry.connect(bootstrap, namespace) as reg:
-        return reg.rejected()
+        return reg.forensics().scan().decisions
+
+
+def _verdict(d: Decision) -> str:
+    if d.outcome == Outcome.REJECTED:
+        return f"refused by the fold at offset {d.offset} ({d.reason})"
+    if d.outcome == Outcome.IGNORED:
+        return f"ignored by the fold at offset {d.offset} ({d.detail})"
+    return f"{d.outcome.lower()} at offset {d.offset}"
+
+
+def fate(reply: dict[str, Any], decisions: Sequence[Decision]) -> str:
+    """What became of one write, said from what happened, to follow "was": the fold's verdict
+    on its record in the log (found by offset or event id among ``decisions``, every verdict
+    of the namespace) or, for a write the log does not hold, whether anything was sent and
+    the client's answer. ``reply`` is a coordinator's (:mod:`registry.dev.coordinator`).
+
+    >>> fate({"ok": False, "error": "Fenced", "reason": "stale_epoch", "event_ids": []}, [])
+    'refused by its own client before sending (stale_epoch): it never reached the log'
+    """
+    by_offset = {d.offset: d for d in decisions}
+    by_id = {d.event_id: d for d in decisions if d.event_id}
+    if reply.get("ok"):
+        d = by_offset.get(reply.get("offset", -1))
+        return _verdict(d) if d is not None else f"accepted at offset {reply.get('offset')}"
+    why = reply.get("reason") or reply.get("error")
+    landed = [by_id[i] for i in reply.get("event_ids") or () if i in by_id]
+    if reply.get("offset") in by_offset:
+        landed = [by_offset[reply["offset"]]]
+    if landed:
+        said = "; ".join(_verdict(d) for d in landed)
+        if any(d.outcome != Outcome.REJECTED for d in landed):
+            said += f" (its client answered {reply.get('error')})"
+        return said
+    if reply.get("event_ids"):
+        return f"sent, but the log never held it (its client answered {reply.get('error')}: {why})"
+    return f"refused by its own client before sending ({why}): it never reached the log"
+
+
+def _failures(reply: dict[str, Any]) -> str:
+    n = reply.get("consecutive_failures")
+    return f"{n} consecutive failure" + ("" if n == 1 else "s")
+
+
+def _joined(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _play_000(bootstrap: str, out: Out) -> list[Verdict]:
@@ -88,26 +138,37 @@ def _play_000(bootstrap: str, out: Out) -> list[Verdict]:
         epoch2 = jm2.send("claim")["epoch"]
         jm2.send("adopt", jobs=["job-a"])
         jm1.resume()  # the pause ends after the new grant; jm-1 goes on where it was
-        late = [jm1.send("release", job="job-a"),
-                jm1.send("terminate", job="job-a", state="FINISHED")]
-        jm2.send("cancel", job="job-a", reason="user cancel")
-        jm1.send("zombie", type="JobLockReleased", job="job-a", epoch=1)  # a request in flight
+        late = {"release": jm1.send("release", job="job-a"),
+                "terminate": jm1.send("terminate", job="job-a", state="FINISHED")}
+        cancel = jm2.send("cancel", job="job-a", reason="user cancel")
+        # a release jm-1 sent before the pause, still in flight: it bypasses the client
+        zombie = jm1.send("zombie", type="JobLockReleased", job="job-a", epoch=1)
         epoch3 = jm3.send("claim")["epoch"]  # the restart: a new process folds the log
         live = jm3.send("jobs")["live"]
     finally:
         for c in (jm1, jm2, jm3):
             c.close()
-    refused = sorted({str(r.get("reason")) for r in late if r.get("error")})
-    out(f"     jobreg: jm-2 took epoch {epoch2} while jm-1 was frozen and cancelled job-a; "
-        f"jm-1's late release and terminate were "
-        + (f"both refused ({', '.join(refused)})" if all(r.get("error") for r in late)
-           else f"answered {[r.get('reason') for r in late]}")
-        + f"; after a restart jm-3 (epoch {epoch3}) sees "
-        + (f"live jobs {', '.join(live)}." if live else "no live job."))
-    _refusals(out, _rejected(bootstrap, ns))
+    log = _decisions(bootstrap, ns)
+    fates = {what: fate(reply, log) for what, reply in late.items()}
+    if len(set(fates.values())) == 1:
+        said = f"jm-1's late release and terminate were both {fates['release']}"
+    else:
+        said = "; ".join(f"jm-1's late {what} was {how}" for what, how in fates.items())
+    cancelled = ("and cancelled job-a" if cancel.get("ok")
+                 else f"and its cancel of job-a was {fate(cancel, log)}")
+    out(f"     jobreg: jm-2 took epoch {epoch2} while jm-1 was frozen {cancelled}. {said}; "
+        f"a release jm-1 had in flight, written past its client, was {fate(zombie, log)}. "
+        f"After a restart jm-3 (epoch {epoch3}) sees "
+        + (f"live jobs {_joined(live)}." if live else "no live job."))
+    _refusals(out, [d for d in log if d.outcome == Outcome.REJECTED])
+    by_id = {d.event_id: d for d in log}
+    landed = [by_id[i] for r in late.values() for i in r.get("event_ids", []) if i in by_id]
+    in_flight = next((d for d in log if d.offset == zombie.get("offset")), None)
     return [
         Verdict("000", "late release and remove of the old term are fenced",
-                all(r.get("error") == "Fenced" for r in late)),
+                all(r.get("error") == "Fenced" for r in late.values())
+                and not any(d.accepted for d in landed)
+                and in_flight is not None and in_flight.outcome == Outcome.REJECTED),
         Verdict("000", "a cancelled job is not live after a restart", "job-a" not in live),
     ]
 
@@ -142,14 +203,18 @@ def _play_001(bootstrap: str, out: Out, lease: float = 6.0, blip: float = 1.5) -
         for c in (jm1, jm2):
             c.close()
     no_failover = bool(standby) and standby[0].get("elected") is False and after_blip.get("ok")
+    log = _decisions(bootstrap, ns)
+    back = sorted(recovered.get("recovered", []))
     out(f"     jobreg: jm-1 (epoch {first.get('epoch')}, lease {lease:g} s) froze for {blip:g} s "
         + ("and kept its term: the standby did not take over. " if no_failover else
            "and the standby took over (a needless failover). ")
         + f"After jm-1 "
         f"crashed, jm-2 took epoch {second.get('epoch')} and recovered "
-        f"{recovered.get('recovered')}; resubmitting job-old was refused "
-        f"({resubmit.get('reason')}).")
-    _refusals(out, _rejected(bootstrap, ns))
+        + (_joined(back) if back else "no job")
+        + (f" ({_joined(sorted(recovered['failed']))} failed recovery)"
+           if recovered.get("failed") else "")
+        + f"; resubmitting job-old was {fate(resubmit, log)}.")
+    _refusals(out, [d for d in log if d.outcome == Outcome.REJECTED])
     return [
         Verdict("001", f"a {blip:g} s disconnect within the {lease:g} s lease causes no failover",
                 no_failover),
@@ -171,15 +236,21 @@ def _play_002(bootstrap: str, out: Out) -> list[Verdict]:
         new.send("adopt", jobs=["job-x"])  # the new leader takes the job over
         removal = old.send("terminate", job="job-x", state="FAILED",
                            reason="old leader removes its job graph")
-        old.send("zombie", type="JobTerminated", job="job-x", epoch=1,
-                 payload={"state": "FAILED"})
+        zombie = old.send("zombie", type="JobTerminated", job="job-x", epoch=1,
+                          payload={"state": "FAILED"})
         jobs = new.send("jobs")["jobs"]
     finally:
         old.close()
         new.close()
-    out(f"     jobreg: job-x is {jobs.get('job-x')} under epoch {epoch2}; the old leader's "
-        f"removal was refused by epoch ({removal.get('reason')}), not by timing.")
-    _refusals(out, _rejected(bootstrap, ns))
+    log = _decisions(bootstrap, ns)
+    by_offset = {d.offset: d for d in log}
+    refusals = [removal.get("reason")] + [
+        by_offset[z["offset"]].reason for z in (zombie,) if z.get("offset") in by_offset]
+    out(f"     jobreg: job-x is {jobs.get('job-x')} under epoch {epoch2}. The old leader's "
+        f"removal was {fate(removal, log)}; the removal it had in flight, written past its "
+        f"client, was {fate(zombie, log)}"
+        + (": refused by epoch, not by timing." if set(refusals) == {"stale_epoch"} else "."))
+    _refusals(out, [d for d in log if d.outcome == Outcome.REJECTED])
     return [Verdict("002", "a stale leader cannot remove a job the new leader holds",
                     removal.get("error") == "Fenced" and jobs.get("job-x") == "ACTIVE")]
 
@@ -193,16 +264,26 @@ def _play_003(bootstrap: str, out: Out) -> list[Verdict]:
     try:
         jm1.send("claim")
         jm1.send("submit_many", jobs=[f"job-{i:02d}" for i in range(20)])
-        jm2.send("claim")
+        epoch2 = jm2.send("claim")["epoch"]
         first = jm2.send("recover", fail=["job-07"])
-        jm3.send("claim")
+        epoch3 = jm3.send("claim")["epoch"]
         second = jm3.send("recover", fail=["job-07"])
     finally:
         for c in (jm1, jm2, jm3):
             c.close()
-    out(f"     jobreg: {len(first['recovered'])} jobs adopted; "
-        + ", ".join(f"{j} RECOVERY_FAILED ({e})" for j, e in first["failed"].items())
-        + "; the leader carries on, and the next one skips it.")
+
+    def recovery(who: str, epoch: int, result: dict[str, Any]) -> str:
+        failed = result.get("failed", {})
+        return (f"{who} (epoch {epoch}) adopted {len(result['recovered'])} jobs"
+                + ("" if not failed else
+                   " and marked " + _joined([f"{j} RECOVERY_FAILED ({e})"
+                                             for j, e in failed.items()])))
+
+    again = [j for j in first["failed"] if j in second["failed"] or j in second["recovered"]]
+    out(f"     jobreg: {recovery('jm-2', epoch2, first)}, and carried on; "
+        f"{recovery('jm-3', epoch3, second)}"
+        + (f", and did not try {_joined(list(first['failed']))} again."
+           if first["failed"] and not again else "."))
     return [
         Verdict("003", "one job's recovery failure fails that job only",
                 len(first["recovered"]) == 19 and list(first["failed"]) == ["job-07"]),
@@ -216,9 +297,10 @@ def _play_004(bootstrap: str, out: Out) -> list[Verdict]:
     out("     Flink: a task still writing checkpoint 5 failed after the discard, and the job "
         "restarted over a checkpoint that no longer mattered.")
     (jm,) = _coordinators(bootstrap, "incident-004", "jm-1")
+    budget = 1  # one failure is tolerable
     try:
         jm.send("claim")
-        jm.send("submit", job="job", budget=1)  # one failure is tolerable
+        jm.send("submit", job="job", budget=budget)
         for kind, cid in (("triggered", 4), ("completed", 4), ("triggered", 5)):
             jm.send("checkpoint", kind=kind, job="job", id=cid,
                     location=f"file:///checkpoints/job/{cid}")
@@ -232,8 +314,19 @@ def _play_004(bootstrap: str, out: Out) -> list[Verdict]:
                        location="file:///checkpoints/job/6")
     finally:
         jm.close()
-    out(f"     jobreg: the first decline counted (1 of 1 tolerable); the late failure was "
-        f"ignored ({late.get('ignored')}); over budget: {late.get('over_budget')}.")
+    counted = first.get("ignored") is None
+    out("     jobreg: the first decline "
+        + (f"counted ({_failures(first)}, {budget} tolerable)" if counted
+           else f"was ignored ({first.get('ignored')})")
+        + "; the late failure was "
+        + (f"ignored ({late['ignored']})" if late.get("ignored") else
+           f"counted ({_failures(late)})")
+        + "; the job is " + ("over" if late.get("over_budget") else "within")
+        + " its checkpoint failure budget"
+        + (f"; checkpoint 6 completed and the count went back to "
+           f"{done.get('consecutive_failures')}." if done.get("ok") else
+           f"; checkpoint 6 did not complete ({done.get('detail')}).")
+        )
     return [Verdict("004", "a failure of a discarded checkpoint is ignored",
                     first.get("ignored") is None and late.get("ignored") is not None
                     and "discarded" in late["ignored"] and not late.get("over_budget")
@@ -305,9 +398,34 @@ def _reports(bootstrap: str, out_dir: Path, out: Out) -> list[Path]:
                                   title=f"jobreg demo: incident 00{n}"))
         f.dump(dumps / f"{ns}.avro", topic=DEFAULT_TOPIC)
     out(f"     wrote {', '.join(str(p) for p in paths)}")
-    out(f"     and a dump of each incident's log in {dumps}/ (read one with "
-        f"`jobreg --from-file {dumps}/incident-000.avro explain job-a`)")
+    command, activate = jobreg_command()
+    out(f"     and a dump of each incident's log in {dumps}/; read one with "
+        f"`{command} --from-file {dumps}/incident-000.avro explain job-a`"
+        + (f" (or run `. {activate}` once, then `jobreg ...`)" if activate else ""))
     return paths
+
+
+def _shown(path: Path) -> str:
+    """``path`` as a person types it here: relative to the current directory when under it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def jobreg_command() -> tuple[str, str]:
+    """How to run this installation's ``jobreg`` from the current directory, and how to put it
+    on the PATH: ``("jobreg", "")`` when the PATH already finds it; else the script beside this
+    interpreter (``.venv/bin/jobreg`` after ``make demo``) and its environment's ``activate``
+    script (``""`` if it has none)."""
+    script = Path(sys.executable).parent / "jobreg"  # a venv's bin: not resolved, on purpose
+    if not script.exists():
+        return "jobreg", ""
+    found = shutil.which("jobreg")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "jobreg", ""
+    activate = script.parent / "activate"
+    return _shown(script), _shown(activate) if activate.exists() else ""
 
 
 def run_demo(out: Out = print, *, out_dir: str | os.PathLike[str] = "jobreg-demo",

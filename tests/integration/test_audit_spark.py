@@ -194,3 +194,41 @@ def test_python_workers_are_forked_from_a_daemon_that_imported_the_fold(spark) -
                                "print(threading.active_count())"],
         capture_output=True, text=True, timeout=60, check=True)
     assert threads.stdout.strip() == "1"
+
+
+SPARK_LINES = ("Using incubator modules", "Setting default log level", "setLogLevel(newLevel)",
+               "For SparkR")
+
+
+def test_audit_run_on_spark_prints_jobregs_lines_not_sparks(connect, tmp_path) -> None:
+    """Issue 29 §2: `jobreg audit run` on Spark says what it wrote and nothing of Spark's own
+    start-up: neither the JVM's incubator-module notice nor the log-level banner."""
+    reg = connect("quiet")
+    reg.claim_leadership("jm-1").submit("job-1", b"g")
+    db_url = f"sqlite:///{tmp_path / 'audit.db'}"
+    done = subprocess.run([sys.executable, "-m", "registry.cli", "--bootstrap", reg.bootstrap,
+                           "--topic", reg.topic, "audit", "run", "--once", "--db", db_url],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "batches to " in done.stdout and "starting Spark" in done.stdout, done.stdout
+    for line in SPARK_LINES:
+        assert line not in done.stdout and line not in done.stderr, (line, done.stderr)
+
+
+def test_what_the_jvm_says_on_stderr_still_gets_through() -> None:
+    """The filter of the JVM's stderr drops its incubator notice only: an error Spark's JVM
+    logs, and a line it prints itself, reach the process's stderr."""
+    script = (
+        "from consumers.spark import spark_session\n"
+        "spark = spark_session(master='local[1]')\n"
+        "jvm = spark.sparkContext._jvm\n"
+        "jvm.org.apache.logging.log4j.LogManager.getLogger('jobreg-probe').error('logged')\n"
+        "jvm.System.err.println('printed by the JVM')\n"
+        "spark.stop()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "ERROR jobreg-probe: logged" in done.stderr, done.stderr
+    assert "printed by the JVM" in done.stderr, done.stderr
+    for line in SPARK_LINES:
+        assert line not in done.stderr, (line, done.stderr)

@@ -44,6 +44,19 @@ def test_first_screen_has_exactly_two_commands() -> None:
     assert "\nmake test\n" in ci
 
 
+def test_first_screen_says_how_to_run_jobreg_from_the_virtualenv() -> None:
+    """Issue 29 §2: after `make demo`, `jobreg` is in .venv and not on the PATH; the first
+    screen says how to type it and how to activate the environment (in prose, below the two
+    commands), and the example it gives runs after the demo."""
+    first = " ".join(README.read_text().split("---", 1)[0].split())
+    assert "`.venv/bin/jobreg`" in first and "`. .venv/bin/activate`" in first
+    example = re.search(r"`(\.venv/bin/jobreg [^`]+)`", first)
+    assert example is not None
+    words = example.group(1).split()
+    assert words[1:] == ["--from-file", "jobreg-demo/dumps/incident-000.avro", "explain",
+                         "job-a"], words  # the dump and the job the demo writes and hints at
+
+
 def _help(*words: str) -> str:
     args = [sys.executable, "-m", "registry.cli", *words, "--help"]
     result = subprocess.run(args, capture_output=True, text=True, timeout=60)
