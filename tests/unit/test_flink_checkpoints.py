@@ -28,14 +28,19 @@ reason counts decided by the writer's table, :func:`~registry.fold.failure_reaso
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import io
 import json
+import struct
 from pathlib import Path
 
+import fastavro
 import pytest
 from support.incidents import Records
 from support.model import encode_with
 
-from registry.codec import default_codec, encode
+from registry.codec import Catalog, Codec, default_codec, encode
 from registry.errors import ConfigError
 from registry.events import (
     CHECKPOINT_FAILURE_REASONS,
@@ -62,7 +67,9 @@ CASES = Path(__file__).parents[1] / "support" / "cases"
 
 FLINK_2_3_0 = [
     # Flink 2.3.0's CheckpointFailureReason, in its declaration order (what values() walks):
-    # (name, preFlight, counted by CheckpointFailureManager.checkFailureCounter)
+    # (name, preFlight, counted by CheckpointFailureManager.checkFailureCounter), as the
+    # 2.3.0 release's classes have it (flink-dist-2.3.0.jar: the enum's constructor arguments,
+    # the switch's cases; not copied from jobreg).
     ("PERIODIC_SCHEDULER_SHUTDOWN", True, False),
     ("TOO_MANY_CHECKPOINT_REQUESTS", True, False),
     ("MINIMUM_TIME_BETWEEN_CHECKPOINTS", True, False),
@@ -213,7 +220,7 @@ def test_the_reason_table_is_flink_2_3_0s() -> None:
     jobreg's UNSPECIFIED (counted) and the names of earlier releases (never counted)."""
     assert FLINK_RELEASE == "2.3.0"
     assert [(n, r.pre_flight, r.counted) for n, r in FLINK_FAILURE_REASONS.items()] == FLINK_2_3_0
-    assert COUNTED_FAILURE_REASONS == {"UNSPECIFIED"} | {n for n, _, c in FLINK_2_3_0 if c}
+    assert {"UNSPECIFIED"} | {n for n, _, c in FLINK_2_3_0 if c} == COUNTED_FAILURE_REASONS
     assert set(FLINK_REASONS) <= set(CHECKPOINT_FAILURE_REASONS)
     for name in CHECKPOINT_FAILURE_REASONS:
         assert failure_reason_counts(name) == (name in COUNTED_FAILURE_REASONS)
@@ -291,6 +298,61 @@ def test_a_restart_keeps_the_retained_checkpoints_and_aborts_the_pending_ones() 
     assert c2.job.checkpoints.pending == () and 2 in c2.job.checkpoints.discarded
     late = c2.fail(2, "CHECKPOINT_DECLINED", trigger=False)
     assert late.outcome == Outcome.IGNORED and "discarded" in late.detail
+
+
+def _newer_writer_entry() -> dict:
+    """A CheckpointFailed schema of a newer jobreg, whose Flink has a reason this one lacks."""
+    catalog = default_codec().catalog
+    schema = copy.deepcopy(catalog.current("CheckpointFailed").schema)
+    field = next(f for f in schema["fields"] if f["name"] == "failure_reason")
+    field["type"]["symbols"].append("SOME_FUTURE_REASON")
+    return {"id": max(e.id for e in catalog.entries()) + 1, "type": "CheckpointFailed",
+            "version": catalog.current_version("CheckpointFailed") + 1, "schema": schema}
+
+
+@pytest.mark.parametrize("counts", [True, False])
+def test_a_reason_only_a_newer_writer_knows_folds_as_the_writer_decided(counts: bool) -> None:
+    """A newer jobreg (a newer Flink) writes a reason this one does not know. Read with the
+    writer's schema (a dump carries it) the name survives; read by this jobreg's own schema
+    (through a schema registry) it reads as UNSPECIFIED. Either way the fold follows the
+    decision the record carries, as the writer's own fold did."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    entry = _newer_writer_entry()
+    c = Coordinator(0)
+    c.restart_over_budget = False
+    state, _ = checkpoint_step(c.job.checkpoints, CheckpointFailed, UNKNOWN_CHECKPOINT,
+                               counts=counts)
+    event = CheckpointFailed(job_id="job", checkpoint_id=UNKNOWN_CHECKPOINT, state=state,
+                             reason="new", failure_reason="SOME_FUTURE_REASON",
+                             reason_counts=counts, **_env())
+    record = {"envelope": {**{k: getattr(event, k) for k in ("event_id", "namespace", "epoch",
+                                                             "writer", "created_at")},
+                           "schema_version": entry["version"]},
+              "job_id": "job", "checkpoint_id": -1, "state": dataclasses.asdict(state),
+              "reason": "new", "task": None, "failure_reason": "SOME_FUTURE_REASON",
+              "reason_counts": counts}
+
+    def body(schema_id: int) -> bytes:
+        buf = io.BytesIO()
+        buf.write(struct.pack(">bI", 0, schema_id))
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(entry["schema"]), record)
+        return buf.getvalue()
+
+    dump_reader = Codec(Catalog.from_dict(
+        {"schemas": [*default_codec().catalog.to_dict()["schemas"], entry]}))
+    assert dump_reader.decode(body(entry["id"])).failure_reason == "SOME_FUTURE_REASON"
+    registry = SchemaRegistryClient.new_client({"url": "mock://issue-29"})
+    writer_id = registry.register_schema("jobreg.CheckpointFailed",
+                                         Schema(json.dumps(entry["schema"]), "AVRO"))
+    old_reader = Codec(default_codec().catalog, schema_registry=registry)
+    assert old_reader.decode(body(writer_id)).failure_reason == "UNSPECIFIED"
+    for codec, data in ((dump_reader, body(entry["id"])), (old_reader, body(writer_id))):
+        delta = Delta(c.image, codec)
+        decision = delta.replay(LogRecord(len(c.records), record_key(event).encode(), data))
+        assert decision.outcome == (Outcome.ACCEPTED if counts else Outcome.IGNORED), decision
+        job = delta.apply().jobs["job"]
+        assert job.over_budget is counts and job.checkpoints.unknown_failures == int(counts)
 
 
 # -- schema evolution: old logs fold as they did --------------------------------------------
