@@ -140,9 +140,13 @@ class DumpSource:
         except Exception as e:  # fastavro raises several types for a file that is not Avro
             raise ConfigError(f"{self.path}: not a jobreg dump (not an Avro object container "
                               "file)") from e
-        if meta.get("jobreg.format") != "jobreg-dump/1":
-            raise ConfigError(f"{self.path}: not a jobreg dump (format "
-                              f"{meta.get('jobreg.format')!r})")
+        found = meta.get("jobreg.format")
+        if found != "jobreg-dump/1":
+            raise ConfigError(
+                f"{self.path}: not a jobreg dump (an Avro file without jobreg's format mark; "
+                "`jobreg dump` writes dumps)" if found is None else
+                f"{self.path}: a jobreg dump of format {found!r}, which this jobreg cannot read "
+                "(it reads jobreg-dump/1)")
         try:
             self.namespace = meta["jobreg.namespace"]
             self.topic = meta["jobreg.topic"]
