@@ -1,8 +1,9 @@
 """Flink's checkpoint failure cases, translated one by one (fold rule 6).
 
 Each test names the Flink test it mirrors: ``CheckpointFailureManagerTest`` (flink-runtime,
-``org.apache.flink.runtime.checkpoint``, the JUnit 5 version of Flink 2.3.0) and the decline
-cases of ``CheckpointCoordinatorTest``. The reason table is Flink 2.3.0's
+``org.apache.flink.runtime.checkpoint``; its JUnit 5 version, whose calls have the signatures
+of Flink 2.3.0's ``CheckpointFailureManager``) and the decline cases of
+``CheckpointCoordinatorTest``. The reason table is Flink 2.3.0's
 (:data:`FLINK_2_3_0`, copied here from its ``CheckpointFailureReason`` and
 ``CheckpointFailureManager.checkFailureCounter``, not from jobreg). How Flink's calls map to
 jobreg's:
