@@ -35,8 +35,8 @@ __all__ = ["EXIT_DAMAGED", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAG
            "main", "registry_errors"]
 
 EXIT_OK = 0
-EXIT_ERROR = 1  # the registry or the broker reported an error
-EXIT_USAGE = 2  # bad command line (click's own code), or no broker binary installed
+EXIT_ERROR = 1  # the registry, the broker or the machine reported an error
+EXIT_USAGE = 2  # what was typed is wrong (click's own code for a bad command line)
 EXIT_NOT_FOUND = 3  # the job (or namespace) asked about has no record
 EXIT_DAMAGED = 4  # a dump is damaged or cut short (DamagedDump)
 
@@ -68,15 +68,27 @@ def registry_errors(exit_code: int = EXIT_ERROR) -> Iterator[None]:
 
 
 EPILOG = (
-    "Exit codes: 0 ok; 1 error reported by the registry or the broker (unreachable broker, "
-    "a refused SASL login, missing topic, a file that is not a dump, a file that cannot be "
-    "written or that --force would have to replace, a database that is not an audit database, "
-    "a PostgreSQL login that can do more than read); 2 usage error "
-    "(bad arguments, a malformed --bootstrap or --command-config, a --from-file that does not "
-    "exist; or the broker binary is not installed); 3 the job asked about has no record in "
-    "the namespace, or the namespace has no record on the topic; 4 a dump is damaged or cut "
-    "short (the one line says where)."
+    "Exit codes: 0 success; 1 an error from the registry, the broker, the database or the "
+    "machine (unreachable broker: at once when every address refuses or does not resolve, "
+    "after --timeout when none answers; a refused SASL login; missing topic; a namespace "
+    "written under another partition count; a file that is not a dump; a report or dump that "
+    "cannot be written or that --force would have to replace; an audit database that does not "
+    "exist, is not an audit database or refuses a statement, or a PostgreSQL login that can "
+    "do more than read; audit check differences, audit resurrections rows; a program the "
+    "command needs that is not installed, such as the broker binary); 2 bad usage: what was "
+    "typed is wrong (unknown option, malformed job id, time, --bootstrap (it must be "
+    "HOST:PORT[,HOST:PORT...]) or --command-config, no --bootstrap nor --from-file where the "
+    "log is needed, a file named that does not exist or does not fit (a --from-file of "
+    "another --namespace, an audit check --from-file with no dump or two of one namespace, a "
+    "torture --check folder with no run), state without exactly one of --offset/--time, a "
+    "grant-reader NAME that cannot be a login or a --password-file that cannot be read); 3 a "
+    "job asked about (timeline, explain, report --job) that no record mentions, or a "
+    "namespace with no record on the topic (a mistyped --namespace: the message lists the "
+    "namespaces that have records); 4 a dump is damaged or cut short (the one line says "
+    "where). Errors go to stderr, never as a traceback."
 )
+"""The exit codes, as ``jobreg --help`` ends and the README's CLI section says them (a test
+holds the two to the same words)."""
 
 
 @dataclass
@@ -232,32 +244,82 @@ def main(ctx: click.Context, bootstrap: str | None, namespace: str, topic: str,
     The read commands (jobs, leader, terms, timeline, explain, rejected,
     quarantine, state, dump, report) replay one namespace's log from a broker
     (--bootstrap) or from a dump file (--from-file), and never write to it.
+
+    The options below are global: they may come before the command or after it
+    (jobreg --json jobs, or jobreg jobs --json).
     """
+    client_config = _checked_global("command_config", command_config) \
+        if command_config is not None else {}
+    source = ctx.get_parameter_source("namespace")
+    ctx.obj = Settings(_checked_global("bootstrap", bootstrap),
+                       _checked_global("namespace", namespace), _checked_global("topic", topic),
+                       from_file, as_json, timeout,
+                       namespace_given=source not in (None, click.core.ParameterSource.DEFAULT),
+                       client_config=client_config, partitions=partitions)
+
+
+def _checked_global(name: str, value: Any) -> Any:
+    """One global option's value, checked the same wherever it was given (before or after
+    the command); ``command_config`` gives the properties its file holds."""
     from registry.keys import check_id
     from registry.log import check_bootstrap
 
-    for what, value in (("namespace", namespace), ("topic", topic)):
-        try:
-            check_id(what, value)
-        except RegistryError as e:
-            raise click.BadParameter(str(e), param_hint=f"--{what}") from None
-    if bootstrap is not None:
-        try:
-            bootstrap = check_bootstrap(bootstrap)
-        except RegistryError as e:
-            raise click.BadParameter(str(e), param_hint="--bootstrap") from None
-    client_config: dict[str, str] = {}
-    if command_config is not None:
-        from registry.kafka_config import load_properties
+    if value is None:
+        return None
+    hint = "--" + name.replace("_", "-")
+    try:
+        if name in ("namespace", "topic"):
+            check_id(name, value)
+        elif name == "bootstrap":
+            return check_bootstrap(value)
+        elif name == "command_config":
+            from registry.kafka_config import load_properties
 
-        try:
-            client_config = load_properties(command_config)
-        except RegistryError as e:
-            raise click.BadParameter(str(e), param_hint="--command-config") from None
-    source = ctx.get_parameter_source("namespace")
-    ctx.obj = Settings(bootstrap, namespace, topic, from_file, as_json, timeout,
-                       namespace_given=source not in (None, click.core.ParameterSource.DEFAULT),
-                       client_config=client_config, partitions=partitions)
+            return load_properties(value)
+    except RegistryError as e:
+        raise click.BadParameter(str(e), param_hint=hint) from None
+    return value
+
+
+def _late_global(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """A global option given after the command: it sets what it sets before the command."""
+    if ctx.get_parameter_source(param.name or "") is not click.core.ParameterSource.COMMANDLINE:
+        return
+    settings = ctx.find_object(Settings)
+    if settings is None:
+        return
+    name = (param.name or "").removeprefix("global_")
+    checked = _checked_global(name, value)
+    if name == "command_config":
+        settings.client_config = checked
+    else:
+        setattr(settings, name, checked)
+    if name == "namespace":
+        settings.namespace_given = True
+
+
+def _accept_global_options_anywhere(group: click.Group,
+                                    globals_: list[click.Option] | None = None) -> None:
+    """Let every command under ``group`` take the global options after its own name too
+    (``jobreg jobs --json`` as well as ``jobreg --json jobs``), except an option the command
+    has of its own (``audit check --from-file``, ``torture --bootstrap``). Given in both
+    places, the one after the command wins."""
+    if globals_ is None:
+        globals_ = [p for p in group.params if isinstance(p, click.Option)
+                    and p.name != "version"]
+    for command in group.commands.values():
+        taken = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+        added = [g for g in globals_ if not taken & {*g.opts, *g.secondary_opts}]
+        for g in added:
+            command.params.append(click.Option(
+                [*g.opts, f"global_{g.name}"], type=None if g.is_flag else g.type,
+                is_flag=g.is_flag, metavar=g.metavar, hidden=True, expose_value=False,
+                callback=_late_global))
+        note = ("The global options (jobreg --help) may also come after the command: "
+                + ", ".join(g.opts[0] for g in added) + ".")
+        command.epilog = (command.epilog + "\n\n" if command.epilog else "") + note
+        if isinstance(command, click.Group):
+            _accept_global_options_anywhere(command, globals_)
 
 
 pass_settings = click.make_pass_decorator(Settings)
@@ -284,7 +346,7 @@ def broker(port: int | None, log_file: str | None) -> None:
     """
     from registry.dev.broker import EmbeddedBroker, find_tansu_binary
 
-    with registry_errors(EXIT_USAGE):
+    with registry_errors():  # not installed: the machine's error, not a usage error
         binary = find_tansu_binary()
 
     stop_requested = threading.Event()
@@ -536,12 +598,15 @@ def bench_image_cmd(events: int, jobs: int, rate: int, seed: int) -> None:
 @contextlib.contextmanager
 def _reading(settings: Settings) -> Iterator[Forensics]:
     """A Forensics for a read command; errors become one line, the progress bar is ended."""
+    from registry.errors import UnknownJob
     from registry.forensics import NoRecords, namespaces_on
 
     with registry_errors():
         f = settings.forensics()
         try:
             yield f
+        except UnknownJob as e:  # report --job: exit 3, as timeline and explain
+            raise CliError(str(e), EXIT_NOT_FOUND) from e
         except NoRecords as e:  # a mistyped --namespace: say which namespaces there are
             others = namespaces_on(settings.kafka, settings.topic, settings.timeout)
             raise CliError(f"{e} (namespaces with records there: "
@@ -555,10 +620,20 @@ def _decision_rows(decisions: list[Any], with_job: bool = True) -> str:
     from registry.render import format_time, table
 
     headers = ["offset", "time", "type", *(["job"] if with_job else []), "epoch", "writer",
-               "outcome", "reason", "detail"]
+               "outcome", "reason"]
     return table(headers, ([d.offset, format_time(d.timestamp), d.event_type,
                             *([d.job_id] if with_job else []), d.epoch, d.writer, d.outcome,
-                            d.reason, d.detail] for d in decisions))
+                            _why(d)] for d in decisions))
+
+
+def _why(d: Any) -> str | None:
+    """The table's reason: the fold's code and why for a refused or ignored record, what
+    its writer said for an accepted one (the reason given to a cancel, a recovery's error,
+    a checkpoint failure's Flink reason). JSON keeps the two apart (``reason``, ``detail``)."""
+    if d.reason is not None:
+        return f"{d.reason}: {d.detail}" if d.detail else d.reason
+    said = d.detail.removeprefix("reason: ")
+    return said or None
 
 
 def _jobs_table(image: Any, include_terminal: bool) -> str:
@@ -567,12 +642,18 @@ def _jobs_table(image: Any, include_terminal: bool) -> str:
     views = sorted((v for v in image.jobs.values() if include_terminal or v.live),
                    key=lambda v: v.job_id)
     if not views:
-        return "(no jobs)"
-    return table(["job", "status", "owner epoch", "checkpoint failures", "error"],
-                 ([v.job_id, v.status + (" (cleanup pending)" if v.dirty else ""),
-                   v.owner_epoch,
-                   f"{v.checkpoints.consecutive_failures}/{v.max_checkpoint_failures}"
-                   + (" OVER BUDGET" if v.over_budget else ""), v.error] for v in views))
+        ended = sum(1 for v in image.jobs.values() if not v.live)
+        return "(no jobs)" if include_terminal or not ended else (
+            f"(no live jobs; {ended} ended: --all shows them)")
+    headers = ["job", "status", "owner epoch", "checkpoint failures", "error"]
+    rows = [[v.job_id, v.status + (" (cleanup pending)" if v.dirty else ""), v.owner_epoch,
+             f"{v.checkpoints.consecutive_failures}/{v.max_checkpoint_failures}"
+             + (" OVER BUDGET" if v.over_budget else ""), v.error] for v in views]
+    if include_terminal:  # why each ended job ended
+        headers.append("reason")
+        for row, v in zip(rows, views, strict=True):
+            row.append(v.reason)
+    return table(headers, rows)
 
 
 @main.command()
@@ -814,14 +895,19 @@ def _print_rows(settings: Settings, what: str, columns: list[str], rows: list[tu
     from registry.render import format_time, table
 
     # For people, times read as everywhere else (ISO 8601 UTC); JSON keeps the stored ms.
-    times = {i for i, c in enumerate(columns) if c == "log_time" or c.endswith("_time")}
+    times = {i for i, c in enumerate(columns) if c == "log_time" or c.endswith(("_time", "_at"))}
 
     def shown(row: tuple) -> list:
         return [format_time(v) if i in times and isinstance(v, int) else v
                 for i, v in enumerate(row)]
 
-    count = (f"{len(rows)} row{'s' * (len(rows) != 1)} shown; there are more: raise --limit"
-             if truncated else f"{len(rows)} row{'s' * (len(rows) != 1)}")
+    plural = "s" * (len(rows) != 1)
+    if truncated and not rows:
+        count = "--limit 0: no row shown; the query has rows"
+    elif truncated:
+        count = f"{len(rows)} row{plural} shown; there are more: raise --limit"
+    else:
+        count = f"{len(rows)} row{plural}"
     settings.emit(what, {"columns": columns, "rows": [list(r) for r in rows],
                          "truncated": truncated},
                   lambda: table(columns, [shown(r) for r in rows]) + f"\n({count})"
@@ -1177,6 +1263,8 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
     if any(s["violation_count"] for s in summaries):
         raise SystemExit(EXIT_ERROR)
 
+
+_accept_global_options_anywhere(main)  # last: every command is defined by now
 
 if __name__ == "__main__":
     main(prog_name="jobreg")

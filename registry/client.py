@@ -59,7 +59,6 @@ from .errors import (
     WriteRejected,
 )
 from .events import (
-    CHECKPOINT_FAILURE_REASONS,
     UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
     CheckpointDiscarded,
@@ -88,6 +87,7 @@ from .events import (
 from .fold import (
     CheckpointRuleViolation,
     checkpoint_step,
+    failure_reason_counts,
     fencing_detail,
     fencing_reason,
     plan_reassertions,
@@ -786,21 +786,23 @@ class Term:
                           failure_reason: str = "UNSPECIFIED") -> Receipt:
         """Checkpoint ``checkpoint_id`` failed; ``failure_reason`` is Flink's
         ``CheckpointFailureReason`` name (:data:`~registry.events.CHECKPOINT_FAILURE_REASONS`;
-        ``UNSPECIFIED`` counts, as ``CHECKPOINT_DECLINED`` does), ``reason`` says why for
+        Flink :data:`~registry.events.FLINK_RELEASE`'s table says which count, and
+        ``UNSPECIFIED`` counts; the record carries that decision; a name jobreg does not
+        know is a :class:`~registry.errors.ConfigError`), ``reason`` says why for
         people. The receipt's ``ignored`` says why it did not count (a reason Flink does not
         count, a checkpoint discarded, completed, superseded, not pending, or already
         counted); :meth:`Registry.job` shows ``over_budget`` once the job's tolerable
         number is passed: then restart the job (:meth:`job_restarted`) or fail it
         (:meth:`terminate`), as Flink does."""
         return self._checkpoint(CheckpointFailed, job_id, checkpoint_id, reason=reason,
-                                task=task, failure_reason=_failure_reason(failure_reason))
+                                task=task, **_failure_reason(failure_reason))
 
     def checkpoint_trigger_failed(self, job_id: str, failure_reason: str,
                                   reason: str = "") -> Receipt:
         """Triggering a checkpoint failed before it had an id (Flink's trigger phase): counted
         every time if ``failure_reason`` counts (:meth:`checkpoint_failed`)."""
         return self._checkpoint(CheckpointFailed, job_id, UNKNOWN_CHECKPOINT, reason=reason,
-                                failure_reason=_failure_reason(failure_reason))
+                                **_failure_reason(failure_reason))
 
     def job_restarted(self, job_id: str, reason: str = "") -> Receipt:
         """The job was restarted (failed over) from its newest completed checkpoint, as Flink
@@ -894,7 +896,8 @@ class Term:
                                        location=str(payload.get("location", "")),
                                        retained=view.retained_checkpoints,
                                        failure_reason=str(payload.get("failure_reason",
-                                                                      "UNSPECIFIED")))
+                                                                      "UNSPECIFIED")),
+                                       counts=payload.get("reason_counts"))  # type: ignore[arg-type]
         except CheckpointRuleViolation:  # the fold refuses it, with the reason, in the log
             state = replace(view.checkpoints, seq=view.checkpoints.seq + 1)
         return self._write([self._event(kind, job_id, checkpoint_id=checkpoint_id,
@@ -1013,8 +1016,8 @@ class Term:
         return self._writes.send(pairs)
 
 
-def _failure_reason(name: object) -> str:
-    if name not in CHECKPOINT_FAILURE_REASONS:
-        raise ConfigError(f"unknown checkpoint failure reason {name!r}; one of Flink's: "
-                          + ", ".join(CHECKPOINT_FAILURE_REASONS))
-    return name  # type: ignore[return-value]
+def _failure_reason(name: object) -> dict[str, object]:
+    # The writer decides whether the reason counts, by the fold's table, and records it.
+    if not isinstance(name, str):
+        raise ConfigError(f"a checkpoint failure reason is a name, not {name!r}")
+    return {"failure_reason": name, "reason_counts": failure_reason_counts(name)}

@@ -177,7 +177,7 @@ class DumpReader:
         if fmt not in DUMP_FORMATS:
             if fmt is None:
                 raise ConfigError(f"{self.path}: not a jobreg dump (an Avro file without "
-                                  "jobreg's metadata)")
+                                  "jobreg's format mark; `jobreg dump` writes dumps)")
             raise ConfigError(f"{self.path}: not a jobreg dump this version reads (format "
                               f"{fmt!r}; it reads {', '.join(DUMP_FORMATS)})")
         for key in ("jobreg.namespace", "jobreg.topic", "jobreg.catalog"):

@@ -168,8 +168,8 @@ class ElectionCancelled(RegistryError, RuntimeError):
 class UnknownJob(RegistryError, KeyError):
     """A command names a job id that the registry has never seen."""
 
-    def __init__(self, namespace: str, job_id: str) -> None:
-        super().__init__(f"namespace {namespace!r} has no job {job_id!r}")
+    def __init__(self, namespace: str, job_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"namespace {namespace!r} has no job {job_id!r}")
         self.namespace = namespace
         self.job_id = job_id
 

@@ -17,12 +17,18 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from types import MappingProxyType
+from typing import ClassVar, NamedTuple
 
 __all__ = [
     "CHECKPOINT_FAILURE_REASONS",
+    "COUNTED_BEFORE_RECORDED",
     "COUNTED_FAILURE_REASONS",
+    "EARLIER_FLINK_REASONS",
+    "FLINK_FAILURE_REASONS",
+    "FLINK_RELEASE",
     "EMPTY_CHECKPOINTS",
     "EVENT_TYPES",
     "MEMBER_TYPES",
@@ -38,6 +44,7 @@ __all__ = [
     "CheckpointTriggered",
     "CompletedCheckpoint",
     "Event",
+    "FailureReason",
     "GraphRef",
     "InlineGraph",
     "JobAdopted",
@@ -321,6 +328,63 @@ UNKNOWN_CHECKPOINT = -1
 """The checkpoint id of a failure in the trigger phase, before the id existed (Flink's
 ``CheckpointFailureManager.UNKNOWN_CHECKPOINT_ID``)."""
 
+FLINK_RELEASE = "2.3.0"
+"""The Flink release whose checkpoint failure table jobreg follows
+(:data:`FLINK_FAILURE_REASONS`)."""
+
+
+class FailureReason(NamedTuple):
+    """One of Flink's ``CheckpointFailureReason`` values: ``pre_flight`` (it happens before
+    the checkpoint reaches the job's tasks, so Flink handles it as a job-level failure) and
+    ``counted`` (``CheckpointFailureManager.checkFailureCounter`` counts it against the
+    tolerable number of failed checkpoints)."""
+
+    pre_flight: bool
+    counted: bool
+
+
+FLINK_FAILURE_REASONS: Mapping[str, FailureReason] = MappingProxyType({
+    # Flink 2.3.0's CheckpointFailureReason in its declaration order, and its
+    # CheckpointFailureManager.checkFailureCounter: these five count, every other is ignored
+    # (read from the 2.3.0 release's classes, flink-dist-2.3.0.jar; its unknown-reason
+    # default throws). Its CheckpointFailureManagerTest.testTotalCountValue asserts 5.
+    "PERIODIC_SCHEDULER_SHUTDOWN": FailureReason(True, False),
+    "TOO_MANY_CHECKPOINT_REQUESTS": FailureReason(True, False),
+    "MINIMUM_TIME_BETWEEN_CHECKPOINTS": FailureReason(True, False),
+    "NOT_ALL_REQUIRED_TASKS_RUNNING": FailureReason(True, False),
+    "IO_EXCEPTION": FailureReason(True, True),
+    "BLOCKING_OUTPUT_EXIST": FailureReason(True, False),
+    "CHECKPOINT_ASYNC_EXCEPTION": FailureReason(False, True),
+    "CHANNEL_STATE_SHARED_STREAM_EXCEPTION": FailureReason(False, False),
+    "CHECKPOINT_EXPIRED": FailureReason(False, True),
+    "CHECKPOINT_SUBSUMED": FailureReason(False, False),
+    "CHECKPOINT_DECLINED": FailureReason(False, True),
+    "CHECKPOINT_DECLINED_TASK_NOT_READY": FailureReason(False, False),
+    "CHECKPOINT_DECLINED_TASK_CLOSING": FailureReason(False, False),
+    "CHECKPOINT_DECLINED_SUBSUMED": FailureReason(False, False),
+    "CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER": FailureReason(False, False),
+    "CHECKPOINT_DECLINED_INPUT_END_OF_STREAM": FailureReason(False, False),
+    "CHECKPOINT_COORDINATOR_SHUTDOWN": FailureReason(False, False),
+    "CHECKPOINT_COORDINATOR_SUSPEND": FailureReason(False, False),
+    "JOB_FAILOVER_REGION": FailureReason(False, False),
+    "TASK_FAILURE": FailureReason(False, False),
+    "TASK_CHECKPOINT_FAILURE": FailureReason(False, False),
+    "UNKNOWN_TASK_CHECKPOINT_NOTIFICATION_FAILURE": FailureReason(False, False),
+    "FINALIZE_CHECKPOINT_FAILURE": FailureReason(False, True),
+    "TRIGGER_CHECKPOINT_FAILURE": FailureReason(False, False),
+})
+"""Flink :data:`FLINK_RELEASE`'s checkpoint failure reasons, in Flink's order, each with its
+``preFlight`` flag and whether Flink counts it."""
+
+EARLIER_FLINK_REASONS: tuple[str, ...] = (
+    "TOO_MANY_CONCURRENT_CHECKPOINTS",
+    "CHECKPOINT_DECLINED_TASK_NOT_CHECKPOINTING",
+    "CHECKPOINT_DECLINED_ALIGNMENT_LIMIT_EXCEEDED",
+    "JOB_FAILURE",
+)
+"""Names earlier Flink releases had and :data:`FLINK_RELEASE` has not; no release counted
+them. jobreg still takes them (a coordinator on an older Flink reports them), uncounted."""
+
 CHECKPOINT_FAILURE_REASONS: tuple[str, ...] = (
     "UNSPECIFIED",
     "PERIODIC_SCHEDULER_SHUTDOWN",
@@ -349,30 +413,45 @@ CHECKPOINT_FAILURE_REASONS: tuple[str, ...] = (
     "UNKNOWN_TASK_CHECKPOINT_NOTIFICATION_FAILURE",
     "FINALIZE_CHECKPOINT_FAILURE",
     "TRIGGER_CHECKPOINT_FAILURE",
+    "BLOCKING_OUTPUT_EXIST",
+    "CHANNEL_STATE_SHARED_STREAM_EXCEPTION",
 )
-"""Flink's ``CheckpointFailureReason`` names (the Avro enum ``jobreg.CheckpointFailureReason``),
-and ``UNSPECIFIED``: a failure written before reasons existed, or with a name this jobreg
-does not know (the enum's default)."""
+"""Every name a failure can carry: the symbols of the Avro enum
+``jobreg.CheckpointFailureReason`` (new symbols go at the end; none is ever removed, so old
+records keep their names): ``UNSPECIFIED`` (jobreg's own: no reason given, or written before
+reasons existed), :data:`FLINK_FAILURE_REASONS` and :data:`EARLIER_FLINK_REASONS`."""
 
 COUNTED_FAILURE_REASONS: frozenset[str] = frozenset(
+    {"UNSPECIFIED"} | {name for name, r in FLINK_FAILURE_REASONS.items() if r.counted})
+"""The reasons that count against a job's tolerable failures: Flink :data:`FLINK_RELEASE`'s
+(IO_EXCEPTION, CHECKPOINT_ASYNC_EXCEPTION, CHECKPOINT_EXPIRED, CHECKPOINT_DECLINED,
+FINALIZE_CHECKPOINT_FAILURE) and ``UNSPECIFIED``, which counts as every failure did before
+reasons existed. Every other name of :data:`CHECKPOINT_FAILURE_REASONS` is ignored. A writer
+decides with this table and records its decision (``CheckpointFailed.reason_counts``)."""
+
+COUNTED_BEFORE_RECORDED: frozenset[str] = frozenset(
     {"UNSPECIFIED", "IO_EXCEPTION", "CHECKPOINT_ASYNC_EXCEPTION", "CHECKPOINT_DECLINED",
      "CHECKPOINT_EXPIRED"})
-"""The reasons that count against a job's tolerable failures, as Flink's
-``CheckpointFailureManager.checkFailureCounter`` counts them; every other reason is ignored.
-``UNSPECIFIED`` counts, as every failure did before reasons existed."""
+"""The table of the jobregs that did not record their decision (``CheckpointFailed``
+versions 1 and 2, Flink 1.x's ``checkFailureCounter``: FINALIZE_CHECKPOINT_FAILURE not
+counted): the fold judges their records by it, so old logs fold to the answer they had."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointFailed(CheckpointEvent):
     """Checkpoint ``checkpoint_id`` failed (:data:`UNKNOWN_CHECKPOINT`: it failed while being
     triggered, before it had an id); ``failure_reason`` is Flink's name for why
-    (:data:`CHECKPOINT_FAILURE_REASONS`), ``reason`` says it for people."""
+    (:data:`CHECKPOINT_FAILURE_REASONS`), ``reason`` says it for people. ``reason_counts`` is
+    the writer's decision whether that reason counts (:data:`COUNTED_FAILURE_REASONS`), which
+    the fold follows; ``None``: not recorded (written before version 3), judged by
+    :data:`COUNTED_BEFORE_RECORDED`."""
 
     TYPE: ClassVar[str] = "CheckpointFailed"
 
     reason: str
     task: str | None = None
     failure_reason: str = "UNSPECIFIED"
+    reason_counts: bool | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -22,6 +22,7 @@ from .rules import (
     HISTORY_KEPT,
     CheckpointRuleViolation,
     checkpoint_step,
+    failure_reason_counts,
     fencing_detail,
     fencing_reason,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Delta",
     "bulk",
     "checkpoint_step",
+    "failure_reason_counts",
     "fencing_detail",
     "fencing_reason",
     "fold",

@@ -104,7 +104,7 @@ from typing import NamedTuple
 
 import jinja2
 
-from .errors import ConfigError
+from .errors import ConfigError, UnknownJob
 from .events import GraphRef, JobStatus
 from .files import atomic_write, check_replaceable
 from .forensics import Forensics, Scan, TermSummary
@@ -520,8 +520,8 @@ def render_report(forensics: Forensics, *, jobs: Sequence[str] | None = None,
     at the top covers the window. ``generated_at`` (ms) is the time the page
     says it was made (default: now).
 
-    Raises :class:`ConfigError` for an unknown or malformed job id, or
-    ``since > until``. A :class:`~registry.client.Registry` is accepted too
+    Raises :class:`~registry.errors.UnknownJob` for a job no record names,
+    :class:`ConfigError` for a malformed job id or ``since > until``. A :class:`~registry.client.Registry` is accepted too
     (its :meth:`~registry.client.Registry.forensics` is used).
     """
     _check_args(jobs, since, until)
@@ -540,7 +540,8 @@ def render_report(forensics: Forensics, *, jobs: Sequence[str] | None = None,
     if wanted is not None:
         unknown = [j for j in wanted if j not in known]
         if unknown:
-            raise ConfigError(
+            raise UnknownJob(
+                forensics.namespace, unknown[0],
                 f"unknown job id(s) in namespace {forensics.namespace!r}: "
                 + ", ".join(repr(j) for j in unknown)
                 + " (no record of the log names them)")
@@ -794,9 +795,7 @@ class _Page:
         window = self.window
         where = "in the window" if self.windowed else "in the log"
         stamps = [d.timestamp for d in window if d.timestamp is not None]
-        if not window:
-            lines.append(_SummaryLine("", _text(f"No record {where}.")))
-        else:
+        if window:
             span = (f" over {_duration(max(stamps) - min(stamps))} ({_iso(min(stamps))} to "
                     f"{_iso(max(stamps))})" if stamps else "")
             lines.append(_SummaryLine("", _text(
@@ -814,7 +813,10 @@ class _Page:
         if absent and window:
             lines.append(_SummaryLine("ok", _text("None of these happened: ")
                                       + _joined(absent, ", ") + _text(".")))
-        head = ("; ".join(headline) + ".") if headline else "No trouble found."
+        if not window:  # nothing happened there: neither trouble nor "no trouble"
+            head = f"No record {where}."
+        else:
+            head = ("; ".join(headline) + ".") if headline else "No trouble found."
         return head[0].upper() + head[1:], lines
 
     def _summary_terms(self, headline: list[str]) -> _SummaryLine:

@@ -62,8 +62,12 @@ Rules, in the order the fold applies them to one record of this namespace:
    ids of triggers increase per job; a failure of a checkpoint that was
    discarded, completed, or is not newer than the last completed one, that
    was already counted, or that is not pending, is ignored (outcome
-   ``IGNORED``, with why); so is a failure whose ``failure_reason`` Flink
-   does not count (it still ends the pending checkpoint). Other failures
+   ``IGNORED``, with why); so is a failure whose ``failure_reason`` does not
+   count (it still ends the pending checkpoint). Whether a reason counts is
+   decided once, by the writer, with Flink's table of the release it follows,
+   and carried in the record (``reason_counts``); the fold follows it, and
+   judges a record without one (written before it was recorded) by the table
+   of its time (:func:`recorded_counts`). Other failures
    count once per checkpoint id, a failure in the trigger phase (checkpoint
    id -1) each time; a completion resets the count and keeps the newest
    ``retained_checkpoints``; a ``JobRestarted`` resets the count, discards
@@ -113,10 +117,12 @@ from typing import Any
 
 import immutables
 
-from .errors import CodecError
+from .errors import CodecError, ConfigError
 from .events import (
     CHECKPOINT_FAILURE_REASONS,
+    COUNTED_BEFORE_RECORDED,
     COUNTED_FAILURE_REASONS,
+    FLINK_RELEASE,
     UNKNOWN_CHECKPOINT,
     CallCommitted,
     CheckpointCompleted,
@@ -151,6 +157,8 @@ __all__ = [
     "CheckpointRuleViolation",
     "Delta",
     "checkpoint_step",
+    "failure_reason_counts",
+    "recorded_counts",
     "fencing_detail",
     "fencing_reason",
 ]
@@ -219,23 +227,46 @@ class CheckpointRuleViolation(Exception):
         self.detail = detail
 
 
-def _counts(failure_reason: str) -> bool:
-    """Whether a failure for ``failure_reason`` counts: Flink's counted reasons, and a name
-    this jobreg does not know (read as ``UNSPECIFIED``, the enum's default)."""
-    return failure_reason in COUNTED_FAILURE_REASONS \
-        or failure_reason not in CHECKPOINT_FAILURE_REASONS
+def failure_reason_counts(failure_reason: str) -> bool:
+    """Whether a failure for ``failure_reason`` counts, by this jobreg's table
+    (:data:`~registry.events.COUNTED_FAILURE_REASONS`, Flink
+    :data:`~registry.events.FLINK_RELEASE`'s): the writer's decision, which its record
+    carries. A name the table does not have is refused with
+    :class:`~registry.errors.ConfigError` (Flink's ``checkFailureCounter`` throws on a reason
+    it does not know): never guessed at."""
+    if failure_reason not in CHECKPOINT_FAILURE_REASONS:
+        raise ConfigError(
+            f"unknown checkpoint failure reason {failure_reason!r}: not one of Flink "
+            f"{FLINK_RELEASE}'s CheckpointFailureReason names, an earlier release's, or "
+            "UNSPECIFIED (jobreg refuses a name it does not know, as Flink does): "
+            + ", ".join(CHECKPOINT_FAILURE_REASONS))
+    return failure_reason in COUNTED_FAILURE_REASONS
+
+
+def recorded_counts(event: CheckpointFailed) -> bool:
+    """Whether the fold counts ``event``'s reason: the decision its writer recorded
+    (``reason_counts``), or, for a record without one (written before the writer recorded
+    it), the table of its time (:data:`~registry.events.COUNTED_BEFORE_RECORDED`). The fold
+    never judges a name by its own table, so a log folds to the answer it had whichever
+    jobreg reads it, one older than the writer (which reads a name it does not know as
+    ``UNSPECIFIED``) included."""
+    if event.reason_counts is not None:
+        return event.reason_counts
+    return event.failure_reason in COUNTED_BEFORE_RECORDED
 
 
 def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
                     *, location: str = "", retained: int = 1,
-                    failure_reason: str = "UNSPECIFIED",
+                    failure_reason: str = "UNSPECIFIED", counts: bool | None = None,
                     legacy: bool = False) -> tuple[CheckpointState, str | None]:
     """Rule 6: the checkpoint state after one event, and why it was ignored (``None``: it counted).
 
     Pure; the fold applies it, and the client calls it to compute the state
     its records carry. Raises :class:`CheckpointRuleViolation` for an event
-    the fold refuses. Follows Flink's ``CheckpointFailureManager``: only
-    :data:`~registry.events.COUNTED_FAILURE_REASONS` count, each checkpoint
+    the fold refuses. Follows Flink's ``CheckpointFailureManager``: a failure counts only
+    if its reason does (``counts``: the writer's decision, which the fold takes from the
+    record, :func:`recorded_counts`; ``None``: decide now with
+    :func:`failure_reason_counts`, as a writer does), each checkpoint
     id once, a failure in the trigger phase (:data:`~registry.events.UNKNOWN_CHECKPOINT`)
     every time; a failure of a checkpoint that is not pending is dropped, as
     Flink's coordinator drops a decline of a checkpoint it does not know; a
@@ -246,6 +277,8 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
     computed: it counts whether or not the checkpoint is pending.
     """
     cp = checkpoint_id
+    if kind is CheckpointFailed and counts is None:
+        counts = failure_reason_counts(failure_reason)
     last = state.last_completed
     pending, discarded, counted = set(state.pending), set(state.discarded), set(state.counted)
     unknown = state.unknown_failures
@@ -259,7 +292,7 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
         return CheckpointState(seq, last, state.retained, (),
                                tuple(sorted(discarded | pending)), (), 0), None
     if kind is CheckpointFailed and cp == UNKNOWN_CHECKPOINT:
-        if _counts(failure_reason):
+        if counts:
             unknown += 1
             why = None
         else:
@@ -289,7 +322,7 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
             why = f"checkpoint {cp} is not pending (never triggered, or already failed)"
         else:
             pending.discard(cp)  # Flink aborts the pending checkpoint, whatever the reason
-            if _counts(failure_reason):
+            if counts:
                 counted.add(cp)
                 why = None
             else:
@@ -703,11 +736,13 @@ class Delta:
             raise _Verdict("stale_checkpoint_seq", f"checkpoint record {seq} of job "
                            f"{e.job_id!r} follows record {cur.seq}; expected {cur.seq + 1}")
         try:
+            failed = e if isinstance(e, CheckpointFailed) else None
             new, why = checkpoint_step(cur, type(e), e.checkpoint_id,
                                        location=getattr(e, "location", ""),
                                        retained=job.retained_checkpoints,
                                        failure_reason=getattr(e, "failure_reason", "UNSPECIFIED"),
-                                       legacy=type(e) is CheckpointFailed and e.schema_version < 2)
+                                       counts=recorded_counts(failed) if failed else None,
+                                       legacy=failed is not None and e.schema_version < 2)
         except CheckpointRuleViolation as v:
             raise _Verdict(v.reason, v.detail) from None
         if new != e.state:

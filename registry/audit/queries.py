@@ -28,9 +28,11 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
         'expected_epoch, reason FROM refused_writes ORDER BY namespace, "partition", '
         '"offset"'),
     "terms": NamedQuery(
-        "Every leadership term with its duration and write counts.",
-        "SELECT namespace, epoch, leader, granted_offset, ended_by, duration_ms, "
-        "accepted_writes, rejected_writes FROM leadership_terms ORDER BY namespace, epoch"),
+        "Every leadership term: when it was granted and ended (the current one: CURRENT), "
+        "its duration and write counts.",
+        "SELECT namespace, epoch, leader, granted_offset, granted_at, ended_at, "
+        "COALESCE(ended_by, 'CURRENT') AS ended_by, duration_ms, accepted_writes, "
+        "rejected_writes FROM leadership_terms ORDER BY namespace, epoch"),
     "results": NamedQuery(
         "Every job result (terminal job), dirty ones first, with what their cleanup "
         "must still delete (graph, retained checkpoints).",

@@ -673,7 +673,8 @@ class _FoldingTerm:
     def checkpoint_failed(self, job: str, cp: int, reason: str, task: str | None = None) -> None:
         from registry.events import CheckpointFailed
 
-        self._checkpoint(CheckpointFailed, job, cp, reason=reason, task=task)
+        # A Term records its decision: UNSPECIFIED counts.
+        self._checkpoint(CheckpointFailed, job, cp, reason=reason, task=task, reason_counts=True)
 
 
 def bench_image(*, events: int = 1_000_000, jobs: int = 1000, rate: int = 200, seed: int = 1,

@@ -109,7 +109,7 @@ def test_terms_timeline_explain(incident) -> None:
     assert (cancel["outcome"], cancel["detail"]) == ("ACCEPTED", "reason: user cancel")
     code, out, _ = cli(incident, "timeline", "job-a")
     assert code == 0 and "stale_epoch" in out and "JobCancelled" in out
-    assert "reason: user cancel" in out
+    assert "ACCEPTED  user cancel" in out  # under reason (issue 29)
 
     doc = as_json(incident, "explain", "job-a")
     assert doc["job"]["status"] == "CANCELLED"
@@ -274,7 +274,7 @@ def test_report_writes_a_self_contained_page(incident, tmp_path) -> None:
     page = out.read_text()
     assert "stale_epoch" in page and "job-a" in page and "https://" not in page
     code, _, err = cli(incident, "report", "--out", str(out), "--job", "job-never")
-    assert code == 1 and "unknown job id" in err
+    assert code == EXIT_NOT_FOUND and "unknown job id" in err  # as timeline and explain
 
 
 # -- issue 15 items 1-5: every error is one line, with the right exit code ------------------

@@ -167,6 +167,32 @@ def test_failure_reasons_trigger_failures_and_restarts_through_the_client(connec
     assert connect("ns12").sync().jobs["job"] == view  # a fresh client folds the same
 
 
+def test_flink_2_3_0_reasons_through_the_client(connect) -> None:
+    """Issue 29 through the client: Flink 2.3.0's table. FINALIZE_CHECKPOINT_FAILURE counts
+    (it answered "does not count"); CHANNEL_STATE_SHARED_STREAM_EXCEPTION and
+    BLOCKING_OUTPUT_EXIST are taken and do not count (they were refused as unknown, while
+    the fold counted them); a name jobreg does not know is refused before anything is
+    written, and each record carries the writer's decision, which a fresh reader follows."""
+    reg = connect("ns29")
+    t = reg.claim_leadership("jm-1")
+    t.submit("job", b"g", max_checkpoint_failures=1)
+    t.checkpoint_triggered("job", 1)
+    assert t.checkpoint_failed("job", 1, "finalize",
+                               failure_reason="FINALIZE_CHECKPOINT_FAILURE").ignored is None
+    for name in ("CHANNEL_STATE_SHARED_STREAM_EXCEPTION", "BLOCKING_OUTPUT_EXIST"):
+        receipt = t.checkpoint_trigger_failed("job", name)
+        assert receipt.ignored == f"a trigger failure for {name} does not count"
+    end = reg.sync().provenance.last_offset
+    with pytest.raises(ConfigError, match="unknown checkpoint failure reason 'SOME_NEW_REASON'"):
+        t.checkpoint_trigger_failed("job", "SOME_NEW_REASON")
+    assert reg.sync().provenance.last_offset == end
+    assert not reg.job("job").over_budget
+    assert t.checkpoint_trigger_failed("job", "FINALIZE_CHECKPOINT_FAILURE").ignored is None
+    assert reg.job("job").over_budget  # 2 > 1
+    fresh = connect("ns29").sync().jobs["job"]
+    assert fresh == reg.job("job") and fresh.checkpoints.consecutive_failures == 2
+
+
 # -- GC never deletes a blob a live job references (property, no broker) ---------------
 
 gc_op = st.one_of(

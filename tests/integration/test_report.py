@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from support.incidents import incident_000
 
-from registry import ConfigError, Registry, WriteRejected
+from registry import ConfigError, Registry, UnknownJob, WriteRejected
 from registry.codec import Codec, default_codec, encode
 from registry.events import (
     Event,
@@ -180,7 +180,7 @@ def test_the_page_shows_what_the_fold_decided_and_is_deterministic(tmp_path) -> 
 
 def test_bad_arguments_are_config_errors() -> None:
     f = _memory_incident().forensics()
-    with pytest.raises(ConfigError, match="unknown job id.*'job-zz'"):
+    with pytest.raises(UnknownJob, match="unknown job id.*'job-zz'"):  # as the client says it
         render_report(f, jobs=["job-a", "job-zz"])
     with pytest.raises(ConfigError, match="malformed job id"):
         render_report(f, jobs=["<x>"])

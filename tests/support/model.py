@@ -53,6 +53,7 @@ from registry.fold import (
     DUPLICATE_WINDOW_MS,
     CheckpointRuleViolation,
     checkpoint_step,
+    failure_reason_counts,
     fold,
     plan_reassertions,
 )
@@ -122,7 +123,8 @@ CHECKPOINT_KINDS = {"trigger": CheckpointTriggered, "complete": CheckpointComple
 
 
 # Failures that do not count (Flink's JOB_FAILOVER_REGION), in the trigger phase (id -1;
-# counted for an odd drawn id, CHECKPOINT_EXPIRED, not for an even one), and restarts.
+# counted for an odd drawn id, FINALIZE_CHECKPOINT_FAILURE, not for an even one,
+# CHANNEL_STATE_SHARED_STREAM_EXCEPTION), and restarts.
 EXTRA_CHECKPOINT_KINDS = ("cpskip", "trigfail", "restart")
 
 
@@ -134,8 +136,8 @@ def checkpoint_event(view, kind, cp: int, common: dict):
     if kind == "cpskip":
         kind, failure_reason = CheckpointFailed, "JOB_FAILOVER_REGION"
     elif kind == "trigfail":
-        kind, failure_reason = CheckpointFailed, ("CHECKPOINT_EXPIRED" if cp % 2
-                                                  else "TOO_MANY_CONCURRENT_CHECKPOINTS")
+        kind, failure_reason = CheckpointFailed, ("FINALIZE_CHECKPOINT_FAILURE" if cp % 2
+                                                  else "CHANNEL_STATE_SHARED_STREAM_EXCEPTION")
         cp = UNKNOWN_CHECKPOINT
     elif kind == "restart":
         kind, cp = JobRestarted, view.checkpoints.last_completed
@@ -147,7 +149,8 @@ def checkpoint_event(view, kind, cp: int, common: dict):
         state = dataclasses.replace(view.checkpoints, seq=view.checkpoints.seq + 1)
     extra = {CheckpointCompleted: {"location": f"loc-{cp}"},
              CheckpointFailed: {"reason": "declined", "task": f"task-{cp}",
-                                "failure_reason": failure_reason},
+                                "failure_reason": failure_reason,
+                                "reason_counts": failure_reason_counts(failure_reason)},
              CheckpointDiscarded: {"reason": "declined"},
              JobRestarted: {"reason": "over budget"}}.get(kind, {})
     return kind(job_id=view.job_id, checkpoint_id=cp, state=state, **extra, **common)

@@ -154,6 +154,7 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "reason": texts,
         "failure_reason": st.sampled_from(CHECKPOINT_FAILURE_REASONS),
         "task": st.none() | texts,
+        "reason_counts": st.none() | st.booleans(),
     },
     JobRestarted: {
         "job_id": texts,

@@ -1,15 +1,21 @@
 """Flink's checkpoint failure cases, translated one by one (fold rule 6).
 
 Each test names the Flink test it mirrors: ``CheckpointFailureManagerTest`` (flink-runtime,
-``org.apache.flink.runtime.checkpoint``) and the decline cases of ``CheckpointCoordinatorTest``.
-How Flink's calls map to jobreg's:
+``org.apache.flink.runtime.checkpoint``; its JUnit 5 version, whose calls have the signatures
+of Flink 2.3.0's ``CheckpointFailureManager``) and the decline cases of
+``CheckpointCoordinatorTest``. The reason table is Flink 2.3.0's
+(:data:`FLINK_2_3_0`, copied here from its ``CheckpointFailureReason`` and
+``CheckpointFailureManager.checkFailureCounter``, not from jobreg). How Flink's calls map to
+jobreg's:
 
 * ``new CheckpointFailureManager(tolerable, callback)`` -> a job submitted with
   ``max_checkpoint_failures=tolerable``;
-* ``handleJobLevelCheckpointException(new CheckpointException(REASON), id)`` -> the
+* ``handleJobLevelCheckpointException(props, new CheckpointException(REASON), id)`` -> the
   coordinator had triggered ``id`` (Flink's coordinator only hands the manager failures of
   checkpoints it has pending) and writes ``checkpoint_failed(id, failure_reason=REASON)``;
-  with id -1 (``UNKNOWN_CHECKPOINT_ID``, the trigger phase) ``checkpoint_trigger_failed``;
+  with a negative id (the trigger phase, before an id existed) ``checkpoint_trigger_failed``
+  (id -1, Flink's ``UNKNOWN_CHECKPOINT_ID``; Flink 2.3.0's ``testTotalCountValue`` passes
+  -2, which it counts the same way because every counted failure there clears the count);
 * ``handleCheckpointSuccess(id)`` -> ``checkpoint_completed(id)``;
 * the ``FailJobCallback`` being invoked -> the job's ``over_budget`` turning on; the
   coordinator then restarts the job (``job_restarted``), which, like Flink's ``clearCount()``
@@ -17,17 +23,31 @@ How Flink's calls map to jobreg's:
   number of restarts.
 
 The records go through the fold as a :class:`~registry.Term` writes them (the state each
-carries computed with the fold's own :func:`~registry.fold.checkpoint_step`).
+carries computed with the fold's own :func:`~registry.fold.checkpoint_step`, and whether the
+reason counts decided by the writer's table, :func:`~registry.fold.failure_reason_counts`).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import io
+import json
+import struct
+from pathlib import Path
+
+import fastavro
+import pytest
+from support.incidents import Records
 from support.model import encode_with
 
-from registry.codec import default_codec, encode
+from registry.codec import Catalog, Codec, default_codec, encode
+from registry.errors import ConfigError
 from registry.events import (
     CHECKPOINT_FAILURE_REASONS,
     COUNTED_FAILURE_REASONS,
+    FLINK_FAILURE_REASONS,
+    FLINK_RELEASE,
     UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
     CheckpointFailed,
@@ -38,12 +58,45 @@ from registry.events import (
     LeadershipGranted,
     new_event_id,
 )
-from registry.fold import Delta, checkpoint_step, fold
+from registry.fold import Delta, checkpoint_step, failure_reason_counts, fold
+from registry.forensics import DumpSource, Forensics
 from registry.image import Decision, Image, LogRecord, Outcome
 from registry.keys import record_key
 
 NS = "flink"
-FLINK_REASONS = [r for r in CHECKPOINT_FAILURE_REASONS if r != "UNSPECIFIED"]
+CASES = Path(__file__).parents[1] / "support" / "cases"
+
+FLINK_2_3_0 = [
+    # Flink 2.3.0's CheckpointFailureReason, in its declaration order (what values() walks):
+    # (name, preFlight, counted by CheckpointFailureManager.checkFailureCounter), as the
+    # 2.3.0 release's classes have it (flink-dist-2.3.0.jar: the enum's constructor arguments,
+    # the switch's cases; not copied from jobreg).
+    ("PERIODIC_SCHEDULER_SHUTDOWN", True, False),
+    ("TOO_MANY_CHECKPOINT_REQUESTS", True, False),
+    ("MINIMUM_TIME_BETWEEN_CHECKPOINTS", True, False),
+    ("NOT_ALL_REQUIRED_TASKS_RUNNING", True, False),
+    ("IO_EXCEPTION", True, True),
+    ("BLOCKING_OUTPUT_EXIST", True, False),
+    ("CHECKPOINT_ASYNC_EXCEPTION", False, True),
+    ("CHANNEL_STATE_SHARED_STREAM_EXCEPTION", False, False),
+    ("CHECKPOINT_EXPIRED", False, True),
+    ("CHECKPOINT_SUBSUMED", False, False),
+    ("CHECKPOINT_DECLINED", False, True),
+    ("CHECKPOINT_DECLINED_TASK_NOT_READY", False, False),
+    ("CHECKPOINT_DECLINED_TASK_CLOSING", False, False),
+    ("CHECKPOINT_DECLINED_SUBSUMED", False, False),
+    ("CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER", False, False),
+    ("CHECKPOINT_DECLINED_INPUT_END_OF_STREAM", False, False),
+    ("CHECKPOINT_COORDINATOR_SHUTDOWN", False, False),
+    ("CHECKPOINT_COORDINATOR_SUSPEND", False, False),
+    ("JOB_FAILOVER_REGION", False, False),
+    ("TASK_FAILURE", False, False),
+    ("TASK_CHECKPOINT_FAILURE", False, False),
+    ("UNKNOWN_TASK_CHECKPOINT_NOTIFICATION_FAILURE", False, False),
+    ("FINALIZE_CHECKPOINT_FAILURE", False, True),
+    ("TRIGGER_CHECKPOINT_FAILURE", False, False),
+]
+FLINK_REASONS = [name for name, _, _ in FLINK_2_3_0]
 
 
 def _env() -> dict:
@@ -78,6 +131,8 @@ class Coordinator:
 
     def _write(self, kind, cp: int, **extra) -> Decision:
         view = self.job
+        if kind is CheckpointFailed:  # what a Term writes: its table's decision
+            extra["reason_counts"] = failure_reason_counts(extra["failure_reason"])
         state, _ = checkpoint_step(view.checkpoints, kind, cp, location=extra.get("location", ""),
                                    retained=view.retained_checkpoints,
                                    failure_reason=extra.get("failure_reason", "UNSPECIFIED"))
@@ -138,10 +193,9 @@ def test_continuous_failure() -> None:
 
 
 def test_break_continuous_failure() -> None:
-    """CheckpointFailureManagerTest#testBreakContinuousFailure (Flink's EXCEPTION reason of
-    older versions is CHECKPOINT_ASYNC_EXCEPTION's place in the table jobreg follows)."""
+    """CheckpointFailureManagerTest#testBreakContinuousFailure."""
     c = Coordinator(2)
-    c.fail(1, "CHECKPOINT_ASYNC_EXCEPTION")
+    c.fail(1, "IO_EXCEPTION")
     c.fail(2, "CHECKPOINT_DECLINED")
     c.fail(3, "JOB_FAILOVER_REGION")
     c.trigger(4)
@@ -152,16 +206,51 @@ def test_break_continuous_failure() -> None:
 
 def test_total_count_value() -> None:
     """CheckpointFailureManagerTest#testTotalCountValue: tolerable 0, one trigger-phase failure
-    (id -1) of every reason; each counted one fails the job, and the count starts again each
-    time. Flink's assertion is the number of counted reasons of its version's table; jobreg
-    follows the table of ``CheckpointFailureManager.checkFailureCounter`` with IO_EXCEPTION,
-    CHECKPOINT_ASYNC_EXCEPTION, CHECKPOINT_DECLINED and CHECKPOINT_EXPIRED counted: 4."""
+    of every reason of Flink 2.3.0; each counted one fails the job, and the count starts again
+    each time. Flink asserts 5 (IO_EXCEPTION, CHECKPOINT_DECLINED, FINALIZE_CHECKPOINT_FAILURE,
+    CHECKPOINT_EXPIRED and CHECKPOINT_ASYNC_EXCEPTION)."""
     c = Coordinator(0)
     for reason in FLINK_REASONS:
         c.fail(UNKNOWN_CHECKPOINT, reason)
-    counted = [r for r in FLINK_REASONS if r in COUNTED_FAILURE_REASONS]
-    assert len(counted) == 4 and c.restarts == 4
+    assert c.restarts == 5
     assert c.job.checkpoints.consecutive_failures == 0
+
+
+def test_the_reason_table_is_flink_2_3_0s() -> None:
+    """jobreg's table is Flink 2.3.0's, reason by reason (name, preFlight, counted), plus
+    jobreg's UNSPECIFIED (counted) and the names of earlier releases (never counted)."""
+    assert FLINK_RELEASE == "2.3.0"
+    assert [(n, r.pre_flight, r.counted) for n, r in FLINK_FAILURE_REASONS.items()] == FLINK_2_3_0
+    assert {"UNSPECIFIED"} | {n for n, _, c in FLINK_2_3_0 if c} == COUNTED_FAILURE_REASONS
+    assert set(FLINK_REASONS) <= set(CHECKPOINT_FAILURE_REASONS)
+    for name in CHECKPOINT_FAILURE_REASONS:
+        assert failure_reason_counts(name) == (name in COUNTED_FAILURE_REASONS)
+
+
+def test_a_name_this_jobreg_does_not_know_is_refused_by_the_writer() -> None:
+    """One rule: the writer decides whether a failure counts, by its table; a name its table
+    does not have is refused (Flink's checkFailureCounter throws on a reason it does not
+    know), never guessed at."""
+    for name in ("DECLINED", "EXCEPTION", "", "checkpoint_declined"):
+        with pytest.raises(ConfigError, match="unknown checkpoint failure reason"):
+            failure_reason_counts(name)
+
+
+def test_the_fold_follows_the_decision_the_record_carries() -> None:
+    """The fold never judges a reason by its own table: a record carries its writer's
+    decision (``reason_counts``), and the fold follows it, so a reader older than the writer
+    (to which a newer name reads as UNSPECIFIED) folds as the writer did."""
+    for counts in (True, False):
+        c = Coordinator(0)
+        c.restart_over_budget = False
+        view = c.job
+        state, why = checkpoint_step(view.checkpoints, CheckpointFailed, UNKNOWN_CHECKPOINT,
+                                     failure_reason="UNSPECIFIED", counts=counts)
+        d = c._append(CheckpointFailed(job_id="job", checkpoint_id=UNKNOWN_CHECKPOINT,
+                                       state=state, reason="", failure_reason="UNSPECIFIED",
+                                       reason_counts=counts, **_env()))
+        assert d.outcome == (Outcome.ACCEPTED if counts else Outcome.IGNORED), d
+        assert c.job.over_budget is counts
 
 
 def test_ignore_one_checkpoint_repeatedly_count_multi_times() -> None:
@@ -212,7 +301,92 @@ def test_a_restart_keeps_the_retained_checkpoints_and_aborts_the_pending_ones() 
     assert late.outcome == Outcome.IGNORED and "discarded" in late.detail
 
 
-# -- schema evolution: a log written before failure reasons folds as it did ---------------
+def _newer_writer_entry() -> dict:
+    """A CheckpointFailed schema of a newer jobreg, whose Flink has a reason this one lacks."""
+    catalog = default_codec().catalog
+    schema = copy.deepcopy(catalog.current("CheckpointFailed").schema)
+    field = next(f for f in schema["fields"] if f["name"] == "failure_reason")
+    field["type"]["symbols"].append("SOME_FUTURE_REASON")
+    return {"id": max(e.id for e in catalog.entries()) + 1, "type": "CheckpointFailed",
+            "version": catalog.current_version("CheckpointFailed") + 1, "schema": schema}
+
+
+@pytest.mark.parametrize("counts", [True, False])
+def test_a_reason_only_a_newer_writer_knows_folds_as_the_writer_decided(counts: bool) -> None:
+    """A newer jobreg (a newer Flink) writes a reason this one does not know. Read with the
+    writer's schema (a dump carries it) the name survives; read by this jobreg's own schema
+    (through a schema registry) it reads as UNSPECIFIED. Either way the fold follows the
+    decision the record carries, as the writer's own fold did."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    entry = _newer_writer_entry()
+    c = Coordinator(0)
+    c.restart_over_budget = False
+    state, _ = checkpoint_step(c.job.checkpoints, CheckpointFailed, UNKNOWN_CHECKPOINT,
+                               counts=counts)
+    event = CheckpointFailed(job_id="job", checkpoint_id=UNKNOWN_CHECKPOINT, state=state,
+                             reason="new", failure_reason="SOME_FUTURE_REASON",
+                             reason_counts=counts, **_env())
+    record = {"envelope": {**{k: getattr(event, k) for k in ("event_id", "namespace", "epoch",
+                                                             "writer", "created_at")},
+                           "schema_version": entry["version"]},
+              "job_id": "job", "checkpoint_id": -1, "state": dataclasses.asdict(state),
+              "reason": "new", "task": None, "failure_reason": "SOME_FUTURE_REASON",
+              "reason_counts": counts}
+
+    def body(schema_id: int) -> bytes:
+        buf = io.BytesIO()
+        buf.write(struct.pack(">bI", 0, schema_id))
+        fastavro.schemaless_writer(buf, fastavro.parse_schema(entry["schema"]), record)
+        return buf.getvalue()
+
+    dump_reader = Codec(Catalog.from_dict(
+        {"schemas": [*default_codec().catalog.to_dict()["schemas"], entry]}))
+    assert dump_reader.decode(body(entry["id"])).failure_reason == "SOME_FUTURE_REASON"
+    registry = SchemaRegistryClient.new_client({"url": "mock://issue-29"})
+    writer_id = registry.register_schema("jobreg.CheckpointFailed",
+                                         Schema(json.dumps(entry["schema"]), "AVRO"))
+    old_reader = Codec(default_codec().catalog, schema_registry=registry)
+    assert old_reader.decode(body(writer_id)).failure_reason == "UNSPECIFIED"
+    for codec, data in ((dump_reader, body(entry["id"])), (old_reader, body(writer_id))):
+        delta = Delta(c.image, codec)
+        decision = delta.replay(LogRecord(len(c.records), record_key(event).encode(), data))
+        assert decision.outcome == (Outcome.ACCEPTED if counts else Outcome.IGNORED), decision
+        job = delta.apply().jobs["job"]
+        assert job.over_budget is counts and job.checkpoints.unknown_failures == int(counts)
+
+
+# -- schema evolution: old logs fold as they did --------------------------------------------
+
+def test_a_log_written_before_flink_2_3_folds_to_the_same_answer() -> None:
+    """A dump written through the client by jobreg before its table became Flink 2.3.0's
+    (``support/cases/make_checkpoint_reasons_before_2_3.py``, run at commit dd79e61): then
+    FINALIZE_CHECKPOINT_FAILURE did not count. Its records carry no decision, so the fold
+    judges them by the table of their time, and every job, verdict and reason is what it was:
+    job-within stays within budget, job-total was restarted 5 times, not 6."""
+    expected = json.loads((CASES / "checkpoint_reasons_before_2_3.json").read_text())
+    scan = Forensics(DumpSource(CASES / "checkpoint_reasons_before_2_3.avro"), "flink").scan()
+    jobs = {j: {"over_budget": v.over_budget,
+                "consecutive_failures": v.checkpoints.consecutive_failures,
+                "counted": list(v.checkpoints.counted),
+                "unknown_failures": v.checkpoints.unknown_failures,
+                "last_completed": v.checkpoints.last_completed,
+                "pending": list(v.checkpoints.pending)}
+            for j, v in sorted(scan.image.jobs.items())}
+    assert jobs == expected["jobs"]
+    assert [[d.offset, d.event_type, str(d.outcome), d.reason, d.detail]
+            for d in scan.decisions] == expected["decisions"]
+    restarts = [d for d in scan.decisions if d.event_type == "JobRestarted"]
+    assert len(restarts) == 5
+    # The same history written today: FINALIZE_CHECKPOINT_FAILURE counts, job-within is over.
+    c = Coordinator(1)
+    c.restart_over_budget = False
+    c.trigger(1)
+    c.succeed(1)
+    c.fail(2, "FINALIZE_CHECKPOINT_FAILURE")
+    c.fail(3, "CHECKPOINT_EXPIRED")
+    assert c.job.over_budget
+
 
 def test_a_log_written_with_the_schemas_before_failure_reasons_folds_to_the_same_answer() -> None:
     """Checkpoint records of schema version 1 (ids 12-15 of the catalog) carry states the
@@ -242,10 +416,6 @@ def test_a_log_written_with_the_schemas_before_failure_reasons_folds_to_the_same
 def test_explain_tells_restarts_and_an_exhausted_budget() -> None:
     """Issue 15 item 11: explain says a job is over its checkpoint failure budget, which
     failures counted (with Flink's reason), what Flink would do, and that it was restarted."""
-    from support.incidents import Records
-
-    from registry.forensics import Forensics
-
     c = Coordinator(1)
     c.restart_over_budget = False
     c.fail(1, "CHECKPOINT_DECLINED")

@@ -177,8 +177,9 @@ def _oracle(ops, budget: int) -> tuple[int, bool, int]:
     (count, over budget, last completed). Only pending checkpoints fail (the coordinator
     drops a decline of a checkpoint it does not know); each counts once, and only for the
     reasons Flink counts ("cpskip" is JOB_FAILOVER_REGION: it ends the checkpoint, uncounted);
-    a failure in the trigger phase counts each time ("trigfail": CHECKPOINT_EXPIRED for an
-    odd drawn id, TOO_MANY_CONCURRENT_CHECKPOINTS for an even one); a success of a newer
+    a failure in the trigger phase counts each time ("trigfail": FINALIZE_CHECKPOINT_FAILURE,
+    counted since Flink 2.3.0's table, for an odd drawn id, CHANNEL_STATE_SHARED_STREAM_EXCEPTION
+    for an even one); a success of a newer
     checkpoint and a restart (Flink's clearCount when it fails the job) clear the count;
     a restart aborts the pending checkpoints."""
     last, pending, discarded, counted, unknown = -1, set(), set(), set(), 0

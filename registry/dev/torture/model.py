@@ -52,7 +52,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from registry.errors import CodecError
-from registry.events import CHECKPOINT_FAILURE_REASONS as _KNOWN_REASONS
 from registry.fold import DUPLICATE_WINDOW_MS
 from registry.wire import decode
 
@@ -174,22 +173,26 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
     return None
 
 
-# Flink's CheckpointFailureManager.checkFailureCounter: the reasons that count.
-_COUNTED = {"UNSPECIFIED", "IO_EXCEPTION", "CHECKPOINT_ASYNC_EXCEPTION", "CHECKPOINT_DECLINED",
-            "CHECKPOINT_EXPIRED"}
+# The reasons that counted for the jobregs that did not record the writer's decision
+# (Flink 1.x's CheckpointFailureManager.checkFailureCounter, and UNSPECIFIED).
+_COUNTED_BEFORE = {"UNSPECIFIED", "IO_EXCEPTION", "CHECKPOINT_ASYNC_EXCEPTION",
+                   "CHECKPOINT_DECLINED", "CHECKPOINT_EXPIRED"}
 
 
 def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
-             reason: str = "UNSPECIFIED", version: int = 2) -> tuple[Cp, str | None]:
-    """Rule 6 as documented: the state after one event and why it was ignored."""
+             reason: str = "UNSPECIFIED", version: int = 2,
+             recorded: bool | None = None) -> tuple[Cp, str | None]:
+    """Rule 6 as documented: the state after one event and why it was ignored. A failure's
+    reason counts as its writer recorded (``recorded``), or by the old table if it did not."""
     seq = cur.seq + 1
+    counts = recorded if recorded is not None else reason in _COUNTED_BEFORE
     if kind == "JobRestarted":
         if cp != cur.last:
             raise _Refused("restart_checkpoint_mismatch")
         return Cp(seq, cur.last, cur.retained, frozenset(), cur.discarded | cur.pending,
                   frozenset(), 0), None
     if kind == "CheckpointFailed" and cp == -1:  # the trigger phase: no id
-        if reason in _COUNTED or reason not in _KNOWN_REASONS:
+        if counts:
             return replace(cur, seq=seq, unknown=cur.unknown + 1), None
         return replace(cur, seq=seq), "reason does not count"
     if kind == "CheckpointTriggered":
@@ -210,7 +213,7 @@ def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
             return replace(cur, seq=seq), "already counted"
         if cp not in cur.pending and version >= 2:  # version 1 counted it anyway
             return replace(cur, seq=seq), "not pending"
-        if reason in _COUNTED or reason not in _KNOWN_REASONS:
+        if counts:
             return replace(cur, seq=seq, counted=cur.counted | {cp},
                            pending=cur.pending - {cp}), None
         return replace(cur, seq=seq, pending=cur.pending - {cp}), "reason does not count"
@@ -453,7 +456,7 @@ class NamespaceModel:
                     cp, why = _cp_step(job.cp, t, ev.checkpoint_id,
                                        getattr(ev, "location", ""), job.retained,
                                        getattr(ev, "failure_reason", "UNSPECIFIED"),
-                                       ev.schema_version)
+                                       ev.schema_version, getattr(ev, "reason_counts", None))
                     if cp != carried:
                         raise _Refused("checkpoint_state_mismatch")
                     new = replace(job, cp=cp)

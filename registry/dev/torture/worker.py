@@ -418,7 +418,8 @@ class Worker:
             kind = self.rng.choices(["completed", "failed", "discarded", "trigger_failed",
                                      "restarted"], [4, 4, 2, 1, 1])[0]
             why = self.rng.choice(["CHECKPOINT_DECLINED", "CHECKPOINT_EXPIRED",
-                                   "JOB_FAILOVER_REGION", "UNSPECIFIED"])
+                                   "FINALIZE_CHECKPOINT_FAILURE", "JOB_FAILOVER_REGION",
+                                   "CHANNEL_STATE_SHARED_STREAM_EXCEPTION", "UNSPECIFIED"])
             if kind == "completed":
                 fn = lambda: term.checkpoint_completed(job, cid, f"mem://{job}/{cid}")  # noqa: E731
             elif kind == "failed":
