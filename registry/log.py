@@ -340,6 +340,11 @@ class LogReader:
         self._paused = True
         self._eof = False
         self._known_end: int | None = None  # every offset below it was read (or taken)
+        self.stable_end: int | None = None
+        """Where the last end of partition a fetch reported lay: read_committed, that is the
+        partition's last stable offset then (the first record of the earliest transaction
+        the broker counts as open, else the high watermark). Nothing is read past it, so a
+        write whose records lie at or after it cannot be confirmed until it moves."""
         self._moved = False  # the position moved without the consumer (take_own)
         self._probe: Consumer | None = None  # made by the first take_own
 
@@ -494,6 +499,8 @@ class LogReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     self._eof = True  # in order: records after it clear it again
+                    if m.offset() >= 0:
+                        self.stable_end = m.offset()
                     if m.offset() >= 0 and (not out or m.offset() > out[-1].offset):
                         self._known_end = m.offset()
                     continue
