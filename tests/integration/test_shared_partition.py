@@ -15,12 +15,17 @@ The last test is the 16-namespace run's failure: no transaction held open, leade
 partition committing at once, and then a healthy write unknown after 30 s. The cause is the
 embedded broker's transaction bookkeeping (its reason says how; README, "What differs"); it is
 an expected failure there until the broker is fixed, and must pass on Apache Kafka.
+
+And a reader of a long partition that other leaders keep a transaction open on still reads it
+to its end: it asks its own fetch responses, not a read_committed ListOffsets, whether records
+lie ahead.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import uuid
 
 import pytest
 from confluent_kafka import Producer
@@ -28,9 +33,10 @@ from confluent_kafka import Producer
 from registry.errors import OutcomeUnknown
 from registry.image import Outcome
 from registry.keys import partition_for
-from registry.log import transactional_id
+from registry.log import LogReader, TopicConfig, ensure_topic, transactional_id
 
 PATIENCE = 120.0  # seconds: only a hang reaches it
+LONG = 1500  # one-record transactions: 3,000 stored batches, long for a fetch that waits 1 ms
 
 
 def _sharing(count: int, partitions: int = 8) -> list[str]:
@@ -169,3 +175,36 @@ def test_leaders_sharing_a_partition_write_at_once_then_each_alone(connect) -> N
             raise failures[0]
         for term in terms:  # each alone, after every other leader went quiet
             term.submit(f"r{round_}-alone", b"g")
+
+
+def test_a_long_partition_reads_to_its_end_while_another_transaction_is_open_on_it(
+        broker) -> None:
+    """A read of a long partition makes no progress on the embedded broker until it waits
+    longer per fetch (tests/integration/test_reader.py); it lengthens its wait when the
+    broker says records lie ahead. Asked with ListOffsets under read_committed, the embedded
+    broker answers 0 for a partition while any transaction is open on it (another
+    namespace's leader, mid-write), so the read never lengthened its wait and timed out, for
+    as long as the partition's other leaders kept a transaction open. The high watermark of
+    the reader's own fetch responses says it right on both brokers."""
+    topic = f"jobreg-test-long-open-{uuid.uuid4().hex[:12]}"
+    ensure_topic(broker.bootstrap, topic, TopicConfig(partitions=1), 10)
+    filler = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0, "linger.ms": 0,
+                       "transactional.id": f"{topic}-filler"})
+    filler.init_transactions(30)
+    for i in range(LONG):
+        filler.begin_transaction()
+        filler.produce(topic, b"v%d" % i, b"k", partition=0)
+        filler.commit_transaction(30)
+    holder = Producer({"bootstrap.servers": broker.bootstrap, "log_level": 0, "linger.ms": 0,
+                       "transactional.id": f"{topic}-holder"})
+    holder.init_transactions(30)
+    holder.begin_transaction()
+    holder.produce(topic, b"held", b"k", partition=0)
+    assert holder.flush(30) == 0
+    reader = LogReader(broker.bootstrap, topic, 0, fetch_wait_ms=1)
+    try:  # up to the open transaction's first record: the last stable offset
+        values = [r.value for batch in reader.read_to_end(20.0) for r in batch]
+    finally:
+        reader.close()
+        holder.abort_transaction(30)
+    assert values == [b"v%d" % i for i in range(LONG)]
