@@ -146,10 +146,12 @@ class Concurrent:
     """One level of concurrent single-job submits: the rate and each call's latency."""
 
     writers: int
-    calls: int
+    calls: int  # calls answered (failed ones excluded)
     jobs_per_s: float
     p50_ms: float
     p99_ms: float
+    failed: int = 0  # calls that raised one of the counted errors (the writer then stopped)
+    failure: str = ""  # the first of them: how long it took and what it said
 
 
 @dataclass
@@ -213,17 +215,21 @@ def _latency(lat_ms: list[float], f: StoreFigures, elapsed_s: float) -> None:
 
 
 def _summary(writers: int, lat_ms: list[float], elapsed_s: float) -> Concurrent:
+    if not lat_ms:
+        return Concurrent(writers, 0, 0.0, 0.0, 0.0)
     return Concurrent(writers, len(lat_ms), len(lat_ms) / elapsed_s,
                       statistics.median(lat_ms), _percentile(lat_ms, 0.99))
 
 
-def _threads(submits: list[Callable[[str, bytes], object]], calls: int,
-             prefix: str) -> Concurrent:
+def _threads(submits: list[Callable[[str, bytes], object]], calls: int, prefix: str,
+             counted: tuple[type[BaseException], ...] = ()) -> Concurrent:
     """``calls`` single-job submits by one thread per entry of ``submits`` (the job ``j`` by
     the thread ``j % len(submits)``), all started together; the rate and each call's
-    latency. A writer's failure is raised once the others ended."""
+    latency. A call that raises one of ``counted`` is counted, with the first one's message,
+    and its writer stops; any other failure is raised once the others ended."""
     writers = len(submits)
     lat: list[list[float]] = [[] for _ in range(writers)]
+    failures: list[tuple[float, str]] = []
     start = threading.Barrier(writers + 1)
 
     def writer(k: int) -> None:
@@ -232,7 +238,11 @@ def _threads(submits: list[Callable[[str, bytes], object]], calls: int,
         for j in range(k, calls, writers):
             graph = _graph(j)
             t0 = time.perf_counter()
-            submit(f"{prefix}-{j}", graph)
+            try:
+                submit(f"{prefix}-{j}", graph)
+            except counted as e:
+                failures.append((time.perf_counter() - t0, f"{type(e).__name__}: {e}"))
+                return
             mine.append((time.perf_counter() - t0) * 1000)
 
     with ThreadPoolExecutor(writers) as pool:
@@ -242,7 +252,11 @@ def _threads(submits: list[Callable[[str, bytes], object]], calls: int,
         for fut in futures:
             fut.result()
         elapsed = time.perf_counter() - t0
-    return _summary(writers, [ms for mine in lat for ms in mine], elapsed)
+    figures = _summary(writers, [ms for mine in lat for ms in mine], elapsed)
+    if failures:
+        took, what = min(failures)
+        figures.failed, figures.failure = len(failures), f"after {took:.1f} s: {what}"
+    return figures
 
 
 def _graph(i: int) -> bytes:
@@ -361,6 +375,7 @@ def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: 
                 namespaces: int, progress: _Progress) -> StoreFigures:
     from registry.client import Registry
     from registry.dev.broker import EmbeddedBroker, find_tansu_binary
+    from registry.errors import RegistryError
 
     f = StoreFigures("jobreg")
     tansu = find_tansu_binary()
@@ -389,14 +404,16 @@ def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: 
             for writers in writer_levels:
                 progress(f"jobreg: {calls} submits by {writers} threads on one term")
                 term = connect("peers", f"jobreg-peers-w{writers}").claim_leadership("leader-1")
-                f.concurrent[writers] = _threads([term.submit] * writers, calls, "job")
+                f.concurrent[writers] = _threads([term.submit] * writers, calls, "job",
+                                                 (RegistryError,))
 
             if namespaces:
                 progress(f"jobreg: {calls} submits in {namespaces} namespaces, a leader and "
                          "a thread each")
                 terms = [connect(f"ns-{i}", "jobreg-peers-namespaces").claim_leadership(
                     "leader-1") for i in range(namespaces)]
-                f.namespaces = _threads([t.submit for t in terms], calls, "job")
+                f.namespaces = _threads([t.submit for t in terms], calls, "job",
+                                        (RegistryError,))
 
             progress(f"jobreg: {jobs} jobs in submit_many calls of {BATCH}")
             topic = "jobreg-peers-failover"
@@ -945,6 +962,17 @@ def format_peers(p: PeersFigures) -> str:
 
     out = table(headers, rows, right=range(1, 6)).split("\n")
     out.append("")
+    for store in STORES:
+        fig = present[store]
+        levels = [] if fig is None else [
+            (f"{c.writers} writers", c) for c in fig.concurrent.values()]
+        if fig is not None and fig.namespaces is not None:
+            levels.append((f"{p.namespaces} namespaces", fig.namespaces))
+        for what, c in levels:
+            if c.failed:
+                out += para(f"FAILED: {TITLES[store]}, {what}: {c.failed} call(s) raised and "
+                            f"their writers stopped (the figures count the answered calls "
+                            f"only); the first {c.failure}")
     out += para("(*) jobreg: Registry.connect (folding the log) inside the clock; the peers' "
                 "figure is their failover above, which reads everything anyway.")
     out += para("(**) jobreg: submit_many; etcd: one txn (the fence, then the job key and the "
