@@ -517,23 +517,42 @@ def _store_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tup
     return names
 
 
+def _writer_levels(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(dict.fromkeys(int(w) for w in value.split(",") if w.strip()))
+    except ValueError:
+        levels = ()
+    if not levels or any(not 1 <= w <= 256 for w in levels):
+        raise click.BadParameter(f"{value!r}: writer counts from 1 to 256, comma-separated "
+                                 "(for example 8,64)")
+    return levels
+
+
 @bench.command("peers")
 @click.option("--submits", type=click.IntRange(10), default=1000, show_default=True,
               help="Fenced submits timed one at a time on each store.")
+@click.option("--calls", type=click.IntRange(10), default=2000, show_default=True,
+              help="Single-job submits per level of concurrent writers (and across the "
+                   "namespaces).")
+@click.option("--writers", default="8,64", show_default=True, callback=_writer_levels,
+              help="Levels of concurrent writers of one leader, comma-separated.")
 @click.option("--jobs", type=click.IntRange(10), default=10_000, show_default=True,
-              help="Live jobs of the failover (submitted by the throughput run).")
-@click.option("--threads", type=click.IntRange(1, 64), default=8, show_default=True,
-              help="Concurrent submitters on etcd and ZooKeeper.")
+              help="Live jobs of the failover (submitted in native batches of 1,000).")
+@click.option("--namespaces", type=click.IntRange(0, 256), default=16, show_default=True,
+              help="jobreg: namespaces with a leader each, written at once (0: leave out).")
 @click.option("--only", default="etcd,zookeeper,jobreg", show_default=True,
               callback=_store_list, help="The stores to run, comma-separated.")
-def bench_peers_cmd(submits: int, jobs: int, threads: int, only: tuple[str, ...]) -> None:
+def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: int,
+                    namespaces: int, only: tuple[str, ...]) -> None:
     """jobreg next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style), started from
-    Debian's packages on loopback: submit p50/p99, failover, throughput, ratios, durability."""
+    Debian's packages on loopback, one workload on each: one writer's p50/p99, concurrent
+    writers' throughput and p50/p99, a native batch of 1,000, failover, ratios, durability."""
     from registry.dev.bench_peers import PeersError, bench_peers, format_peers
 
     with registry_errors():
         try:
-            figures = bench_peers(submits=submits, jobs=jobs, threads=threads, only=only,
+            figures = bench_peers(submits=submits, calls=calls, writers=writers, jobs=jobs,
+                                  namespaces=namespaces, only=only,
                                   progress=lambda msg: click.echo(f"... {msg}", err=True))
         except PeersError as e:
             raise CliError(str(e)) from e

@@ -434,6 +434,11 @@ class LogReader:
         self._paused = True
         self._eof = False
         self._known_end: int | None = None  # every offset below it was read (or taken)
+        self.stable_end: int | None = None
+        """Where the last end of partition a fetch reported lay: read_committed, that is the
+        partition's last stable offset then (the first record of the earliest transaction
+        the broker counts as open, else the high watermark). Nothing is read past it, so a
+        write whose records lie at or after it cannot be confirmed until it moves."""
         self._moved = False  # the position moved without the consumer (take_own)
         self._probe: Consumer | None = None  # made by the first take_own
 
@@ -471,18 +476,36 @@ class LogReader:
         cap = max(self._fetch_wait_ms, min(_MAX_FETCH_WAIT_MS, int(timeout * 1000 / 4)))
         if self.fetch_wait_ms >= cap:
             return
-        try:
-            _low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, self.partition), timeout=1.0, cached=False)
-        except KafkaException:
-            return  # unreachable: waiting longer would not help
+        high = self._high_watermark()
         if high is None or high <= self.position:
-            return
+            return  # nothing ahead, or unreachable: waiting longer would not help
         wait = min(cap, max(self.fetch_wait_ms * 4, _MIN_UNSTICK_MS))
         _LOG.info("reading %s[%d]: no records at offset %d below the high watermark %d; "
                   "fetches now wait up to %d ms", self.topic, self.partition, self.position,
                   high, wait)
         self._renew_consumer(wait)
+
+    def _high_watermark(self) -> int | None:
+        """The partition's high watermark as the reader's own fetches last reported it, else as
+        the broker answers now (``None`` if it cannot say).
+
+        A fetch response carries the high watermark whatever the isolation level. A
+        ListOffsets query under read_committed answers the last stable offset on Kafka, and
+        0 on the embedded broker for as long as any transaction is open on the partition:
+        another namespace's leader mid-write, on a partition it shares with this one. Asked
+        that way, a read of a long partition never lengthened its wait while the partition's
+        other leaders kept writing (tests/integration/test_shared_partition.py).
+        """
+        tp = TopicPartition(self.topic, self.partition)
+        with contextlib.suppress(KafkaException):
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if high is not None and high >= 0:
+                return high
+        try:  # no fetch answered yet (a new consumer)
+            _low, high = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
+        except KafkaException:
+            return None
+        return high
 
     def _renew_consumer(self, fetch_wait_ms: int) -> None:
         """A consumer with another fetch wait, reading from :attr:`position` (resumed)."""
@@ -588,6 +611,8 @@ class LogReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     self._eof = True  # in order: records after it clear it again
+                    if m.offset() >= 0:
+                        self.stable_end = m.offset()
                     if m.offset() >= 0 and (not out or m.offset() > out[-1].offset):
                         self._known_end = m.offset()
                     continue

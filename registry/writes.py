@@ -108,6 +108,18 @@ class TermWrites:
         def ids() -> tuple[str, ...]:
             return tuple(e.event_id for copies in slots for _, e in copies) if sent else ()
 
+        def held() -> str:
+            # Why a healthy write may stay unconfirmed: read_committed readers read only up to
+            # the last stable offset, and a transaction the broker counts as open before our
+            # records holds them there, another namespace's on a shared partition included.
+            end, first = log.reader.stable_end, min(appended, default=None)
+            if end is None or first is None or end > first:
+                return ""
+            return (f"; readers see the partition end at offset {end} (its last stable "
+                    f"offset), at or before the call's records (from offset {first}): the "
+                    f"broker counts a transaction open from offset {end}, which keeps every "
+                    "later record unreadable to read_committed readers")
+
         def unknown(why: str, cause: Exception | None) -> OutcomeUnknown:
             error = OutcomeUnknown(f"records of term {self.epoch} may or may not be in the "
                                    f"log: {why}", ids())
@@ -136,7 +148,8 @@ class TermWrites:
                     # Rule 1 forgets an id a window after its record landed: a copy sent
                     # later could be folded as a new event.
                     raise unknown(f"not confirmed within half the duplicate window "
-                                  f"({DUPLICATE_WINDOW_MS / 2000:g} s); not re-sent", failure)
+                                  f"({DUPLICATE_WINDOW_MS / 2000:g} s); not re-sent{held()}",
+                                  failure)
                 try:
                     if self.writer is None:
                         # A new producer fences whichever holds the namespace's id now,
@@ -179,7 +192,8 @@ class TermWrites:
             else:
                 if not sent and failure is not None:
                     raise failure  # no producer could be made: nothing left this process
-                raise unknown(f"not confirmed after {self.MAX_RESENDS} re-sends", failure)
+                raise unknown(f"not confirmed after {self.MAX_RESENDS} re-sends{held()}",
+                              failure)
             return [self.decided(copies) for copies in slots]  # type: ignore[misc]
         finally:
             for copies in slots:

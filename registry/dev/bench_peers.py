@@ -1,32 +1,43 @@
-"""``jobreg bench peers``: jobreg next to etcd and ZooKeeper, the same workload shapes on each.
+"""``jobreg bench peers``: jobreg next to etcd and ZooKeeper, one workload on every store.
 
 The two peers are what coordinators use for the same job today, started from Debian's packages
 (``etcd-server``, ``zookeeper``) as child processes on loopback, each with its data in a fresh
 temporary directory, and stopped by pid at the end (also on an error or Ctrl-C):
 
-* **ZooKeeper, Flink-style** (kazoo): a submit creates the graph znode (2 KiB), then one
-  ``multi`` of: check the leader znode's version (the fence), create the job's pointer znode,
-  its ``locks`` child and an ephemeral lock znode in the leader's session.
+* **ZooKeeper, Flink-style** (kazoo): a submit creates the graph znode, then one ``multi`` of:
+  check the leader znode's version (the fence), create the job's pointer znode, its ``locks``
+  child and an ephemeral lock znode in the leader's session.
 * **etcd, Kubernetes-HA-style** (aetcd, etcd's gRPC API): a submit is one transaction that
   compares the leader key's ``mod_revision`` with the one the leader's CAS wrote (the fence)
-  and puts the job key (owner and graph key) and the graph key (2 KiB).
+  and puts the job key (owner and graph key) and the graph key.
 * **jobreg**: ``Term.submit`` on the embedded broker, as ``jobreg bench core`` does.
 
-Measured for each: one-at-a-time submit latency p50/p99 over ``submits``; submit throughput
-(etcd and ZooKeeper: ``threads`` concurrent submitters; jobreg: ``submit_many`` calls of 1,000
-jobs, one atomic call each), which also creates the live jobs of the failover; failover time
-for those ``jobs`` live jobs, from the new leader's claim until every job's graph has been read
-and every lock is the new leader's:
+The workload, the same on each store, one job per call unless said otherwise:
 
-* jobreg: ``claim_leadership`` + ``recover()`` by a standby that has folded the log (hot), and
-  once more from a cold start (``Registry.connect`` inside the clock);
-* etcd: read the leader key and CAS it (txn on its ``mod_revision``), one range read of the job
-  keys and one of the graphs, then transactions of 1,000 lock rewrites each (fenced by the
-  new leader's revision);
-* ZooKeeper: the old leader's session is closed first (its ephemeral locks go, as when it
-  expires); then read and CAS the leader znode (``set`` with its version), ``getChildren`` of
-  the jobs, a pipelined ``get`` of every pointer and every graph, then ``multi``s of 1,000
-  lock creations, each fenced by a check of the leader znode's version.
+1. one writer: ``submits`` submits one at a time, p50/p99 (and its rate, which is one
+   namespace's rate for row 5);
+2. ``writers`` concurrent writers of one leader (8 and 64 by default), ``calls`` submits in all
+   per level: throughput and p50/p99 of a call. jobreg: that many threads calling
+   ``term.submit`` on one :class:`~registry.client.Term` from ``claim_leadership``; etcd:
+   asyncio tasks on one gRPC channel; ZooKeeper: threads on one session;
+3. each store's native batch of 1,000 jobs in one atomic call (jobreg ``submit_many``, one etcd
+   transaction, one ZooKeeper ``multi``), which also creates the live jobs of the failover;
+4. failover of those ``jobs`` live jobs, from the new leader's claim until every job's graph
+   has been read and every lock is the new leader's:
+
+   * jobreg: ``claim_leadership`` + ``recover()`` by a standby that has folded the log (hot),
+     and once more from a cold start (``Registry.connect`` inside the clock);
+   * etcd: read the leader key and CAS it (txn on its ``mod_revision``), one range read of the
+     job keys and one of the graphs, then transactions of 1,000 lock rewrites each (fenced by
+     the new leader's revision);
+   * ZooKeeper: the old leader's session is closed first (its ephemeral locks go, as when it
+     expires); then read and CAS the leader znode (``set`` with its version), ``getChildren``
+     of the jobs, a pipelined ``get`` of every pointer and every graph, then ``multi``s of
+     1,000 lock creations, each fenced by a check of the leader znode's version;
+
+5. jobreg only: ``namespaces`` namespaces with a leader each (one registry, one term and one
+   thread each, on the topic's default 8 partitions), ``calls`` submits in all: the aggregate
+   rate next to one namespace's (row 1) in the same run.
 
 Durability differs and the output says how: the embedded broker (Tansu, ``memory://``) never
 writes to disk; etcd fsyncs its WAL and ZooKeeper its transaction log (``forceSync=yes``)
@@ -47,6 +58,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -54,15 +66,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["STORES", "PeerStartError", "PeersError", "PeersFigures", "StoreFigures", "bench_peers", "format_peers",
-           "missing_peers"]
+__all__ = ["STORES", "WRITERS", "Concurrent", "PeerStartError", "PeersError", "PeersFigures",
+           "StoreFigures", "bench_peers", "format_peers", "missing_peers"]
 
 STORES = ("jobreg", "etcd", "zookeeper")
 TITLES = {"jobreg": "jobreg", "etcd": "etcd", "zookeeper": "ZooKeeper"}
 GRAPH_BYTES = 2048
-BATCH = 1000  # jobs per jobreg submit_many call and per failover lock batch of the peers
+BATCH = 1000  # jobs per native batch (submit_many, txn, multi) and per failover lock batch
+WRITERS = (8, 64)  # concurrent writers of one leader, one job per call
 WARM_UP = 50  # untimed submits first, as in bench core
-ETCD_MAX_TXN_OPS = 2048  # so that a batch of 1,000 lock rewrites fits one transaction
+ETCD_MAX_TXN_OPS = 2048  # so that a batch of 1,000 jobs (two puts each) fits one transaction
+# A batch of 1,000 jobs with their 2 KiB graphs is ~2.2 MB: above etcd's default request limit
+# (1.5 MiB) and ZooKeeper's jute.maxbuffer (1 MiB); both servers are started with room for it.
+BATCH_REQUEST_BYTES = 8 * 2**20
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"  # Debian's zookeeper package
 INSTALL_HINT = "pip install 'jobreg[peers]'"
 
@@ -126,6 +142,19 @@ def missing_peers(stores: tuple[str, ...] = ("etcd", "zookeeper")) -> dict[str, 
 
 
 @dataclass
+class Concurrent:
+    """One level of concurrent single-job submits: the rate and each call's latency."""
+
+    writers: int
+    calls: int  # calls answered (failed ones excluded)
+    jobs_per_s: float
+    p50_ms: float
+    p99_ms: float
+    failed: int = 0  # calls that raised one of the counted errors (the writer then stopped)
+    failure: str = ""  # the first of them: how long it took and what it said
+
+
+@dataclass
 class StoreFigures:
     """One store's figures and how it was run."""
 
@@ -136,10 +165,13 @@ class StoreFigures:
     fsyncs: int | None = None  # the server's own fsync counter over the run
     submit_p50_ms: float = 0.0
     submit_p99_ms: float = 0.0
-    throughput_jobs_per_s: float = 0.0
+    single_jobs_per_s: float = 0.0  # the one writer's rate: one namespace's
+    concurrent: dict[int, Concurrent] = field(default_factory=dict)  # by writers
+    batch_jobs_per_s: float = 0.0  # native batches of BATCH jobs, one atomic call each
     failover_claim_s: float = 0.0
     failover_s: float = 0.0
     failover_cold_s: float | None = None  # jobreg only: a standby that starts cold
+    namespaces: Concurrent | None = None  # jobreg only: a leader per namespace, one writer each
 
 
 @dataclass
@@ -148,7 +180,9 @@ class PeersFigures:
 
     submits: int
     jobs: int
-    threads: int
+    calls: int = 2000
+    writers: tuple[int, ...] = WRITERS
+    namespaces: int = 16
     stores: dict[str, StoreFigures] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
@@ -159,22 +193,70 @@ def _percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _one_at_a_time(submit: Callable[[str, bytes], object], submits: int) -> list[float]:
-    """Milliseconds of each of ``submits`` submits, one at a time, after a warm-up."""
+def _one_at_a_time(submit: Callable[[str, bytes], object], submits: int,
+                   f: StoreFigures) -> None:
+    """``submits`` submits, one at a time, after a warm-up: p50/p99 and the rate."""
     for i in range(WARM_UP):
         submit(f"warm-{i}", _graph(i))
     lat = []
+    t0 = time.perf_counter()
     for i in range(submits):
         graph = _graph(i)
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         submit(f"single-{i}", graph)
-        lat.append((time.perf_counter() - t0) * 1000)
-    return lat
+        lat.append((time.perf_counter() - t1) * 1000)
+    _latency(lat, f, time.perf_counter() - t0)
 
 
-def _latency(lat_ms: list[float], f: StoreFigures) -> None:
+def _latency(lat_ms: list[float], f: StoreFigures, elapsed_s: float) -> None:
     f.submit_p50_ms = statistics.median(lat_ms)
     f.submit_p99_ms = _percentile(lat_ms, 0.99)
+    f.single_jobs_per_s = len(lat_ms) / elapsed_s
+
+
+def _summary(writers: int, lat_ms: list[float], elapsed_s: float) -> Concurrent:
+    if not lat_ms:
+        return Concurrent(writers, 0, 0.0, 0.0, 0.0)
+    return Concurrent(writers, len(lat_ms), len(lat_ms) / elapsed_s,
+                      statistics.median(lat_ms), _percentile(lat_ms, 0.99))
+
+
+def _threads(submits: list[Callable[[str, bytes], object]], calls: int, prefix: str,
+             counted: tuple[type[BaseException], ...] = ()) -> Concurrent:
+    """``calls`` single-job submits by one thread per entry of ``submits`` (the job ``j`` by
+    the thread ``j % len(submits)``), all started together; the rate and each call's
+    latency. A call that raises one of ``counted`` is counted, with the first one's message,
+    and its writer stops; any other failure is raised once the others ended."""
+    writers = len(submits)
+    lat: list[list[float]] = [[] for _ in range(writers)]
+    failures: list[tuple[float, str]] = []
+    start = threading.Barrier(writers + 1)
+
+    def writer(k: int) -> None:
+        submit, mine = submits[k], lat[k]
+        start.wait()
+        for j in range(k, calls, writers):
+            graph = _graph(j)
+            t0 = time.perf_counter()
+            try:
+                submit(f"{prefix}-{j}", graph)
+            except counted as e:
+                failures.append((time.perf_counter() - t0, f"{type(e).__name__}: {e}"))
+                return
+            mine.append((time.perf_counter() - t0) * 1000)
+
+    with ThreadPoolExecutor(writers) as pool:
+        futures = [pool.submit(writer, k) for k in range(writers)]
+        start.wait()
+        t0 = time.perf_counter()
+        for fut in futures:
+            fut.result()
+        elapsed = time.perf_counter() - t0
+    figures = _summary(writers, [ms for mine in lat for ms in mine], elapsed)
+    if failures:
+        took, what = min(failures)
+        figures.failed, figures.failure = len(failures), f"after {took:.1f} s: {what}"
+    return figures
 
 
 def _graph(i: int) -> bytes:
@@ -289,9 +371,11 @@ def _filesystem(path: str) -> str:
 # -- jobreg --------------------------------------------------------------------------------------
 
 
-def _run_jobreg(submits: int, jobs: int, progress: _Progress) -> StoreFigures:
+def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: int,
+                namespaces: int, progress: _Progress) -> StoreFigures:
     from registry.client import Registry
     from registry.dev.broker import EmbeddedBroker, find_tansu_binary
+    from registry.errors import RegistryError
 
     f = StoreFigures("jobreg")
     tansu = find_tansu_binary()
@@ -304,30 +388,44 @@ def _run_jobreg(submits: int, jobs: int, progress: _Progress) -> StoreFigures:
                     "a broker restart loses it")
     with EmbeddedBroker() as broker:
         regs: list[Registry] = []
-        try:
-            # Two topics, so the one-at-a-time records (two batches per transaction) do not
-            # share a partition with the failover's jobs (Tansu lists a partition's batches
-            # on each fetch; see DESIGN.md).
-            reg = Registry.connect(broker.bootstrap, "peers", topic="jobreg-peers-latency")
+
+        def connect(namespace: str, topic: str) -> Registry:
+            reg = Registry.connect(broker.bootstrap, namespace, topic=topic)
             regs.append(reg)
-            term = reg.claim_leadership("leader-1")
+            return reg
+
+        try:
+            # A topic per workload, so that each starts on an empty partition (Tansu lists a
+            # partition's batches on each fetch with data; see DESIGN.md).
+            term = connect("peers", "jobreg-peers-latency").claim_leadership("leader-1")
             progress(f"jobreg: {submits} fenced submits, one at a time")
-            _latency(_one_at_a_time(term.submit, submits), f)
+            _one_at_a_time(term.submit, submits, f)
+
+            for writers in writer_levels:
+                progress(f"jobreg: {calls} submits by {writers} threads on one term")
+                term = connect("peers", f"jobreg-peers-w{writers}").claim_leadership("leader-1")
+                f.concurrent[writers] = _threads([term.submit] * writers, calls, "job",
+                                                 (RegistryError,))
+
+            if namespaces:
+                progress(f"jobreg: {calls} submits in {namespaces} namespaces, a leader and "
+                         "a thread each")
+                terms = [connect(f"ns-{i}", "jobreg-peers-namespaces").claim_leadership(
+                    "leader-1") for i in range(namespaces)]
+                f.namespaces = _threads([t.submit for t in terms], calls, "job",
+                                        (RegistryError,))
 
             progress(f"jobreg: {jobs} jobs in submit_many calls of {BATCH}")
             topic = "jobreg-peers-failover"
-            old = Registry.connect(broker.bootstrap, "peers", topic=topic)
-            regs.append(old)
-            term = old.claim_leadership("leader-1")
+            term = connect("peers", topic).claim_leadership("leader-1")
             t0 = time.perf_counter()
             for start in range(0, jobs, BATCH):
                 term.submit_many([(f"job-{j}", _graph(j))
                                   for j in range(start, min(jobs, start + BATCH))])
-            f.throughput_jobs_per_s = jobs / (time.perf_counter() - t0)
+            f.batch_jobs_per_s = jobs / (time.perf_counter() - t0)
 
             progress(f"jobreg: failover of {jobs} live jobs (a hot standby, then a cold one)")
-            standby = Registry.connect(broker.bootstrap, "peers", topic=topic)
-            regs.append(standby)
+            standby = connect("peers", topic)
             t0 = time.perf_counter()
             term2 = standby.claim_leadership("leader-2")
             f.failover_claim_s = time.perf_counter() - t0
@@ -337,8 +435,7 @@ def _run_jobreg(submits: int, jobs: int, progress: _Progress) -> StoreFigures:
                 raise PeersError("jobreg: recover() did not adopt every job")
 
             t0 = time.perf_counter()
-            cold = Registry.connect(broker.bootstrap, "peers", topic=topic)
-            regs.append(cold)
+            cold = connect("peers", topic)
             results = cold.claim_leadership("leader-3").recover()
             f.failover_cold_s = time.perf_counter() - t0
             if len(results) != jobs or not all(r.ok for r in results):
@@ -367,6 +464,7 @@ def _start_etcd(work: Path, progress: _Progress) -> tuple[_Server, int, StoreFig
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"jobreg-bench=http://127.0.0.1:{peer}",
             "--initial-cluster-state", "new", "--max-txn-ops", str(ETCD_MAX_TXN_OPS),
+            "--max-request-bytes", str(BATCH_REQUEST_BYTES),
             "--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn"]
     server = _Server("etcd", argv, work / "etcd.log")
     progress(f"etcd: starting on 127.0.0.1:{client}")
@@ -427,6 +525,18 @@ class _EtcdLeader:
         if not ok:
             raise _Fenced(f"etcd: {self.name} was fenced submitting {job_id}")
 
+    async def submit_many(self, jobs: list[tuple[str, bytes]]) -> None:
+        """One transaction: the fence, then the job key and the graph of every job."""
+        t = self.c.transactions
+        puts = []
+        for job_id, graph in jobs:
+            puts += [t.put(self.root + b"/jobs/" + job_id.encode(), self.job_record(job_id)),
+                     t.put(self.root + b"/graphs/" + job_id.encode(), graph)]
+        ok, _ = await self.c.transaction(
+            compare=[t.mod(self.leader_key) == self.revision], success=puts, failure=[])
+        if not ok:
+            raise _Fenced(f"etcd: {self.name} was fenced submitting {len(jobs)} jobs")
+
     async def take_over(self, jobs: int) -> None:
         """Read every job key and graph, then rewrite every lock, fenced, in batches."""
         job_keys = await self.c.get_prefix(self.root + b"/jobs/")
@@ -445,11 +555,27 @@ class _EtcdLeader:
                 raise _Fenced(f"etcd: {self.name} was fenced taking jobs over")
 
 
-async def _etcd_workload(port: int, submits: int, jobs: int, threads: int, f: StoreFigures,
-                         progress: _Progress) -> None:
+async def _etcd_concurrent(leader: _EtcdLeader, writers: int, calls: int) -> Concurrent:
+    lat: list[float] = []
+
+    async def writer(k: int) -> None:
+        for j in range(k, calls, writers):
+            graph = _graph(j)
+            t0 = time.perf_counter()
+            await leader.submit(f"job-{j}", graph)
+            lat.append((time.perf_counter() - t0) * 1000)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(writer(k) for k in range(writers)))
+    return _summary(writers, lat, time.perf_counter() - t0)
+
+
+async def _etcd_workload(port: int, submits: int, calls: int, writer_levels: tuple[int, ...],
+                         jobs: int, f: StoreFigures, progress: _Progress) -> None:
     import aetcd
 
-    options = {"grpc.max_receive_message_length": 512 * 2**20}  # one range read of all graphs
+    options = {"grpc.max_receive_message_length": 512 * 2**20,  # one range read of all graphs
+               "grpc.max_send_message_length": 2 * BATCH_REQUEST_BYTES}
     async with aetcd.Client(host="127.0.0.1", port=port, timeout=60, options=options) as c:
         progress(f"etcd: {submits} fenced submits, one at a time")
         leader = _EtcdLeader(c, b"/jobreg-bench/latency", "leader-1")
@@ -457,25 +583,29 @@ async def _etcd_workload(port: int, submits: int, jobs: int, threads: int, f: St
         for i in range(WARM_UP):
             await leader.submit(f"warm-{i}", _graph(i))
         lat = []
+        t0 = time.perf_counter()
         for i in range(submits):
             graph = _graph(i)
-            t0 = time.perf_counter()
+            t1 = time.perf_counter()
             await leader.submit(f"single-{i}", graph)
-            lat.append((time.perf_counter() - t0) * 1000)
-        _latency(lat, f)
+            lat.append((time.perf_counter() - t1) * 1000)
+        _latency(lat, f, time.perf_counter() - t0)
 
-        progress(f"etcd: {jobs} jobs by {threads} concurrent submitters")
+        for writers in writer_levels:
+            progress(f"etcd: {calls} submits by {writers} concurrent submitters")
+            leader = _EtcdLeader(c, f"/jobreg-bench/w{writers}".encode(), "leader-1")
+            await leader.claim()
+            f.concurrent[writers] = await _etcd_concurrent(leader, writers, calls)
+
+        progress(f"etcd: {jobs} jobs in transactions of {BATCH}")
         root = b"/jobreg-bench/failover"
         leader = _EtcdLeader(c, root, "leader-1")
         await leader.claim()
-
-        async def submitter(k: int) -> None:
-            for j in range(k, jobs, threads):
-                await leader.submit(f"job-{j}", _graph(j))
-
         t0 = time.perf_counter()
-        await asyncio.gather(*(submitter(k) for k in range(threads)))
-        f.throughput_jobs_per_s = jobs / (time.perf_counter() - t0)
+        for start in range(0, jobs, BATCH):
+            await leader.submit_many([(f"job-{j}", _graph(j))
+                                      for j in range(start, min(jobs, start + BATCH))])
+        f.batch_jobs_per_s = jobs / (time.perf_counter() - t0)
 
     progress(f"etcd: failover of {jobs} live jobs")
     async with aetcd.Client(host="127.0.0.1", port=port, timeout=60, options=options) as c:
@@ -488,12 +618,12 @@ async def _etcd_workload(port: int, submits: int, jobs: int, threads: int, f: St
         f.failover_s = time.perf_counter() - t0
 
 
-def _run_etcd(work: Path, submits: int, jobs: int, threads: int,
+def _run_etcd(work: Path, submits: int, calls: int, writer_levels: tuple[int, ...], jobs: int,
               progress: _Progress) -> StoreFigures:
     server, port, f = _start_etcd(work, progress)
     try:
         before = _etcd_fsyncs(port)
-        asyncio.run(_etcd_workload(port, submits, jobs, threads, f, progress))
+        asyncio.run(_etcd_workload(port, submits, calls, writer_levels, jobs, f, progress))
         after = _etcd_fsyncs(port)
         if before is not None and after is not None:
             f.fsyncs = after - before
@@ -526,6 +656,7 @@ def _start_zookeeper(work: Path, progress: _Progress) -> tuple[_Server, int, Sto
         "admin.enableServer=false", "maxClientCnxns=0", "4lw.commands.whitelist=srvr,mntr",
         ""]))
     argv = [java, "-Xmx1g", "-Dzookeeper.forceSync=yes", "-Dzookeeper.jmx.log4j.disable=true",
+            f"-Djute.maxbuffer={BATCH_REQUEST_BYTES}",
             "-cp", jar, "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg)]
     server = _Server("ZooKeeper", argv, work / "zookeeper.log")
     progress(f"ZooKeeper: starting on 127.0.0.1:{port}")
@@ -586,6 +717,18 @@ class _ZkLeader:
         tx.create(f"{job}/locks/{self.name}", b"", ephemeral=True)
         self._commit(tx, job_id)
 
+    def submit_many(self, jobs: list[tuple[str, bytes]]) -> None:
+        """One multi: the fence, then every job's graph, pointer, locks node and lock."""
+        tx = self.zk.transaction()
+        tx.check(self.leader, self.version)
+        for job_id, graph in jobs:
+            job = f"{self.root}/jobgraphs/{job_id}"
+            tx.create(f"{self.root}/graphs/{job_id}", graph)
+            tx.create(job, f"{self.root}/graphs/{job_id}".encode())
+            tx.create(f"{job}/locks", b"")
+            tx.create(f"{job}/locks/{self.name}", b"", ephemeral=True)
+        self._commit(tx, f"{len(jobs)} jobs")
+
     def take_over(self, jobs: int) -> None:
         """getChildren, read every pointer and graph (pipelined), then multis of lock creations."""
         ids = self.zk.get_children(f"{self.root}/jobgraphs")
@@ -619,8 +762,8 @@ def _close_kazoo(zk: Any) -> None:
         zk.close()
 
 
-def _run_zookeeper(work: Path, submits: int, jobs: int, threads: int,
-                   progress: _Progress) -> StoreFigures:
+def _run_zookeeper(work: Path, submits: int, calls: int, writer_levels: tuple[int, ...],
+                   jobs: int, progress: _Progress) -> StoreFigures:
     import logging
 
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # its connection chatter
@@ -633,22 +776,23 @@ def _run_zookeeper(work: Path, submits: int, jobs: int, threads: int,
         progress(f"ZooKeeper: {submits} fenced submits, one at a time")
         leader = _ZkLeader(zk, "/jobreg-bench/latency", "leader-1")
         leader.claim()
-        _latency(_one_at_a_time(leader.submit, submits), f)
+        _one_at_a_time(leader.submit, submits, f)
 
-        progress(f"ZooKeeper: {jobs} jobs by {threads} threads")
+        for writers in writer_levels:
+            progress(f"ZooKeeper: {calls} submits by {writers} threads on one session")
+            leader = _ZkLeader(zk, f"/jobreg-bench/w{writers}", "leader-1")
+            leader.claim()
+            f.concurrent[writers] = _threads([leader.submit] * writers, calls, "job")
+
+        progress(f"ZooKeeper: {jobs} jobs in multis of {BATCH}")
         root = "/jobreg-bench/failover"
         leader = _ZkLeader(zk, root, "leader-1")
         leader.claim()
-
-        def submitter(k: int) -> None:
-            for j in range(k, jobs, threads):
-                leader.submit(f"job-{j}", _graph(j))
-
-        with ThreadPoolExecutor(threads) as pool:
-            t0 = time.perf_counter()
-            for fut in [pool.submit(submitter, k) for k in range(threads)]:
-                fut.result()
-            f.throughput_jobs_per_s = jobs / (time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        for start in range(0, jobs, BATCH):
+            leader.submit_many([(f"job-{j}", _graph(j))
+                                for j in range(start, min(jobs, start + BATCH))])
+        f.batch_jobs_per_s = jobs / (time.perf_counter() - t0)
 
         progress(f"ZooKeeper: failover of {jobs} live jobs")
         standby = _kazoo(port)  # connected before the clock
@@ -683,12 +827,15 @@ def _work_dir(parent: str | None) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def bench_peers(*, submits: int = 1000, jobs: int = 10_000, threads: int = 8,
+def bench_peers(*, submits: int = 1000, calls: int = 2000,
+                writers: tuple[int, ...] = WRITERS, jobs: int = 10_000, namespaces: int = 16,
                 only: tuple[str, ...] = STORES, work_dir: str | None = None,
                 progress: _Progress = lambda _: None) -> PeersFigures:
-    """Run the workloads on each store of ``only`` that can run here; the others are skipped
-    with the reason in ``figures.skipped``."""
-    figures = PeersFigures(submits=submits, jobs=jobs, threads=threads)
+    """Run the workload (the module docstring) on each store of ``only`` that can run here;
+    the others are skipped with the reason in ``figures.skipped``. ``namespaces`` 0 leaves
+    out jobreg's row of namespaces with a leader each."""
+    figures = PeersFigures(submits=submits, jobs=jobs, calls=calls, writers=writers,
+                           namespaces=namespaces)
     figures.skipped = missing_peers(tuple(s for s in only if s != "jobreg"))
     for line in figures.skipped.values():
         progress(line)
@@ -697,15 +844,16 @@ def bench_peers(*, submits: int = 1000, jobs: int = 10_000, threads: int = 8,
             if store not in only or store in figures.skipped:
                 continue
             if store == "jobreg":
-                figures.stores[store] = _run_jobreg(submits, jobs, progress)
+                figures.stores[store] = _run_jobreg(submits, calls, writers, jobs, namespaces,
+                                                    progress)
             elif store == "etcd":
                 (work / "etcd-run").mkdir()
-                figures.stores[store] = _run_etcd(work / "etcd-run", submits, jobs, threads,
-                                                  progress)
+                figures.stores[store] = _run_etcd(work / "etcd-run", submits, calls, writers,
+                                                  jobs, progress)
             else:
                 (work / "zk-run").mkdir()
-                figures.stores[store] = _run_zookeeper(work / "zk-run", submits, jobs, threads,
-                                                       progress)
+                figures.stores[store] = _run_zookeeper(work / "zk-run", submits, calls,
+                                                       writers, jobs, progress)
     return figures
 
 
@@ -739,24 +887,66 @@ def format_peers(p: PeersFigures) -> str:
         return (get_peer or get)(fig) if store != "jobreg" else get(fig)
 
     jr, etcd = present["jobreg"], present["etcd"]
-    p99_ok = (jr.submit_p99_ms <= etcd.submit_p99_ms) if jr and etcd else None
-    fo_ok = (jr.failover_s <= 0.5) if jr and p.jobs == 10_000 else None
-    tp_ok = (jr.throughput_jobs_per_s >= 20_000) if jr else None
-    etcd_p99 = f"{etcd.submit_p99_ms:.2f} ms" if etcd else "not run"
+
+    def verdict(ok: Callable[[StoreFigures, StoreFigures | None], bool | None]) -> str:
+        return _verdict(ok(jr, etcd) if jr is not None else None)
+
+    def etcd_says(get: Get, fmt: str) -> str:
+        figure = get(etcd) if etcd is not None else None
+        return "not run" if figure is None else fmt.format(figure)
+
+    def level(writers: int, what: str) -> Get:
+        return lambda f: getattr(f.concurrent[writers], what) if writers in f.concurrent \
+            else None
+
+    one = f"one writer ({p.submits:,} calls)"
     failover = f"failover, {p.jobs:,} live jobs"
+    lone_p99: Get = lambda f: f.submit_p99_ms  # noqa: E731
     measures: list[tuple[str, Get, Get | None, str, str]] = [
-        (f"submit p50, one at a time ({p.submits:,})", lambda f: f.submit_p50_ms, None,
-         "{:.2f} ms", ""),
-        (f"submit p99, one at a time ({p.submits:,})", lambda f: f.submit_p99_ms, None,
-         "{:.2f} ms", f"<= etcd's p99 in this run ({etcd_p99}){_verdict(p99_ok)}"),
+        (f"{one}: p50", lambda f: f.submit_p50_ms, None, "{:.2f} ms", ""),
+        (f"{one}: p99", lone_p99, None, "{:.2f} ms",
+         f"<= etcd's ({etcd_says(lone_p99, '{:.2f} ms')})"
+         + verdict(lambda j, e: j.submit_p99_ms <= e.submit_p99_ms if e else None)),
+        (f"{one}: jobs/s", lambda f: f.single_jobs_per_s, None, "{:,.0f} jobs/s", ""),
+    ]
+    for w in p.writers:
+        rate, p99 = level(w, "jobs_per_s"), level(w, "p99_ms")
+        name = f"{w} writers, one leader ({p.calls:,} calls)"
+        rate_target = p99_target = ""
+        if w == 8:
+            rate_target = (f">= 3x etcd's ({etcd_says(rate, '{:,.0f} jobs/s')})" + verdict(
+                lambda j, e, r=rate: (r(j) or 0) >= 3 * (r(e) or 0) if e and r(e) else None))
+            p99_target = ("<= 3x the one writer's p99" + verdict(
+                lambda j, e, q=p99: (q(j) or 0) <= 3 * j.submit_p99_ms if q(j) else None))
+        elif w == 64:
+            rate_target = ">= 20,000 jobs/s" + verdict(
+                lambda j, e, r=rate: (r(j) or 0) >= 20_000 if r(j) else None)
+        measures += [(f"{name}: jobs/s", rate, None, "{:,.0f} jobs/s", rate_target),
+                     (f"{name}: p50", level(w, "p50_ms"), None, "{:.2f} ms", ""),
+                     (f"{name}: p99", p99, None, "{:.2f} ms", p99_target)]
+    taken_over: Get = lambda f: f.failover_s  # noqa: E731
+    measures += [
+        (f"native batch of {BATCH:,} jobs, one atomic call (**)",
+         lambda f: f.batch_jobs_per_s, None, "{:,.0f} jobs/s", ""),
         (f"{failover}: claim", lambda f: f.failover_claim_s, None, "{:.3f} s", ""),
-        (f"{failover}: claim -> all taken over", lambda f: f.failover_s, None, "{:.3f} s",
-         f"<= 0.5 s at 10,000 jobs{_verdict(fo_ok)}"),
+        (f"{failover}: claim -> all taken over", taken_over, None, "{:.3f} s",
+         f"<= etcd's ({etcd_says(taken_over, '{:.3f} s')})"
+         + verdict(lambda j, e: j.failover_s <= e.failover_s if e else None)),
         (f"{failover}, cold standby (*)", lambda f: f.failover_cold_s, lambda f: f.failover_s,
          "{:.3f} s", ""),
-        (f"submit throughput ({p.jobs:,} jobs) (**)", lambda f: f.throughput_jobs_per_s, None,
-         "{:,.0f} jobs/s", f">= 20,000 jobs/s{_verdict(tp_ok)}"),
     ]
+    if p.namespaces:
+        spread: Get = lambda f: f.namespaces.jobs_per_s if f.namespaces else None  # noqa: E731
+        single = jr.single_jobs_per_s if jr is not None else 0.0
+        name = f"{p.namespaces} namespaces, a leader each ({p.calls:,} calls) (***)"
+        measures += [
+            (f"{name}: jobs/s", spread, lambda f: None, "{:,.0f} jobs/s",
+             f">= 8x one writer's ({single:,.0f} jobs/s)" + verdict(
+                 lambda j, e: j.namespaces.jobs_per_s >= 8 * j.single_jobs_per_s
+                 if j.namespaces else None)),
+            (f"{name}: p99", lambda f: f.namespaces.p99_ms if f.namespaces else None,
+             lambda f: None, "{:.2f} ms", ""),
+        ]
     headers = ["measure", "jobreg", "etcd", "ZooKeeper", "jobreg/etcd", "jobreg/ZooKeeper",
                "target (jobreg)"]
     rows = []
@@ -765,16 +955,38 @@ def format_peers(p: PeersFigures) -> str:
         rows.append([name] + ["-" if v[s] is None else fmt.format(v[s]) for s in STORES]
                     + [_ratio(v["jobreg"], v["etcd"]), _ratio(v["jobreg"], v["zookeeper"]),
                        target])
+
     def para(text: str, indent: str = "", hang: str = "") -> list[str]:
         return textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=hang or indent,
                              break_on_hyphens=False, break_long_words=False)
 
     out = table(headers, rows, right=range(1, 6)).split("\n")
     out.append("")
+    for store in STORES:
+        fig = present[store]
+        levels = [] if fig is None else [
+            (f"{c.writers} writers", c) for c in fig.concurrent.values()]
+        if fig is not None and fig.namespaces is not None:
+            levels.append((f"{p.namespaces} namespaces", fig.namespaces))
+        for what, c in levels:
+            if c.failed:
+                out += para(f"FAILED: {TITLES[store]}, {what}: {c.failed} call(s) raised and "
+                            f"their writers stopped (the figures count the answered calls "
+                            f"only); the first {c.failure}")
     out += para("(*) jobreg: Registry.connect (folding the log) inside the clock; the peers' "
                 "figure is their failover above, which reads everything anyway.")
-    out += para(f"(**) jobreg: submit_many, {BATCH:,} jobs per atomic call; etcd and ZooKeeper: "
-                f"{p.threads} concurrent submitters, one job per submit.")
+    out += para("(**) jobreg: submit_many; etcd: one txn (the fence, then the job key and the "
+                "graph of each job); ZooKeeper: one multi (the fence, then each job's graph, "
+                "pointer, locks node and lock). These batches create the failover's live "
+                "jobs.")
+    if p.namespaces:
+        out += para(f"(***) jobreg only: {p.namespaces} registries in one process, each "
+                    "claiming its own namespace and submitting from its own thread, on the "
+                    "topic's default 8 partitions; the target compares the aggregate with one "
+                    "writer's rate above (one namespace's) in this run.")
+    out += para("Writers: jobreg threads calling Term.submit on one term; etcd asyncio tasks on "
+                "one gRPC channel; ZooKeeper threads on one session. A call's latency is from "
+                "its start to its answer.")
     out += para("Ratios are jobreg's figure over the peer's: below 1 is better for jobreg in "
                 "times, above 1 in throughput. Every graph is "
                 f"{GRAPH_BYTES:,} bytes; {WARM_UP} untimed submits come first on each store; "
@@ -782,7 +994,7 @@ def format_peers(p: PeersFigures) -> str:
     out += ["", "What each store does:"]
     shapes = {
         "jobreg": "submit: Term.submit (one fenced transaction; returns once the fold accepted "
-                  f"it). Failover: claim_leadership + recover() (reads the log, every graph "
+                  f"it); concurrent calls on one term wait for each other. Failover: claim_leadership + recover() (reads the log, every graph "
                   f"included, and adopts every job in calls of {BATCH:,}), by a standby that had "
                   "folded the log (hot), then by one started inside the clock (cold).",
         "etcd": "submit: one txn: compare the leader key's mod_revision (the fence); put the job "

@@ -35,22 +35,31 @@ def _children_of(pid: int) -> list[str]:
 def test_a_tiny_run_prints_the_three_stores_side_by_side(tmp_path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([*JOBREG, "bench", "peers", "--submits", "20", "--jobs", "200",
-                             "--threads", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                             "--calls", "40", "--writers", "2,4", "--namespaces", "3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-3000:]
     header = out.splitlines()[0].split()
     assert header[:6] == ["measure", "jobreg", "etcd", "ZooKeeper", "jobreg/etcd",
                           "jobreg/ZooKeeper"]
-    for row in ("submit p50, one at a time (20)", "submit p99, one at a time (20)",
-                "failover, 200 live jobs: claim -> all taken over",
-                "submit throughput (200 jobs)"):
+    rows = ["one writer (20 calls): p50", "one writer (20 calls): p99",
+            "one writer (20 calls): jobs/s", "native batch of 1,000 jobs, one atomic call",
+            "failover, 200 live jobs: claim -> all taken over"]
+    rows += [f"{w} writers, one leader (40 calls): {what}" for w in (2, 4)
+             for what in ("jobs/s", "p50", "p99")]
+    for row in rows:  # the same workload on every store
         line = next(line for line in out.splitlines() if line.startswith(row))
         cells = re.split(r"\s{2,}", line)
         assert "-" not in cells[1:4], line  # a figure for every store
         assert cells[4].endswith("x") and cells[5].endswith("x"), line  # both ratios
+    for what in ("jobs/s", "p99"):  # jobreg's own row: a figure, no peer's
+        line = next(line for line in out.splitlines()
+                    if line.startswith("3 namespaces, a leader each (40 calls)")
+                    and f": {what}" in line)
+        cells = re.split(r"\s{2,}", line)
+        assert cells[1] != "-" and cells[2:4] == ["-", "-"], line
     assert "never fsynced" in out and "fsyncs its WAL" in out and "forceSync=yes" in out
-    assert "skipped" not in out
+    assert "skipped" not in out and "FAILED" not in out
     assert os.listdir(tmp_path) == []  # the servers' data directories are gone
     assert _children_of(proc.pid) == []
 
@@ -73,3 +82,11 @@ def test_an_unknown_store_is_a_usage_error() -> None:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "consul" in proc.stderr
+
+
+@pytest.mark.parametrize("writers", ["8,x", "0", "", "8,1000"])
+def test_bad_writer_levels_are_a_usage_error(writers: str) -> None:
+    proc = subprocess.run([*JOBREG, "bench", "peers", "--writers", writers],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "writer counts from 1 to 256" in proc.stderr and "Traceback" not in proc.stderr
