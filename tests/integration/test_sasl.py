@@ -504,9 +504,10 @@ def test_the_cli_audit_job_runs_and_checks_with_a_properties_file(sasl_broker, t
 
 
 @pytest.mark.spark
-def test_the_audit_job_on_spark_with_sasl(sasl_broker, spark, tmp_path) -> None:
+def test_the_audit_job_on_spark_with_sasl(sasl_broker, spark, tmp_path, capfd, caplog) -> None:
     """The Spark run with jobreg's Python source (its executors' consumers log in too); a wrong
-    password stops it with the same one line before Spark reads anything."""
+    password stops it with the same one line before Spark reads anything. Neither password
+    shows in what Spark, its workers or the library print or log."""
     from consumers.audit_job import run_audit
     from registry.audit.db import migrate
     from registry.audit.writer import check
@@ -526,3 +527,6 @@ def test_the_audit_job_on_spark_with_sasl(sasl_broker, spark, tmp_path) -> None:
         run_audit(url, Kafka(bootstrap, _sasl("SCRAM-SHA-512", WRONG)), topic, spark=spark,
                   source="python")
     assert _one_line_naming(str(e.value), "SCRAM-SHA-512") and WRONG not in str(e.value)
+    out = capfd.readouterr()
+    for secret in (SECRET, WRONG):
+        assert secret not in out.out + out.err + caplog.text
