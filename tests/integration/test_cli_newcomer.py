@@ -66,7 +66,7 @@ def test_global_options_work_after_the_command(log, tmp_path) -> None:
     code, out, _ = run("jobs", "--help")
     assert "may also come after the command: --bootstrap, --namespace" in " ".join(out.split())
     code, out, _ = run("audit", "check", "--help")
-    assert "command: --bootstrap, --namespace, --topic, --command-config, --json" \
+    assert "command: --bootstrap, --namespace, --topic, --command-config, --partitions, --json" \
         in " ".join(out.split())  # its own --from-file is not the global one
 
 
