@@ -411,7 +411,9 @@ def bench_replay_cmd(records: int) -> None:
 @click.option("--namespaces", type=click.IntRange(1), default=64, show_default=True,
               help="Namespaces the events are spread over (on the topic's 8 partitions).")
 @click.option("--masters", default="local[1],local[2],local[4]", show_default=True,
-              help="The Spark masters of the scaling table, comma-separated.")
+              help="The Spark masters of the scaling table, comma-separated: local[N], or "
+                   "spark://127.0.0.1:PORT for a standalone cluster on this machine (its "
+                   "workers started beforehand).")
 def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
                     masters: str) -> None:
     """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, plain Python
