@@ -325,13 +325,14 @@ def format_audit(f: AuditFigures) -> str:
              if db == "postgresql" and e.startswith("spark")]
     if spark:
         first = spark[0][1]
+        width = max(16, *(len(e) for e, _ in spark))  # a spark://host:port master is long
         lines = ["", f"scaling into PostgreSQL on {f.cores} cores "
                  "(events/s; ratios within this run)",
-                 f"{'engine':<16}  {'events/s':>9}  {'x first':>7}  {'x plain':>7}  "
+                 f"{'engine':<{width}}  {'events/s':>9}  {'x first':>7}  {'x plain':>7}  "
                  f"{'p50 ms':>7}  {'p95 ms':>7}"]
         for engine, v in [("plain", base or 0.0), *spark]:
             p50, p95, _ = f.freshness.get(engine, (float("nan"), float("nan"), 0))
-            lines.append(f"{engine:<16}  {v:>9,.0f}  {v / first:>7.2f}  "
+            lines.append(f"{engine:<{width}}  {v:>9,.0f}  {v / first:>7.2f}  "
                          f"{(v / base if base else float('nan')):>7.2f}  "
                          f"{p50 * 1000:>7,.0f}  {p95 * 1000:>7,.0f}")
         out += "\n" + "\n".join(lines)
