@@ -1,5 +1,7 @@
-# The jobreg image: the CLI, the library and the audit streaming job (Spark in local mode).
-# docker-compose.yml builds it for the `audit` service.
+# The jobreg image: the CLI, the library and the audit streaming job, and Spark itself (the
+# pyspark package): docker-compose.yml builds it for the `audit` service (the job's driver)
+# and runs the Spark standalone master and workers from it (pyspark/bin/spark-class), so the
+# executors have jobreg and its dependencies installed.
 FROM python:3.11.11-slim-bookworm
 
 # Spark needs a JVM; procps gives Spark's scripts `ps`.
@@ -17,9 +19,11 @@ RUN pip install --no-cache-dir .
 
 # Spark's own Kafka connector, fetched once at build time into the Ivy cache, so the
 # `kafka` source is on the classpath when the job starts (no download at run time).
+# (A local master, for the fetch only: spark_session binds a local driver to 127.0.0.1 by
+# itself; a cluster's driver takes its address from --driver-host or spark.driver.host.)
 ENV JOBREG_SPARK_PACKAGES=org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0 \
-    SPARK_LOCAL_IP=127.0.0.1
-RUN python -c "from consumers.spark import spark_session; spark_session().stop()"
+    SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
+RUN python -c "from consumers.spark import spark_session; spark_session(master='local[1]').stop()"
 
 RUN useradd --system --uid 10001 jobreg
 USER jobreg

@@ -3,8 +3,9 @@
 * :mod:`consumers.kafka_source`: ``jobreg-kafka``, a PySpark data source (streaming and
   batch) that reads one Kafka topic through confluent-kafka with the option names and
   output schema of Spark's built-in ``kafka`` source.
-* :mod:`consumers.spark`: :func:`spark_session` (a local session set up for this project,
-  with ``jobreg-kafka`` registered), :func:`kafka_format_available`, :func:`read_stream`
+* :mod:`consumers.spark`: :func:`spark_session` (a session set up for this project, local
+  or on a cluster, its settings from Spark's standard places first, with ``jobreg-kafka``
+  registered), :func:`kafka_format_available`, :func:`read_stream`
   (Spark's ``kafka`` source when its connector is on the classpath, else ``jobreg-kafka``).
 * :mod:`consumers.audit_job`: the audit streaming job.
 

@@ -65,7 +65,8 @@ from registry.image import LogRecord
 from registry.kafka_config import Kafka, java_client_options
 from registry.log import LogReader, topic_partitions
 
-__all__ = ["SUMMARY_SCHEMA", "AuditRun", "FoldTask", "fold_plan", "run_audit"]
+__all__ = ["SUMMARY_SCHEMA", "AuditRun", "FoldTask", "StreamFailed", "fold_plan", "root_cause",
+           "run_audit"]
 
 SUMMARY_SCHEMA = "partition int, start long, end long, rows long"
 """What each task returns to the driver: one row per Kafka partition it committed."""
@@ -167,10 +168,40 @@ class FoldTask:
                               ("end", pa.int64()), ("rows", pa.int64())]))
 
 
-def _first_lines(e: BaseException, limit: int = 600) -> str:
-    """The start of an error's message (a failed query's carries a whole JVM trace)."""
-    text = " ".join(str(e).split())
-    return text if len(text) <= limit else text[:limit] + " ..."
+_EXCEPTION_LINE = re.compile(
+    r"^(?:Caused by: )?([A-Za-z_][\w.$]*(?:Error|Exception|Exit|Interrupt|Failure)): (\S.*)$")
+
+
+def root_cause(text: str) -> str:
+    """The line of a failed query's error that says why, in one line: the innermost Python
+    exception (the exception line after the last Python traceback in the text: what a task
+    or the source raised), else the innermost Java one (the last ``Caused by:``), else the
+    first line. A failed query's text carries whole JVM and Python traces; this is the part
+    a person needs first."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    last_tb = max((i for i, line in enumerate(lines)
+                   if "Traceback (most recent call last)" in line), default=None)
+    if last_tb is not None:
+        for line in lines[last_tb + 1:]:
+            m = _EXCEPTION_LINE.match(line)
+            if m and not line.startswith(("File ", "Caused by: ")):
+                return f"{m.group(1)}: {m.group(2)}"
+    causes = [m for m in map(_EXCEPTION_LINE.match, lines) if m and m.string.startswith(
+        "Caused by: ")]
+    if causes:
+        return f"{causes[-1].group(1)}: {causes[-1].group(2)}"
+    return lines[0]
+
+
+class StreamFailed(AuditError):
+    """The audit stream failed: the message is the root cause in one line
+    (:func:`root_cause`), :attr:`detail` the whole text of the error."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 # A jobreg error raised in a Python worker, as the JVM's trace of the failed task quotes it.
@@ -189,7 +220,8 @@ def _failure(e: BaseException, raised: list[BaseException]) -> AuditError:
     found = _WORKER_ERROR.search(str(e))
     if found is not None:
         return AuditError(found.group(2).strip())
-    return AuditError(f"the audit stream failed: {_first_lines(e)}")
+    detail = str(e)
+    return StreamFailed(f"the audit stream failed: {root_cause(detail)}", detail)
 
 
 def materialize(url: str, bootstrap: str | Kafka, topic: str, *,
@@ -240,14 +272,27 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
               stop_after: Callable[[AuditWriter], bool] | None = None,
               stop_event: threading.Event | None = None,
               on_batch: Callable[[int, int], None] | None = None,
-              timeout: float = 30.0) -> AuditRun:
+              timeout: float = 30.0, master: str | None = None,
+              spark_conf: dict[str, str] | None = None,
+              executor_timeout: float = 120.0) -> AuditRun:
     """Run the audit stream into the database at ``url`` (migrated already).
 
     ``on_batch(batch_id, records)`` is called after each committed batch. In ``follow``
     mode the job runs until ``stop_event`` is set or ``stop_after(writer)`` is true
-    (checked after each batch and every ``interval``).
+    (checked after each batch and every ``interval``). Without ``spark``, a session is made
+    by :func:`consumers.spark.spark_session` with ``master`` and ``spark_conf``; on a
+    cluster the run fails with one line when no executor has registered within
+    ``executor_timeout`` seconds (executors that cannot reach the driver are relaunched
+    for ever, and a query would wait for ever).
     """
-    from consumers.spark import kafka_format_available, read_stream, spark_session
+    from consumers.spark import (
+        NoExecutors,
+        is_local,
+        kafka_format_available,
+        read_stream,
+        spark_session,
+        wait_for_executors,
+    )
 
     started = time.monotonic()
     writer = AuditWriter(url, topic, stream=stream)
@@ -259,7 +304,12 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
         partitions = topic_partitions(bootstrap, topic, timeout)
         done = writer.next_offsets
         starting = json.dumps({topic: {str(p): done.get(p, 0) or -2 for p in range(partitions)}})
-        spark = spark or spark_session()
+        spark = spark or spark_session(master=master, extra_conf=spark_conf)
+        if not is_local(spark.sparkContext.master):
+            try:
+                wait_for_executors(spark, executor_timeout)
+            except NoExecutors as e:
+                raise AuditError(f"the audit stream cannot start: {e}") from None
         used = "kafka" if source == "kafka" or (
             source == "auto" and kafka_format_available(spark)) else "jobreg-kafka"
         if used == "kafka" and source == "auto":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,19 +26,26 @@ from registry.kafka_config import Kafka, java_client_options
 from .kafka_source import SOURCE_NAME, KafkaOptionError, KafkaSource
 
 __all__ = [
+    "DAEMON_CONF",
+    "DEFAULT_CONF",
+    "LOCAL_CONF",
     "KafkaConnectorMissing",
+    "NoExecutors",
+    "executors",
+    "is_local",
+    "session_conf",
+    "wait_for_executors",
     "connector_package",
     "kafka_format_available",
     "read_stream",
     "spark_session",
 ]
 
-#: Settings every session gets unless ``extra_conf`` overrides them.
+#: Settings every session gets unless the launch settled them (spark-defaults.conf,
+#: ``--conf``) or ``extra_conf`` overrides them.
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.shuffle.partitions": "2",
     # spark.default.parallelism is left to the master (local[N]: N), which the audit job
     # reads as the number of tasks a micro-batch runs in (consumers.audit_job.fold_plan).
@@ -48,10 +56,24 @@ DEFAULT_CONF: dict[str, str] = {
     # The audit tasks commit to the database: a speculative copy would be fenced (row lock,
     # compare-and-set on the progress) but would fold its batch twice for nothing.
     "spark.speculation": "false",
-    # Python workers are forked from a daemon that has imported the fold and the source
-    # already (consumers/spark_daemon.py), so a new worker's first task does not pay for it.
-    "spark.python.daemon.module": "consumers.spark_daemon",
 }
+
+#: Settings of local masters only (``local``, ``local[N]``): the driver on loopback. A
+#: cluster's executors on other hosts must reach the driver, so there its address comes from
+#: the standard places (``spark.driver.host``, ``SPARK_LOCAL_IP``, ``SPARK_PUBLIC_DNS``).
+LOCAL_CONF: dict[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+
+#: Python workers are forked from a daemon that has imported the fold and the source already
+#: (consumers/spark_daemon.py), so a new worker's first task does not pay for it. Set where
+#: the workers can import jobreg before any task: local masters (this interpreter), and
+#: clusters that were shipped jobreg (``spark.archives``, or a zip on ``--py-files``, put on
+#: the daemon's path with ``spark.executorEnv.PYTHONPATH``); elsewhere Spark's own daemon.
+DAEMON_CONF = {"spark.python.daemon.module": "consumers.spark_daemon"}
+
+DEFAULT_MASTER = "local[2]"
 
 
 #: Lines the JVM writes to stderr that are not Spark's log and tell a jobreg user nothing:
@@ -64,35 +86,130 @@ class KafkaConnectorMissing(RuntimeError):
     """``source="kafka"`` was asked for, but Spark's Kafka connector is not on the classpath."""
 
 
-def spark_session(app_name: str = "jobreg-audit", master: str = "local[2]",
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs everything in this process (``local``, ``local[N]``,
+    ``local[N,F]``, ``local[*]``)."""
+    return master == "local" or master.startswith("local[")
+
+
+def _defaults_file_master() -> str | None:
+    """``spark.master`` of the spark-defaults.conf spark-submit would read, if any."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME")
+        else None)
+    if not conf_dir:
+        return None
+    path = Path(conf_dir) / "spark-defaults.conf"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.strip().split(None, 1)
+        if len(parts) == 2 and parts[0] == "spark.master":
+            return parts[1].strip()
+    return None
+
+
+def _launch_master(explicit: str | None) -> str | None:
+    """The master as far as it is known before the JVM starts: ``explicit``, the ``--master``
+    of ``PYSPARK_SUBMIT_ARGS``, spark-defaults.conf's ``spark.master``; None under
+    spark-submit (the JVM that runs this process knows) or when nothing names one."""
+    if explicit:
+        return explicit
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    args = os.environ.get("PYSPARK_SUBMIT_ARGS", "").split()
+    for i, arg in enumerate(args[:-1]):
+        if arg == "--master":
+            return args[i + 1]
+        if arg == "--conf" and args[i + 1].startswith("spark.master="):
+            return args[i + 1].split("=", 1)[1]
+    return _defaults_file_master()
+
+
+def session_conf(master: str, launched: Mapping[str, str],
+                 extra_conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings :func:`spark_session` gives a session for ``master``: :data:`DEFAULT_CONF`
+    (plus :data:`LOCAL_CONF` for a local master, and :data:`DAEMON_CONF` where the workers
+    can import jobreg), each only where ``launched`` (what spark-submit settled:
+    spark-defaults.conf, ``--conf``, ``PYSPARK_SUBMIT_ARGS``) has no value; then
+    ``extra_conf`` (``jobreg audit run --spark-conf``), which wins over everything.
+
+    On a cluster, zips on ``spark.submit.pyFiles`` are put on the Python daemon's path
+    (``spark.executorEnv.PYTHONPATH``, their names in the executor's working directory,
+    where Spark fetches them) unless that is set, so the daemon can import jobreg from them.
+    """
+    local = is_local(master)
+    defaults = {**DEFAULT_CONF, **(LOCAL_CONF if local else {})}
+    if os.environ.get("JOBREG_SPARK_PACKAGES"):  # e.g. the Kafka connector, in production
+        defaults["spark.jars.packages"] = os.environ["JOBREG_SPARK_PACKAGES"]
+    zips = [Path(f).name for f in launched.get("spark.submit.pyFiles", "").split(",")
+            if f.strip().lower().endswith(".zip")]
+    if not local and zips:
+        defaults["spark.executorEnv.PYTHONPATH"] = ":".join(zips)
+    if local or zips or launched.get("spark.archives"):
+        defaults.update(DAEMON_CONF)
+    conf = {k: v for k, v in defaults.items() if k not in launched}
+    conf.update(extra_conf or {})
+    return conf
+
+
+LOG4J = Path(__file__).with_name("log4j2.properties")
+"""The driver's log configuration: errors only (Spark's default prints INFO and WARN lines, and
+a log-level banner unless the Py4J gateway's logger has a level)."""
+
+
+def _quiet_driver_log() -> None:
+    """Give the driver JVM this process is about to start :data:`LOG4J`, through
+    ``SPARK_SUBMIT_OPTS`` (the launcher puts it on the driver's command line before
+    ``spark.driver.extraJavaOptions``, so a log configuration a user gives there still wins).
+    The JVM starts before any session setting can reach it, so a ``spark.driver.*`` setting of
+    the session's would come too late. Nothing is added when ``SPARK_SUBMIT_OPTS`` names a
+    log configuration already."""
+    opts = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if "log4j2.configurationFile" not in opts:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{opts} -Dlog4j2.configurationFile=file:{LOG4J}".strip()
+
+
+def spark_session(app_name: str = "jobreg-audit", master: str | None = None,
                   extra_conf: Mapping[str, str] | None = None) -> SparkSession:
     """A Spark session for the audit jobs, with ``jobreg-kafka`` registered.
 
-    Sets the environment Spark needs here before the JVM starts: ``SPARK_LOCAL_IP`` to
-    127.0.0.1 (unless already set), ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` to this
-    interpreter (the workers must import confluent-kafka and this package). Applies
-    :data:`DEFAULT_CONF` (no UI, loopback driver, two shuffle partitions, UTC session time
-    zone), then ``extra_conf``; sets the log level to ERROR. ``$JOBREG_SPARK_MASTER`` overrides
-    ``master`` and ``$JOBREG_SPARK_PACKAGES`` sets ``spark.jars.packages`` (production puts
-    Spark's Kafka connector there). If a session is already active in
-    this process, ``getOrCreate`` returns it (JVM-level settings then stay as they were).
+    The master: ``$JOBREG_SPARK_MASTER``, else ``master``, else what the launch says
+    (``spark-submit --master``, ``PYSPARK_SUBMIT_ARGS``, spark-defaults.conf's
+    ``spark.master``; spark-submit's own fallback ``local[*]`` does not count), else
+    ``local[2]``. Every setting comes from the standard places first (spark-defaults.conf
+    in ``$SPARK_CONF_DIR``, ``--conf`` in ``PYSPARK_SUBMIT_ARGS`` or on spark-submit,
+    ``SPARK_*`` environment), then :func:`session_conf`'s defaults where those are silent,
+    then ``extra_conf``. For a local master (only) the driver defaults to loopback:
+    ``SPARK_LOCAL_IP`` to 127.0.0.1 and ``PYSPARK_PYTHON`` to this interpreter unless set.
+    ``$JOBREG_SPARK_PACKAGES`` sets ``spark.jars.packages`` (production puts Spark's Kafka
+    connector there). The driver's JVM, when this process starts it, logs errors only
+    (:data:`LOG4J`) and its stderr drops :data:`JVM_NOISE`. Sets the log level to ERROR. If a session is already active in this
+    process, ``getOrCreate`` returns it (JVM-level settings then stay as they were).
     """
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    conf = dict(DEFAULT_CONF)
-    # errors only from the JVM's log (Spark's default prints INFO and WARN lines, and a
-    # log-level banner unless the gateway's logger is configured: see log4j2.properties)
-    log4j = Path(__file__).with_name("log4j2.properties")
-    conf["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log4j}"
-    if os.environ.get("JOBREG_SPARK_PACKAGES"):  # e.g. the Kafka connector, in production
-        conf["spark.jars.packages"] = os.environ["JOBREG_SPARK_PACKAGES"]
-    builder = SparkSession.builder.appName(app_name).master(
-        os.environ.get("JOBREG_SPARK_MASTER", master))
-    for key, value in {**conf, **(extra_conf or {})}.items():
-        builder = builder.config(key, value)
+    from pyspark import SparkConf, SparkContext
+
+    wanted = os.environ.get("JOBREG_SPARK_MASTER") or master
+    before = _launch_master(wanted)
+    if (before is None or is_local(before)) and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # before the JVM starts
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the driver's JVM
+        _quiet_driver_log()
     with _jvm_stderr_filtered():
-        spark = builder.getOrCreate()
+        SparkContext._ensure_initialized()  # the JVM, with spark-defaults.conf and --conf read
+    launched = dict(SparkConf().getAll())
+    chosen = wanted or (launched.get("spark.master")
+                        if launched.get("spark.master") not in (None, "local[*]") else None) \
+        or DEFAULT_MASTER
+    if is_local(chosen):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master(chosen)
+    for key, value in session_conf(chosen, launched, extra_conf).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaSource)
     return spark
@@ -133,6 +250,39 @@ def _relay(read: int, out: int) -> None:
         pass
     finally:
         os.close(out)
+
+
+def executors(spark: SparkSession) -> int:
+    """How many executors are registered with the driver now (local mode: 1)."""
+    sc = spark.sparkContext
+    count = sc._jsc.sc().getExecutorMemoryStatus().size()  # the driver's block manager too
+    return 1 if is_local(sc.master) else max(0, count - 1)
+
+
+def wait_for_executors(spark: SparkSession, timeout: float,
+                       clock: Any = time.monotonic, sleep: Any = time.sleep) -> int:
+    """Wait until at least one executor has registered with the driver, at most ``timeout``
+    seconds; raise :class:`NoExecutors` (one line: the master and the driver's address that
+    executors must reach) if none did. On a cluster whose executors cannot connect back to
+    the driver, Spark keeps launching new ones and a query waits for ever."""
+    deadline = clock() + timeout
+    while True:
+        n = executors(spark)
+        if n > 0:
+            return n
+        if clock() >= deadline:
+            conf = spark.sparkContext.getConf()
+            raise NoExecutors(
+                f"no executor registered with the driver within {timeout:g} s (master "
+                f"{spark.sparkContext.master}; executors must reach the driver at "
+                f"{conf.get('spark.driver.host', '?')}:{conf.get('spark.driver.port', '?')}: "
+                "set spark.driver.host (jobreg audit run --driver-host) to an address the "
+                "worker hosts reach, and check that the workers have free cores and memory)")
+        sleep(0.5)
+
+
+class NoExecutors(RuntimeError):
+    """No executor registered with the driver in time (:func:`wait_for_executors`)."""
 
 
 def connector_package(spark: SparkSession) -> str:

@@ -18,12 +18,33 @@ functions).
 
 from __future__ import annotations
 
-import psycopg  # noqa: F401  (SQLAlchemy imports its driver only when an engine is made)
+import importlib
+import sys
+
 from pyspark.daemon import manager
 
-import consumers.audit_job  # noqa: F401
-import consumers.kafka_source  # noqa: F401
-import registry.audit.partition  # noqa: F401
+#: What the daemon imports before it forks (psycopg: SQLAlchemy imports its driver only
+#: when an engine is made).
+PRELOAD = ("psycopg", "consumers.audit_job", "consumers.kafka_source",
+           "registry.audit.partition")
+
+
+def preload() -> list[str]:
+    """Import :data:`PRELOAD`; return the modules that could not be imported. A worker host
+    whose environment lacks one of them still gets Spark's own daemon (``manager``): its
+    tasks then import jobreg from what was shipped to them (``--py-files``), or fail with
+    the import's own error."""
+    missing = []
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            missing.append(f"{name} ({e})")
+    if missing:
+        print(f"consumers.spark_daemon: not preloaded: {', '.join(missing)}", file=sys.stderr)
+    return missing
+
 
 if __name__ == "__main__":
+    preload()
     manager()

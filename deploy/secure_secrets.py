@@ -9,7 +9,7 @@ It writes, into ``secrets/`` (``--out``):
 
 * ``kafka/``, mounted into the Kafka container at ``/etc/kafka/secrets`` (where the
   apache/kafka image looks): ``kafka.p12`` (the broker's key and certificate, PKCS#12,
-  for the hosts ``kafka`` and ``localhost``), ``kafka_keystore_creds`` (its password, also
+  for the hosts ``kafka``, ``kafka-2``, ``kafka-3`` and ``localhost``), ``kafka_keystore_creds`` (its password, also
   the key's), ``kafka_jaas.conf`` (the broker accepts SCRAM; ``KAFKA_OPTS`` names it);
 * ``kafka_ca.pem``: the CA that signed it, which clients trust (``ssl.ca.location``);
 * ``jobreg_kafka_password``: the SCRAM password of the Kafka user ``jobreg``
@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import NameOID
 
-HOSTS = ("kafka", "localhost")
+HOSTS = ("kafka", "kafka-2", "kafka-3", "localhost")  # the three brokers of docker-compose.yml
 CLIENT_PROPERTIES = """\
 # jobreg's Kafka client properties for docker-compose.secure.yml (JOBREG_KAFKA_CONFIG)
 security.protocol=SASL_SSL

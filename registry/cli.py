@@ -489,7 +489,9 @@ def bench_replay_cmd(records: int) -> None:
 @click.option("--namespaces", type=click.IntRange(1), default=64, show_default=True,
               help="Namespaces the events are spread over (on the topic's 8 partitions).")
 @click.option("--masters", default="local[1],local[2],local[4]", show_default=True,
-              help="The Spark masters of the scaling table, comma-separated.")
+              help="The Spark masters of the scaling table, comma-separated: local[N], or "
+                   "spark://127.0.0.1:PORT for a standalone cluster on this machine (its "
+                   "workers started beforehand).")
 def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
                     masters: str) -> None:
     """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, plain Python
@@ -968,9 +970,26 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
                    "python: jobreg-kafka over confluent-kafka; auto: kafka when available.")
 @click.option("--plain", is_flag=True,
               help="No Spark: the same fold and writes from plain Python.")
+@click.option("--master", envvar="JOBREG_SPARK_MASTER", default=None,
+              help="The Spark master (local[N], spark://HOST:PORT, ...). Default: what "
+                   "spark-submit, PYSPARK_SUBMIT_ARGS or spark-defaults.conf says, else "
+                   "local[2]. [env: JOBREG_SPARK_MASTER]")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="A Spark setting (repeatable); wins over spark-defaults.conf and --conf.")
+@click.option("--driver-host", default=None, metavar="HOST",
+              help="The driver's address that executors connect to (spark.driver.host); "
+                   "on a cluster, one the worker hosts reach.")
+@click.option("--executor-timeout", type=click.FloatRange(1, 86400), default=120.0,
+              show_default=True,
+              help="On a cluster: seconds to wait for the first executor to register.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="On failure, print the whole error (Spark's and Python's traces) after "
+                   "the one-line cause.")
 @pass_settings
 def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
-              max_offsets_per_trigger: int, source: str, plain: bool) -> None:
+              max_offsets_per_trigger: int, source: str, plain: bool, master: str | None,
+              spark_conf: tuple[str, ...], driver_host: str | None, executor_timeout: float,
+              verbose: bool) -> None:
     """Materialize the audit tables from the topic, exactly once (migrates first, once the
     broker has answered)."""
     from sqlalchemy.engine import make_url
@@ -978,6 +997,16 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
     from registry.log import topic_partitions
 
     _need_bootstrap(settings)
+    conf: dict[str, str] = {}
+    for item in spark_conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--spark-conf")
+        conf[key.strip()] = value.strip()
+    if driver_host is not None:
+        conf["spark.driver.host"] = driver_host
+    if plain and (conf or master):
+        raise click.BadParameter("Spark settings without Spark", param_hint="--plain")
     bootstrap = settings.kafka  # the address and the --command-config properties
     with registry_errors():  # the broker and the topic first: the database is not touched
         topic_partitions(settings.kafka, settings.topic, settings.timeout)  # until they answer
@@ -999,7 +1028,9 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
             from consumers.audit_job import materialize
 
             spark = {} if plain else {"interval": interval, "source": source,
-                                      "max_offsets_per_trigger": max_offsets_per_trigger}
+                                      "max_offsets_per_trigger": max_offsets_per_trigger,
+                                      "master": master, "spark_conf": conf,
+                                      "executor_timeout": executor_timeout}
             run = materialize(db_url, bootstrap, settings.topic,
                               engine="plain" if plain else "spark",
                               mode="once" if once else "follow", stop_event=stop,
@@ -1009,6 +1040,14 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
                       "source": run.source}
             if not plain:
                 result["startup_seconds"] = round(run.startup, 3)
+    except CliError as e:
+        detail = getattr(e.__cause__, "detail", None)  # a failed stream's whole text
+        if detail:
+            if verbose:
+                click.echo(detail, err=True)
+            else:
+                e.message = f"{e.message} (the whole error: --verbose)"
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -40,11 +40,15 @@ programmatically (:func:`alembic_config`), no ``alembic.ini`` needed.
 
 from __future__ import annotations
 
+import atexit
 import importlib.resources
 import importlib.util
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
+import zipfile
 from collections.abc import Iterator
 from contextlib import closing, contextmanager, suppress
 from pathlib import Path
@@ -337,6 +341,30 @@ def read_engine(url: str | URL) -> Engine:
 # --------------------------------------------------------------------------- migrations
 
 
+_EXTRACTED: dict[str, Path] = {}
+
+
+def _extracted(root: Any) -> Path:
+    """The migrations of a zip, copied once per process into a temporary directory (Alembic
+    reads its scripts from files)."""
+    key = str(root)
+    if key not in _EXTRACTED:
+        out = Path(tempfile.mkdtemp(prefix="jobreg-migrations-"))
+        atexit.register(shutil.rmtree, out, True)
+
+        def copy(node: Any, into: Path) -> None:
+            for child in node.iterdir():
+                if child.is_dir():
+                    (into / child.name).mkdir()
+                    copy(child, into / child.name)
+                else:
+                    (into / child.name).write_bytes(child.read_bytes())
+
+        copy(root, out)
+        _EXTRACTED[key] = out
+    return _EXTRACTED[key]
+
+
 def migrations_dir() -> Path:
     """The Alembic script directory: package ``registry.migrations``, else the repo's ``migrations/``."""
     candidates: list[Path] = []
@@ -349,6 +377,13 @@ def migrations_dir() -> Path:
     elif root is not None:  # a namespace package (no __init__.py): its directories
         spec = importlib.util.find_spec(MIGRATIONS_PACKAGE)
         candidates.extend(Path(p) for p in (spec.submodule_search_locations or []) if spec)
+    # jobreg imported from a zip or a wheel (spark-submit --py-files), where the namespace
+    # package cannot be imported (zipimport needs directory entries, which wheels lack)
+    archive = next((p for p in Path(__file__).parents if p.is_file()), None)
+    if archive is not None and zipfile.is_zipfile(archive):
+        inside = zipfile.Path(archive, MIGRATIONS_PACKAGE.replace(".", "/") + "/")
+        if inside.is_dir():
+            candidates.append(_extracted(inside))
     candidates.append(Path(__file__).resolve().parents[2] / "migrations")
     for path in candidates:
         if (path / "env.py").is_file() and (path / "versions").is_dir():

@@ -8,8 +8,9 @@ writes), every namespace on its own partition as the client places it.
 
 1. **Throughput**: the log written into PostgreSQL (a throwaway cluster) by plain Python
    (:func:`registry.audit.writer.run_plain`) and by the Spark job (``availableNow``) under
-   each master of ``masters`` (``local[1]``, ``local[2]``, ``local[4]``: one session after
-   the other in this process), and into SQLite by plain Python and the last master. The
+   each master of ``masters`` (``local[1]``, ``local[2]``, ``local[4]``, or a standalone
+   cluster's ``spark://HOST:PORT`` on this machine: one session after the other in this
+   process), and into SQLite by plain Python and the last master. The
    Spark figures exclude the session's start and the first query's warm-up (paid once per
    session; both reported).
 2. **Freshness**: a producer (a process of its own) writes events at a steady rate,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -178,13 +180,25 @@ def _freshness(sent: dict[Any, float], seen: dict[Any, float]) -> tuple[float, f
     return statistics.median(lags), p95, len(lags)
 
 
+def cluster_conf(master: str) -> dict[str, str]:
+    """Settings of a ``spark://`` master on this machine (a loopback address): the driver on
+    loopback too (only local masters get it by default) and the workers' Python this one,
+    so the broker and the database the benchmark starts on 127.0.0.1 are theirs too."""
+    host = master.removeprefix("spark://").split(":")[0]
+    if not master.startswith("spark://") or not (host == "localhost" or host.startswith("127.")):
+        return {}
+    return {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+            "spark.pyspark.python": sys.executable}
+
+
 def _spark(master: str) -> Any:
     from consumers.audit_job import spark_session
 
     before = os.environ.get("JOBREG_SPARK_MASTER")
     os.environ["JOBREG_SPARK_MASTER"] = master  # the scaling table's master, whatever is set
     try:
-        return spark_session(app_name="jobreg-bench-audit", master=master)
+        return spark_session(app_name="jobreg-bench-audit", master=master,
+                             extra_conf=cluster_conf(master))
     finally:
         if before is None:
             os.environ.pop("JOBREG_SPARK_MASTER", None)
@@ -311,13 +325,14 @@ def format_audit(f: AuditFigures) -> str:
              if db == "postgresql" and e.startswith("spark")]
     if spark:
         first = spark[0][1]
+        width = max(16, *(len(e) for e, _ in spark))  # a spark://host:port master is long
         lines = ["", f"scaling into PostgreSQL on {f.cores} cores "
                  "(events/s; ratios within this run)",
-                 f"{'engine':<16}  {'events/s':>9}  {'x first':>7}  {'x plain':>7}  "
+                 f"{'engine':<{width}}  {'events/s':>9}  {'x first':>7}  {'x plain':>7}  "
                  f"{'p50 ms':>7}  {'p95 ms':>7}"]
         for engine, v in [("plain", base or 0.0), *spark]:
             p50, p95, _ = f.freshness.get(engine, (float("nan"), float("nan"), 0))
-            lines.append(f"{engine:<16}  {v:>9,.0f}  {v / first:>7.2f}  "
+            lines.append(f"{engine:<{width}}  {v:>9,.0f}  {v / first:>7.2f}  "
                          f"{(v / base if base else float('nan')):>7.2f}  "
                          f"{p50 * 1000:>7,.0f}  {p95 * 1000:>7,.0f}")
         out += "\n" + "\n".join(lines)

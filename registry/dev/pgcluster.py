@@ -105,7 +105,8 @@ class ThrowawayPostgres:
     the cluster's superuser (trust authentication, no password). ``run_as``:
     the system user running the server (default ``postgres`` when this process
     is root, else this process's user). ``startup_timeout`` bounds ``initdb``
-    plus start-up, in seconds.
+    plus start-up, in seconds. ``also_listen``/``trust``: a second address to listen on and
+    the network (CIDR) trusted there (tests: a network namespace of their own).
     """
 
     def __init__(
@@ -116,12 +117,18 @@ class ThrowawayPostgres:
         run_as: str | None = None,
         startup_timeout: float = 60.0,
         stop_timeout: float = 10.0,
+        also_listen: str | None = None,
+        trust: str | None = None,
     ) -> None:
         self._bindir_arg = Path(bindir) if bindir is not None else None
         self.user = user
         self.run_as = run_as if run_as is not None else ("postgres" if os.geteuid() == 0 else None)
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
+        # A second address to listen on and the network whose clients are trusted there: a
+        # test's network namespace (an address on a veth pair it made), never a real one.
+        self.also_listen = also_listen
+        self.trust = trust
         self.host = _HOST
         self.port: int | None = None
         self.base_dir: Path | None = None
@@ -268,11 +275,15 @@ class ThrowawayPostgres:
             "local all all trust\n"
             f"host all {self.user} {self.host}/32 trust\n"
             f"host all all {self.host}/32 scram-sha-256\n")
+        if self.trust:
+            with open(data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.trust} trust\n")
 
     def _spawn(self, bindir: Path, data: Path, sock: Path) -> None:
         assert self._log_file is not None and self.port is not None
         cmd = [
-            str(bindir / "postgres"), "-D", str(data), "-h", self.host, "-p", str(self.port),
+            str(bindir / "postgres"), "-D", str(data), "-h",
+            ",".join(filter(None, [self.host, self.also_listen])), "-p", str(self.port),
             "-k", str(sock), "-F",
             "-c", "full_page_writes=off", "-c", "synchronous_commit=off",
             "-c", "max_connections=50", "-c", "logging_collector=off",

@@ -9,7 +9,8 @@ import yaml
 
 from registry.log import DEFAULT_TOPIC, TopicConfig
 
-COMPOSE = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 
 
@@ -27,26 +28,70 @@ def test_images_are_pinned() -> None:
         assert ":" in image and not image.endswith(":latest"), f"{name}: pin {image}"
 
 
+BROKERS = ("kafka", "kafka-2", "kafka-3")
+
+
 def test_the_topic_is_created_with_exactly_our_settings() -> None:
+    """Our compaction settings exactly; production's replication on top: three replicas, a
+    write acknowledged by two (min.insync.replicas=2 with the producer's acks=all)."""
     flags = _flags("kafka-init")
-    config = TopicConfig()
+    config = TopicConfig(replication_factor=3)
     assert flags["--topic"] == [f"${{JOBREG_TOPIC:-{DEFAULT_TOPIC}}}"]
     assert flags["--partitions"] == [str(config.partitions)]
     assert flags["--replication-factor"] == [str(config.replication_factor)]
-    assert dict(c.split("=", 1) for c in flags["--config"]) == config.kafka_config()
+    assert dict(c.split("=", 1) for c in flags["--config"]) == {
+        **config.kafka_config(), "min.insync.replicas": "2"}
     assert "--if-not-exists" in flags
 
 
-def test_kafka_is_kraft_with_transactions_and_no_auto_created_topics() -> None:
-    env = SERVICES["kafka"]["environment"]
-    assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
-    assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
-    assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == "1"
-    assert SERVICES["kafka-init"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+def test_kafka_is_three_kraft_brokers_with_transactions_and_no_auto_created_topics() -> None:
+    nodes = set()
+    for name in BROKERS:
+        env = SERVICES[name]["environment"]
+        assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
+        assert env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"] == "false"
+        assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"] == "1@kafka:9093,2@kafka-2:9093,3@kafka-3:9093"
+        assert env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "3"
+        assert env["KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"] == env["KAFKA_MIN_INSYNC_REPLICAS"] == "2"
+        assert f"INTERNAL://{name}:29092" in env["KAFKA_ADVERTISED_LISTENERS"]
+        nodes.add(env["KAFKA_NODE_ID"])
+        assert SERVICES["kafka-init"]["depends_on"][name]["condition"] == "service_healthy"
+    assert nodes == {"1", "2", "3"}
+    assert SERVICES["audit"]["environment"]["JOBREG_BOOTSTRAP"] == ",".join(
+        f"{b}:29092" for b in BROKERS)
+
+
+def test_the_audit_job_is_submitted_to_a_spark_standalone_cluster() -> None:
+    """A master and two workers from the jobreg image's own Spark (pyspark's spark-class);
+    the audit job's driver submits to the master and tells executors its own address; the
+    executors open the database themselves, so the workers have its password file too."""
+    docker = (ROOT / "Dockerfile").read_text()
+    master = SERVICES["spark-master"]
+    assert master["image"] == SERVICES["audit"]["image"]
+    assert master["entrypoint"][0].endswith("/pyspark/bin/spark-class")
+    assert master["entrypoint"][0].startswith(docker.split("SPARK_HOME=")[1].split()[0])
+    assert master["command"][0] == "org.apache.spark.deploy.master.Master"
+    port = master["command"][master["command"].index("--port") + 1]
+    url = f"spark://{master['hostname']}:{port}"
+    workers = [n for n in SERVICES if n.startswith("spark-worker-")]
+    assert len(workers) >= 2
+    audit_env = SERVICES["audit"]["environment"]
+    for name in workers:
+        worker = SERVICES[name]
+        assert worker["image"] == master["image"] and worker["entrypoint"] == master["entrypoint"]
+        assert worker["command"][:2] == ["org.apache.spark.deploy.worker.Worker", url]
+        assert worker["environment"]["JOBREG_AUDIT_DB_PASSWORD_FILE"] == \
+            audit_env["JOBREG_AUDIT_DB_PASSWORD_FILE"]
+        assert "postgres_password" in worker["secrets"]
+    assert audit_env["JOBREG_SPARK_MASTER"] == url
+    command = SERVICES["audit"]["command"]
+    assert command[command.index("--driver-host") + 1] == SERVICES["audit"]["hostname"]
+    assert "spark-master" in SERVICES["audit"]["depends_on"]
+    assert "SPARK_LOCAL_IP=127.0.0.1" not in docker and "local mode" not in docker
 
 
 def test_health_checks_volumes_and_no_secrets() -> None:
-    for name in ("kafka", "postgres"):
+    for name in (*BROKERS, "postgres"):
         assert "healthcheck" in SERVICES[name], name
         assert SERVICES[name]["volumes"], name
     env = SERVICES["postgres"]["environment"]
@@ -79,6 +124,7 @@ def test_the_audit_job_runs_a_real_command_with_variables_the_code_reads() -> No
     for name in env:
         assert f'"{name}"' in code, f"the audit service sets {name}, which no code reads"
     assert env["JOBREG_BOOTSTRAP"].split(":")[0] == "kafka"
+    assert env["JOBREG_SPARK_MASTER"].startswith("spark://")
     assert env["JOBREG_AUDIT_DB"].startswith("postgresql+psycopg://jobreg@postgres")
     assert env["JOBREG_AUDIT_DB_PASSWORD_FILE"] == SERVICES["postgres"]["environment"][
         "POSTGRES_PASSWORD_FILE"]
@@ -155,7 +201,6 @@ def test_the_image_installs_the_package_and_bakes_in_the_connector() -> None:
 
 # -- docker-compose.secure.yml: TLS + SASL/SCRAM (issue 13) ------------------------------------
 
-ROOT = Path(__file__).resolve().parents[2]
 SECURE = yaml.safe_load((ROOT / "docker-compose.secure.yml").read_text())
 
 
@@ -198,9 +243,23 @@ def test_secure_variant_clients_reach_kafka_only_over_sasl_ssl() -> None:
     published = {p.split(":")[-1] for p in _secure_service("kafka")["ports"]}
     assert published == {listening["EXTERNAL"]} and advertised["EXTERNAL"].startswith("localhost")
     assert protocols["INTERNAL"] == protocols["EXTERNAL"] == "SASL_SSL"
-    # the services use the internal SASL_SSL listener, with the properties file
+    # every broker is secured alike; the services use the internal SASL_SSL listeners, with
+    # the properties file
     audit = _secure_service("audit")["environment"]
-    assert audit["JOBREG_BOOTSTRAP"] == advertised["INTERNAL"]
+    internal = []
+    for name in BROKERS:
+        other = _secure_service(name)["environment"]
+        assert other["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"] == \
+            env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]
+        assert other["KAFKA_INTER_BROKER_LISTENER_NAME"] == "BROKER"
+        assert other["KAFKA_OPTS"] == env["KAFKA_OPTS"]
+        internal += [a.split("://")[1] for a in other["KAFKA_ADVERTISED_LISTENERS"].split(",")
+                     if a.startswith("INTERNAL://")]
+    assert audit["JOBREG_BOOTSTRAP"] == ",".join(internal)
+    assert advertised["INTERNAL"] == internal[0]
+    # the executors read Kafka with the same settings: the CA file they name is there too
+    for name in ("spark-worker-1", "spark-worker-2"):
+        assert "kafka_ca.pem" in _secure_service(name)["secrets"]
     assert audit["JOBREG_KAFKA_CONFIG"].startswith("/run/secrets/")
     assert "JOBREG_KAFKA_CONFIG" in _code_text()
 

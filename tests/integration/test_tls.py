@@ -226,3 +226,37 @@ def test_properties_translate_to_the_java_client_for_sparks_kafka_source() -> No
     with pytest.raises(ConfigError, match="only with sasl.mechanism PLAIN, SCRAM"):
         java_client_options({"sasl.mechanism": "OAUTHBEARER", "sasl.username": "u",
                              "sasl.password": "p"})
+
+
+def test_the_command_config_reaches_the_executors(tls_broker) -> None:
+    """What Spark ships to executors (the fold task and the source's reader, pickled with
+    pyspark's cloudpickle, as Spark does) carries the --command-config properties: on the
+    other side both read the TLS-only broker (issue 28: executors on other hosts read Kafka
+    themselves)."""
+    from pyspark import cloudpickle
+
+    from consumers.audit_job import FoldTask
+    from consumers.kafka_source import KafkaInputPartition, KafkaSource, kafka_schema
+    from registry.audit.partition import log_history
+
+    bootstrap, ca = tls_broker
+    kafka = Kafka(bootstrap, _tls(ca))
+    reg = Registry.connect(bootstrap, "tls-exec", topic="tls-exec", client_config=_tls(ca))
+    reg.claim_leadership("jm-1").submit_many([(f"job-{i}", b"g") for i in range(5)])
+    end = reg.sync().provenance.last_offset + 1
+    partition = reg.partition
+    reg.close()
+
+    task = cloudpickle.loads(cloudpickle.dumps(FoldTask("sqlite://", "tls-exec", 1, kafka)))
+    assert task.bootstrap.config == _tls(ca)
+    assert task.probe(partition, 0, end)
+    assert [r.offset for r in log_history(task.bootstrap, "tls-exec", 10)(partition, end)][-1] \
+        == end - 1
+
+    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": "tls-exec",
+               **{f"kafka.{k}": v for k, v in kafka.config.items()}}
+    reader = KafkaSource(options).streamReader(kafka_schema())
+    shipped = cloudpickle.loads(cloudpickle.dumps(reader))
+    rows = sum(b.num_rows for b in shipped.read(KafkaInputPartition("tls-exec", partition, 0,
+                                                                      end)))
+    assert rows == 7  # the grant, 5 submits, the call's commit record
