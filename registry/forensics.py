@@ -15,7 +15,8 @@ as it appends it, so timestamps follow log order (up to the broker clock's own
 steps). The image "at T" is the image after the longest prefix of the log
 whose records are all stamped at or before T: a record stamped after T ends
 the prefix even if a later record carries an earlier stamp (possible only
-with ``CreateTime`` topics or a broker clock stepping back). The returned
+with ``CreateTime`` topics, a broker clock stepping back, or the embedded broker, which keeps
+the producer's stamp: README "What differs", Record time). The returned
 image's provenance names the exact last offset it reflects.
 """
 
