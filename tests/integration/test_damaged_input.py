@@ -79,6 +79,18 @@ def _blocks(path: Path) -> list[tuple[int, int, int]]:
         return [(b.offset, b.size, b.num_records) for b in fastavro.block_reader(f)]
 
 
+def _break_block(data: bytearray, offset: int) -> bytearray:
+    """The data block at ``offset`` with its first deflate block's type bits set to 11 (which
+    deflate reserves): damage that must fail to decompress, whatever the bytes around it."""
+    at = offset
+    for _ in range(2):  # the block's record count and byte size, zigzag varints
+        while data[at] & 0x80:
+            at += 1
+        at += 1
+    data[at] |= 0b110
+    return data
+
+
 def _damaged(src: Path, dst: Path, edit) -> Path:
     data = bytearray(src.read_bytes())
     dst.write_bytes(bytes(edit(data)))
@@ -95,19 +107,18 @@ def test_a_good_dump_reads_whole(dump) -> None:
 
 
 def test_a_flipped_byte_in_a_data_block_is_one_line_naming_the_block(dump, tmp_path) -> None:
-    """It was a traceback ending in zlib.error: Error -3."""
-    offset, size, _ = _blocks(dump)[2]
-
-    def flip(data: bytearray) -> bytearray:
-        data[offset + size // 2] ^= 0xFF
-        return data
-
-    bad = _damaged(dump, tmp_path / "flip.avro", flip)
+    """It was a traceback ending in zlib.error: Error -3. The flip is made where it must
+    break the deflate stream (a byte in the middle may, by chance, still decompress: the end
+    marker finds that, test_a_changed_header_that_still_parses_is_found_by_the_end_marker):
+    the first deflate block's type bits set to 11, which deflate reserves."""
+    offset, _, _ = _blocks(dump)[2]
+    bad = _damaged(dump, tmp_path / "flip.avro", lambda d: _break_block(d, offset))
     before = sum(n for _, _, n in _blocks(dump)[:2])
     code, out, err = jobreg("--from-file", str(bad), "jobs")
     assert code == EXIT_DAMAGED and out == ""
     line = _one_line(err)
     assert line.startswith(f"Error: {bad}: damaged at byte {offset} (data block 3): ")
+    assert "its compressed data is corrupt (deflate: invalid block type)" in line
     assert f"; {before} records (to offset " in line and "zlib" not in line
 
 
@@ -167,9 +178,8 @@ def test_a_changed_header_that_still_parses_is_found_by_the_end_marker(dump, tmp
 def test_records_before_the_damage_answer_a_read_that_stops_there(dump, tmp_path) -> None:
     """The decision: a read that stops before the damage is answered from the records
     before it; one that needs a record at or past it fails, and nothing is read past it."""
-    offset, size, _ = _blocks(dump)[-2]
-    bad = _damaged(dump, tmp_path / "late.avro",
-                   lambda d: d[:offset + size // 2] + b"\x00" * 7 + d[offset + size // 2 + 7:])
+    offset, _, _ = _blocks(dump)[-2]
+    bad = _damaged(dump, tmp_path / "late.avro", lambda d: _break_block(d, offset))
     code, out, _ = jobreg("--from-file", str(bad), "--json", "state", "--offset", "10")
     assert code == 0 and json.loads(out)["last_offset"] <= 10
     code, _, err = jobreg("--from-file", str(bad), "state", "--offset", "100000")
