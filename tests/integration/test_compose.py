@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -20,6 +22,33 @@ def _flags(service: str) -> dict[str, list[str]]:
         name, _, value = arg.partition("=")
         out.setdefault(name, []).append(value)
     return out
+
+
+# The Compose Specification's JSON schema (compose-spec/compose-spec, schema/compose-spec.json at
+# commit 170098b of 2026-06-23, Apache-2.0), kept in tests/support: nothing can be fetched here.
+SPEC = json.loads((ROOT / "tests" / "support" / "compose-spec.json").read_text())
+
+
+@pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose.secure.yml"])
+def test_the_compose_files_validate_against_the_compose_specification(name: str) -> None:
+    """Each file alone is a valid Compose file (an override file is one too: every top-level
+    key is optional), as `docker compose config` would check it; docker cannot run here."""
+    validator = jsonschema.Draft7Validator(SPEC)
+    errors = [f"{'/'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+              for e in validator.iter_errors(yaml.safe_load((ROOT / name).read_text()))]
+    assert errors == [], errors
+
+
+def test_the_specification_check_catches_a_wrong_key() -> None:
+    """The check above is not vacuous: a misspelt service key and a bad depends_on condition
+    are each an error of the schema."""
+    validator = jsonschema.Draft7Validator(SPEC)
+    broken = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    broken["services"]["postgres"]["helthcheck"] = broken["services"]["postgres"]["healthcheck"]
+    broken["services"]["audit"]["depends_on"]["postgres"]["condition"] = "service_ready"
+    paths = {"/".join(map(str, e.absolute_path)) for e in validator.iter_errors(broken)}
+    assert "services/postgres" in paths
+    assert any(p.startswith("services/audit/depends_on") for p in paths), paths
 
 
 def test_images_are_pinned() -> None:
