@@ -486,26 +486,33 @@ class LogReader:
         self._renew_consumer(wait)
 
     def _high_watermark(self) -> int | None:
-        """The partition's high watermark as the reader's own fetches last reported it, else as
-        the broker answers now (``None`` if it cannot say).
+        """Where records this reader can read end, as far as the broker says (``None`` if it
+        cannot say).
 
-        A fetch response carries the high watermark whatever the isolation level. A
-        ListOffsets query under read_committed answers the last stable offset on Kafka, and
-        0 on the embedded broker for as long as any transaction is open on the partition:
-        another namespace's leader mid-write, on a partition it shares with this one. Asked
-        that way, a read of a long partition never lengthened its wait while the partition's
-        other leaders kept writing (tests/integration/test_shared_partition.py).
+        Asked first as a ListOffsets under read_committed: the last stable offset on Kafka,
+        which never lies below what a read_committed reader has read. The embedded broker
+        answers 0 there for as long as any transaction is open on the partition (another
+        namespace's leader mid-write, on a partition it shares with this one): an answer
+        below the reader's position is that, and then the high watermark the reader's own
+        fetches last reported stands in (a read of a long partition never lengthened its
+        wait while the partition's other leaders kept writing:
+        tests/integration/test_shared_partition.py). The high watermark is not asked first:
+        it counts records of transactions still open, which a read_committed reader cannot
+        read yet, and a read at the last stable offset would renew its consumer for them
+        (a sync of a short timeout then missed its end).
         """
         tp = TopicPartition(self.topic, self.partition)
-        with contextlib.suppress(KafkaException):
+        try:
+            _low, stable = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
+        except KafkaException:
+            return None
+        if stable is None or stable >= self.position:
+            return stable
+        with contextlib.suppress(KafkaException):  # not a Kafka answer: the embedded broker's
             _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
             if high is not None and high >= 0:
                 return high
-        try:  # no fetch answered yet (a new consumer)
-            _low, high = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
-        except KafkaException:
-            return None
-        return high
+        return stable
 
     def _renew_consumer(self, fetch_wait_ms: int) -> None:
         """A consumer with another fetch wait, reading from :attr:`position` (resumed)."""

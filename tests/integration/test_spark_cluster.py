@@ -28,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.pg import query_as_reader
 from support.sparkcluster import SPARK_HOME, SparkCluster, free_port
 
 import registry
 from registry import Registry
-from registry.audit.db import migrate, query
+from registry.audit.db import migrate
 from registry.dev.broker import find_tansu_binary
 from registry.dev.pgcluster import ThrowawayPostgres, find_pg_bindir
 from registry.log import TopicConfig, ensure_topic
@@ -228,8 +229,8 @@ def exactly_once(bootstrap: str, url: str) -> int:
     """``audit check`` agrees and every (partition, offset) is in the table once."""
     checked = jobreg("--bootstrap", bootstrap, "audit", "check", "--db", url)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    _, rows = query(url, 'SELECT count(*), count(DISTINCT (partition, "offset")) '
-                         "FROM audit_records")
+    _, rows = query_as_reader(url, 'SELECT count(*), count(DISTINCT (partition, "offset")) '
+                                   "FROM audit_records")
     assert rows[0][0] == rows[0][1]
     return rows[0][0]
 
@@ -271,7 +272,7 @@ def test_the_audit_job_on_a_two_host_cluster_survives_a_killed_worker(
         cluster.kill(remote)
         expected = first + 8 * 301
         while True:  # the rest of the backlog, on the surviving executor
-            _, rows = query(url, "SELECT count(*) FROM audit_records")
+            _, rows = query_as_reader(url, "SELECT count(*) FROM audit_records")
             if rows[0][0] >= expected:
                 break
             assert follow.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
