@@ -492,8 +492,8 @@ class LogReader:
         Asked first as a ListOffsets under read_committed: the last stable offset on Kafka,
         which never lies below what a read_committed reader has read. The embedded broker
         answers 0 there for as long as any transaction is open on the partition (another
-        namespace's leader mid-write, on a partition it shares with this one): an answer
-        below the reader's position is that, and then the high watermark the reader's own
+        namespace's leader mid-write, on a partition it shares with this one): an answer of 0
+        or below the reader's position is that, and then the high watermark the reader's own
         fetches last reported stands in (a read of a long partition never lengthened its
         wait while the partition's other leaders kept writing:
         tests/integration/test_shared_partition.py). The high watermark is not asked first:
@@ -506,9 +506,12 @@ class LogReader:
             _low, stable = self._consumer.get_watermark_offsets(tp, timeout=1.0, cached=False)
         except KafkaException:
             return None
-        if stable is None or stable >= self.position:
+        if stable is None or (stable >= self.position and stable > 0):
             return stable
-        with contextlib.suppress(KafkaException):  # not a Kafka answer: the embedded broker's
+        # Below the position, or 0 (at offset 0 too): the embedded broker's answer while a
+        # transaction is open. On Kafka 0 is an empty partition (high watermark 0 too) or one
+        # whose records all lie in an open transaction (a longer wait, nothing worse).
+        with contextlib.suppress(KafkaException):
             _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
             if high is not None and high >= 0:
                 return high
