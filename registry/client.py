@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .election import Election
@@ -118,7 +119,7 @@ from .recovery import (
 )
 from .snapshot import read_snapshot, write_snapshot
 from .wire import Codec, default_codec
-from .writes import TermWrites
+from .writes import GroupCommit, PendingCall, TermWrites, error_for_call
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
 
@@ -582,7 +583,7 @@ class Term:
         self._writes = TermWrites(registry._log, registry.kafka, registry.topic,
                                   registry.namespace, registry.partition, registry.timeout,
                                   epoch, self.fenced)
-        self._blobs_put: dict[str, tuple[GraphRef, bytes]] = {}  # this call's blobs
+        self._groups = GroupCommit(self._run_group)  # concurrent calls share a transaction
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
 
     def __repr__(self) -> str:
@@ -619,25 +620,23 @@ class Term:
             raise ConfigError("max_checkpoint_failures must be >= 0 and retained_checkpoints "
                               ">= 1")
         items = jobs.items() if isinstance(jobs, Mapping) else jobs
-        try:
-            events = [self._event(JobSubmitted, job_id, graph=self._graph(graph),
-                                  max_checkpoint_failures=max_checkpoint_failures,
-                                  retained_checkpoints=retained_checkpoints)
-                      for job_id, graph in items]
-            receipts = self._write(events)
-            # A blob collector that listed an old copy of a re-put blob may have
-            # deleted it meanwhile: the blob must exist now that the event is in. The
-            # submit is accepted: a failure here is logged, never raised (the job's
-            # recovery reports a missing graph on its own, incident 003).
-            for ref, data in self._blobs_put.values():
-                try:
-                    if not self.registry.blob_store.exists(ref):
-                        self.registry.blob_store.put(data)
-                except RegistryError as e:
-                    _log.error("job graph %s of an accepted submit could not be re-put: %s",
-                               ref.uri, e)
-        finally:
-            self._blobs_put.clear()
+        put: dict[str, tuple[GraphRef, bytes]] = {}  # this call's blobs (calls run at once)
+        events = [self._event(JobSubmitted, job_id, graph=self._graph(graph, put),
+                              max_checkpoint_failures=max_checkpoint_failures,
+                              retained_checkpoints=retained_checkpoints)
+                  for job_id, graph in items]
+        receipts = self._write(events)
+        # A blob collector that listed an old copy of a re-put blob may have
+        # deleted it meanwhile: the blob must exist now that the event is in. The
+        # submit is accepted: a failure here is logged, never raised (the job's
+        # recovery reports a missing graph on its own, incident 003).
+        for ref, data in put.values():
+            try:
+                if not self.registry.blob_store.exists(ref):
+                    self.registry.blob_store.put(data)
+            except RegistryError as e:
+                _log.error("job graph %s of an accepted submit could not be re-put: %s",
+                           ref.uri, e)
         return receipts
 
     def adopt(self, *job_ids: str) -> list[Receipt]:
@@ -847,7 +846,9 @@ class Term:
                    writer=self.contender, created_at=now_ms(),
                    job_id=check_id("job id", job_id), **payload)
 
-    def _graph(self, graph: bytes | InlineGraph | GraphRef) -> InlineGraph | GraphRef:
+    def _graph(self, graph: bytes | InlineGraph | GraphRef,
+               put: dict[str, tuple[GraphRef, bytes]]) -> InlineGraph | GraphRef:
+        # ``put`` collects the blobs this call wrote, for the submit to check after.
         if isinstance(graph, GraphRef):
             store = self.registry.blob_store
             if not store.contains(graph.uri):
@@ -857,7 +858,7 @@ class Term:
             # namespace references and a collection may delete lives in its own space.
             data = store.get(graph)
             ref = store.put(data)
-            self._blobs_put[ref.uri] = (ref, data)
+            put[ref.uri] = (ref, data)
             return ref
         if isinstance(graph, InlineGraph):
             data = graph.data
@@ -870,7 +871,7 @@ class Term:
             return InlineGraph(data)
         # Too large to travel in the event: the blob is written first, completely.
         ref = self.registry.blob_store.put(data)
-        self._blobs_put[ref.uri] = (ref, data)
+        put[ref.uri] = (ref, data)
         return ref
 
     def _result_of(self, job_id: str) -> dict[str, object]:
@@ -979,20 +980,57 @@ class Term:
             call = as_call(events)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+        if not call:  # reassert(): settle refused keys alone
+            with reg._log.lock:
+                pairs = list(plan_reassertions(reg.image, self.epoch, self.contender))
+                if pairs:
+                    self._send(pairs)
+                    self._settle(guard)
+                return []
+        # Encoded in the caller's thread: a record that cannot be encoded fails its own
+        # call, before it joins a group.
+        codec = reg._codec
+        pending = PendingCall([(record_key(e), e) for e in call],
+                              [codec.encode_as_read(e) for e in call], guard)
+        return self._groups.commit(pending)[:len(events)]
+
+    def _run_group(self, group: list[PendingCall]) -> None:
+        """Write the calls of one group (:class:`~registry.writes.GroupCommit`) in one
+        transaction, and give each call its own answer."""
+        reg = self.registry
         with reg._log.lock:
-            # Step 1: settle refused keys first (compaction safety).
+            # Step 1: settle refused keys first (compaction safety), once for the group.
             pairs: list[tuple[str, Event]] = list(
                 plan_reassertions(reg.image, self.epoch, self.contender))
-            pairs += [(record_key(e), e) for e in call]
-            if not pairs:
-                return []
-            decisions = self._send(pairs)
+            spans: list[tuple[int, int]] = []
+            encoded: dict[str, tuple[bytes, Event]] = {}
+            for c in group:
+                spans.append((len(pairs), len(pairs) + len(c.pairs)))
+                pairs += c.pairs
+                encoded.update((e.event_id, enc) for (_, e), enc in zip(c.pairs, c.encoded, strict=True))
+            verdicts: list[tuple[Decision | None, tuple[str, ...]]] = []
+            failure: RegistryError | None = None
+            try:
+                self._send(pairs, encoded=encoded, verdicts=verdicts)
+            except RegistryError as e:
+                failure = e
+            if len(verdicts) != len(pairs):  # nothing known of any record
+                verdicts = [(None, ())] * len(pairs)
+            # Each call's answer: its decisions once the fold decided all its records
+            # (whatever became of the others), else the group's error with its own ids.
+            for c, (start, end) in zip(group, spans, strict=True):
+                mine = verdicts[start:end]
+                if all(d is not None for d, _ in mine):
+                    c.decisions = [d for d, _ in mine]  # type: ignore[misc]
+                else:
+                    assert failure is not None
+                    c.error = error_for_call(failure, tuple(i for _, ids in mine for i in ids))
+            if all(c.decisions is None for c in group):
+                return
             # Step 4: settle any key a refused record landed on meanwhile (ours
-            # or anyone's). The call is decided: this is best-effort, never a reason
+            # or anyone's). The calls are decided: this is best-effort, never a reason
             # to raise; what it leaves unsettled the next write settles.
-            self._settle(guard)
-            start = len(pairs) - len(call)
-            return decisions[start:start + len(events)]
+            self._settle(any(c.guard for c in group))
 
     def _settle(self, guard: bool) -> None:
         reg = self.registry
@@ -1011,9 +1049,9 @@ class Term:
                           self.epoch, self.contender, len(pairs), e)
                 return
 
-    def _send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:
+    def _send(self, pairs: list[tuple[str, Event]], **kw: Any) -> list[Decision]:
         """Steps 2 and 3 (:meth:`registry.writes.TermWrites.send`): one decision per pair."""
-        return self._writes.send(pairs)
+        return self._writes.send(pairs, **kw)
 
 
 def _failure_reason(name: object) -> dict[str, object]:

@@ -1,17 +1,27 @@
 """Steps 2 and 3 of a term's write (:mod:`registry.client`'s module docstring): one
 transaction of the namespace's transactional producer, then reading until the fold decided
-every record sent, re-sending what the log does not hold while the term is current.
+every record sent, re-sending what the log does not hold while the term is current; and
+group commit, which lets concurrent calls of one term share that transaction.
 
 :class:`TermWrites` holds the term's producer and talks to the log only through a
 :class:`~registry.folded.FoldedLog` (it never sees the :class:`~registry.client.Registry`);
 the term asks it to :meth:`~TermWrites.send` the records steps 1 and 4 planned.
+
+:class:`GroupCommit` is the queue concurrent calls of one term join (README "Group
+commit"): the first caller to find no group in flight leads one, taking every call queued
+by then (in arrival order, up to :data:`MAX_GROUP_RECORDS` records and
+:data:`MAX_GROUP_BYTES` bytes; a call is never split), and hands the lead to the first
+call left waiting when its group is decided. A lone caller leads at once: nothing waits
+on a timer. As MySQL's binlog group commit and PostgreSQL's ``XLogFlush``, batching
+comes only from calls arriving while a group is in flight.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from .errors import BrokerError, Fenced, OutcomeUnknown, RegistryError
 from .events import Event, LeadershipGranted, LeadershipRevoked, new_event_id
@@ -22,7 +32,18 @@ from .kafka_config import Kafka
 from .keys import record_key
 from .log import TransactionalWriter, TransactionFailed
 
-__all__ = ["TermWrites"]
+__all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "GroupCommit", "PendingCall", "TermWrites"]
+
+MAX_GROUP_RECORDS = 10_000
+"""At most this many records in one group's transaction (a lone call may have more)."""
+
+MAX_GROUP_BYTES = 1_000_000
+"""At most this many encoded bytes in one group's transaction, librdkafka's default
+``message.max.bytes`` (a lone call may have more; it then fails or succeeds alone)."""
+
+Encoded = tuple[bytes, Event]
+"""A record as :meth:`registry.wire.Codec.encode_as_read` gives it: its bytes, and the
+event as a reader decodes them."""
 
 
 class TermWrites:
@@ -61,7 +82,10 @@ class TermWrites:
             self.writer.close()
             self.writer = None
 
-    def send(self, pairs: list[tuple[str, Event]]) -> list[Decision]:
+    def send(self, pairs: list[tuple[str, Event]], *,
+             encoded: dict[str, Encoded] | None = None,
+             verdicts: list[tuple[Decision | None, tuple[str, ...]]] | None = None,
+             ) -> list[Decision]:
         """Steps 2 and 3: one transaction, then read until the fold decided every record.
 
         Returns one decision per pair. A record the log does not hold after a
@@ -69,8 +93,15 @@ class TermWrites:
         record verbatim (a copy that lands after all is a duplicate on a key
         the next write reasserts), a leadership record as a fresh event under
         a fresh key (so no leadership key is ever written twice).
+
+        ``encoded``: event id -> the record already encoded (the callers of a group
+        encode their own records, so that one that cannot be encoded fails alone).
+        ``verdicts``, if given, receives per pair, also when this raises, the fold's
+        decision on it (``None``: undecided) and the ids of every copy of it sent (none
+        if nothing was sent): what a group tells each of its calls.
         """
         log = self._log
+        encoded = encoded or {}
         codec = log.codec
         slots = [[(key, event)] for key, event in pairs]  # every copy sent per record
         waiting = log.waiting
@@ -139,7 +170,8 @@ class TermWrites:
                         key = record_key(event)
                         copies.append((key, event))
                     waiting.setdefault(event.event_id, None)
-                    data, as_read = codec.encode_as_read(event)
+                    data, as_read = (encoded.get(event.event_id)
+                                     or codec.encode_as_read(event))
                     todo.append((key, data))
                     events.append(as_read)
                 if not todo:
@@ -196,6 +228,10 @@ class TermWrites:
                               failure)
             return [self.decided(copies) for copies in slots]  # type: ignore[misc]
         finally:
+            if verdicts is not None:
+                verdicts[:] = [(self.decided(copies),
+                                tuple(e.event_id for _, e in copies) if sent else ())
+                               for copies in slots]
             for copies in slots:
                 for _, e in copies:
                     waiting.pop(e.event_id, None)
@@ -216,3 +252,128 @@ class TermWrites:
         # The verdict on a record: an accepted copy if any, else the first decided one.
         found = [d for _, e in copies if (d := self._log.waiting.get(e.event_id))]
         return next((d for d in found if d.accepted), found[0] if found else None)
+
+
+@dataclass(eq=False)
+class PendingCall:
+    """One call waiting in a :class:`GroupCommit`: its records (``pairs``, already
+    ``encoded``), and, once its group is decided, its own answer: ``decisions`` (one per
+    record) or ``error`` (what this call raises)."""
+
+    pairs: list[tuple[str, Event]]
+    encoded: list[Encoded]
+    guard: bool = True
+    """Whether the term's write guard applies to it (a lease renewal passes it)."""
+    decisions: list[Decision] | None = None
+    error: BaseException | None = None
+    size: int = field(init=False)
+    _leads: bool = field(default=False, init=False)
+    _done: bool = field(default=False, init=False)
+    _wake: threading.Event = field(default_factory=threading.Event, init=False)
+
+    def __post_init__(self) -> None:
+        self.size = sum(len(key) + len(data) for (key, _), (data, _)
+                        in zip(self.pairs, self.encoded, strict=True))
+
+
+class GroupCommit:
+    """Concurrent calls of one term share one transaction and one confirming read.
+
+    ``run(group)`` writes a group (a list of :class:`PendingCall`, in arrival order) and
+    sets every call's ``decisions`` or ``error``; it is only ever running once at a time,
+    in the thread of the group's first call. Whatever ``run`` raises becomes the
+    answer of every call it left without one.
+    """
+
+    def __init__(self, run: Callable[[list[PendingCall]], None], *,
+                 max_records: int = MAX_GROUP_RECORDS,
+                 max_bytes: int = MAX_GROUP_BYTES) -> None:
+        self._run = run
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._queue: list[PendingCall] = []  # arrival order; a leader's call is first
+        self._busy = False  # a group is being formed or is in flight
+
+    def commit(self, call: PendingCall) -> list[Decision]:
+        """Join the next group; return this call's decisions or raise its error."""
+        with self._lock:
+            self._queue.append(call)
+            if not self._busy:
+                self._busy = call._leads = True
+        if not call._leads:
+            try:
+                call._wake.wait()
+            except BaseException:  # interrupted while waiting (KeyboardInterrupt)
+                self._leave(call)
+                raise
+        if not call._done:
+            self._lead(call)
+        if call.error is not None:
+            raise call.error
+        assert call.decisions is not None
+        return call.decisions
+
+    def _take(self) -> list[PendingCall]:
+        # The leader's call first, then every call that fits, in arrival order.
+        group: list[PendingCall] = []
+        records = size = 0
+        with self._lock:
+            while self._queue:
+                nxt = self._queue[0]
+                if group and (records + len(nxt.pairs) > self.max_records
+                              or size + nxt.size > self.max_bytes):
+                    break
+                group.append(self._queue.pop(0))
+                records += len(nxt.pairs)
+                size += nxt.size
+        return group
+
+    def _lead(self, call: PendingCall) -> None:
+        group = self._take()
+        assert group and group[0] is call
+        try:
+            self._run(group)
+        except BaseException as e:
+            for c in group:
+                if c.decisions is None and c.error is None:
+                    c.error = e
+            if not isinstance(e, Exception):
+                raise
+        finally:
+            with self._lock:
+                for c in group:
+                    c._done = True
+                    if c is not call:
+                        c._wake.set()
+                self._hand_on()
+
+    def _hand_on(self) -> None:
+        # Under the lock: the first waiting call leads the next group, else nobody.
+        if self._queue:
+            self._queue[0]._leads = True
+            self._queue[0]._wake.set()
+        else:
+            self._busy = False
+
+    def _leave(self, call: PendingCall) -> None:
+        with self._lock:
+            if call in self._queue:  # not taken into a group: it never left this process
+                self._queue.remove(call)
+                if call._leads:
+                    self._hand_on()
+                return
+        # Taken into a group in flight: its leader answers it; nobody waits for the answer.
+
+
+def error_for_call(error: RegistryError, event_ids: tuple[str, ...]) -> RegistryError:
+    """A group's error as one of its calls raises it: the same class, message and
+    attributes, carrying that call's own ``event_ids`` (a copy: each caller raises its
+    own, so no two threads add to one traceback)."""
+    copy = type(error).__new__(type(error))
+    copy.args = error.args
+    copy.__dict__.update(vars(error))
+    copy.event_ids = event_ids
+    copy.__cause__, copy.__context__ = error.__cause__, error.__context__
+    copy.__suppress_context__ = error.__suppress_context__
+    return copy

@@ -74,11 +74,11 @@ def test_a_decided_cancel_is_returned_though_a_newer_term_fences_the_follow_up(c
     original = type(term)._send
     sends = []
 
-    def send(self, pairs):
+    def send(self, pairs, **kw):
         sends.append(pairs)
         if len(sends) == 2:  # the follow-up: a newer term is granted just before it
             other.claim_leadership("jm-2")
-        return original(self, pairs)
+        return original(self, pairs, **kw)
 
     monkeypatch.setattr(type(term), "_send", send)
     _zombie_cancel(reg, "job-b", 1, "jm-0")
@@ -95,11 +95,11 @@ def test_a_decided_cancel_is_returned_though_the_broker_is_gone_for_the_follow_u
     original = type(term)._send
     sends = []
 
-    def send(self, pairs):
+    def send(self, pairs, **kw):
         sends.append(pairs)
         if len(sends) == 2:
             raise OutcomeUnknown("the broker stopped answering", ())
-        return original(self, pairs)
+        return original(self, pairs, **kw)
 
     monkeypatch.setattr(type(term), "_send", send)
     _zombie_cancel(reg, "job-b", 1, "jm-0")
