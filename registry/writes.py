@@ -330,6 +330,7 @@ class GroupCommit:
         return group
 
     def _lead(self, call: PendingCall) -> None:
+        time.sleep(0)  # let callers the last group woke queue up (a yield, not a timer)
         group = self._take()
         assert group and group[0] is call
         try:
