@@ -8,7 +8,9 @@ the right to write that a granted leadership gives. Every write:
    refused record is the newest record of (so compaction cannot change the
    answer, README "Compaction");
 2. sends its records in one transaction of the namespace's transactional
-   producer (a newer term's producer fences this one at the broker); a call
+   producer (a newer term's producer fences this one at the broker), shared
+   with the calls made at the same time on the term (group commit,
+   :class:`~registry.writes.GroupCommit`: each call keeps its own answer); a call
    of several records carries its call id on each and ends with a
    :class:`~registry.events.CallCommitted`, so the fold applies them all or
    none (fold rule 8);

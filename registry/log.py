@@ -854,7 +854,12 @@ class TransactionalWriter:
         self._timeout = timeout
         self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "transactional.id": transactional_id(topic, namespace),
-            "linger.ms": 0,
+            # Nothing leaves before commit_transaction flushes, and a flush ignores
+            # linger.ms (a one-record transaction takes 2.1 ms at 0 or 1000 on the embedded
+            # broker): a group's records go in one produce request. At 0, each produce()
+            # sent its own while earlier ones were in flight (a group of 64 records: 30 ms
+            # a transaction on the embedded broker; 3.3 ms now).
+            "linger.ms": 1000,
             "transaction.timeout.ms": 60_000,
         }))
         try:
