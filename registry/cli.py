@@ -1242,6 +1242,9 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="Length of each run (start-up and the final checks come on top).")
 @click.option("--processes", type=click.IntRange(2, 16), default=3, show_default=True,
               help="Coordinator processes contending in every namespace.")
+@click.option("--writers", type=click.IntRange(1, 32), default=4, show_default=True,
+              help="Writer threads per process, sharing its Term of each namespace (1: one "
+                   "call at a time per process).")
 @click.option("--namespaces", type=click.IntRange(1, 8), default=2, show_default=True,
               help="Namespaces (the first two share a partition).")
 @click.option("--lease", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
@@ -1261,7 +1264,7 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
                    "and show that the checker names it.")
 @pass_settings
 def torture(settings: Settings, seed: int, runs: int, seconds: float, processes: int,
-            namespaces: int, lease: float, out_dir: str, parallel: int,
+            writers: int, namespaces: int, lease: float, out_dir: str, parallel: int,
             torture_bootstrap: str | None, check_dir: str | None, selftest: bool) -> None:
     """The fault campaign: coordinator processes under a nemesis (pauses, kills, a paused
     broker, network cuts, zombie writes, garbage, duplicates), then an independent checker
@@ -1305,7 +1308,7 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
         else:
             config = runner.CampaignConfig(
                 seed=seed, runs=runs, seconds=seconds, processes=processes,
-                namespaces=namespaces, lease=lease, out=Path(out_dir),
+                writers=writers, namespaces=namespaces, lease=lease, out=Path(out_dir),
                 bootstrap=torture_bootstrap, parallel=parallel)
             summaries = runner.campaign(config, progress)
     if settings.as_json:
