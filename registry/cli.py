@@ -565,17 +565,21 @@ def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: in
 
 @bench.command("soak")
 @click.option("--writes", type=click.IntRange(1), default=100_000, show_default=True,
-              help="Fenced writes, one call at a time, on one namespace.")
+              help="Fenced writes on one namespace.")
 @click.option("--window", type=click.IntRange(1), default=10_000, show_default=True,
               help="Writes per reported window.")
+@click.option("--writers", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Threads calling the leader's one Term at once (1: one call at a time).")
 @click.option("--jobs", type=click.IntRange(1), default=1000, show_default=True,
               help="Live jobs kept (submitted before the timed writes; churn keeps the count).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the write mix.")
 @pass_settings
-def bench_soak_cmd(settings: Settings, writes: int, window: int, jobs: int, seed: int) -> None:
+def bench_soak_cmd(settings: Settings, writes: int, window: int, writers: int, jobs: int,
+                   seed: int) -> None:
     """Holds up at size? Fenced writes in a realistic mix (checkpoints triggered, completed,
-    failed; cancels and submits; adopts); per window the rate, p50/p99 latency, failures, the
-    client's RSS and its image's size; then a fresh client's start-up with and without a
+    failed; cancels and submits; adopts), one call at a time or from --writers threads at
+    once on the leader's one Term; per window the rate, p50/p99 latency (of each call),
+    failures, the client's RSS and its image's size; then a fresh client's start-up with and without a
     snapshot. On an embedded broker, or on the global --bootstrap (a fresh topic whose
     deletion is asked afterwards). Progress on stderr, the table on stdout.
 
@@ -585,7 +589,8 @@ def bench_soak_cmd(settings: Settings, writes: int, window: int, jobs: int, seed
     from registry.dev.bench_soak import bench_soak, format_soak
 
     with registry_errors():
-        figures = bench_soak(writes=writes, window=window, jobs=jobs, seed=seed,
+        figures = bench_soak(writes=writes, window=window, writers=writers, jobs=jobs,
+                             seed=seed,
                              bootstrap=settings.bootstrap, timeout=settings.timeout,
                              progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_soak(figures))
