@@ -1271,9 +1271,9 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 def torture(settings: Settings, seed: int, runs: int, seconds: float, processes: int,
             writers: int, namespaces: int, lease: float, out_dir: str, parallel: int,
             torture_bootstrap: str | None, check_dir: str | None, selftest: bool) -> None:
-    """The fault campaign: coordinator processes under a nemesis (pauses, kills, a paused
-    broker, network cuts, zombie writes, garbage, duplicates), then an independent checker
-    over their histories and the log. A progress line per run on stderr, a summary table
+    """The fault campaign: coordinator processes (each of --writers threads calling its Term
+    at once) under a nemesis (pauses, kills, a paused broker, network cuts, zombie writes,
+    garbage, duplicates), then an independent checker over their histories and the log. A progress line per run on stderr, a summary table
     on stdout.
 
     Exits 1 if any run broke a rule (or, with --selftest, if a planted violation was not
