@@ -784,8 +784,9 @@ def _concurrency(run: _Run) -> dict[str, int]:
     """How much the writes of one term overlapped in one process (statistics, no rule).
 
     ``overlapping``: write calls in flight while another write call of the same process and
-    term was; of them ``ok``, ``refused`` (fail), ``unknown`` (info) and ``cut`` (no
-    completion: a kill); ``revokes``: revokes that overlapped another write of their term;
+    term was; of them ``ok``, ``refused`` (fail; ``fenced`` of those: ``Fenced``, the term
+    over while the call was made), ``unknown`` (info) and ``cut`` (no completion: a kill);
+    ``revokes``: revokes that overlapped another write of their term;
     ``max_in_flight``: the most write calls of one term in flight at once in a process.
     A call without a completion counts as in flight until its incarnation's last line."""
     last: dict[tuple[str, int], float] = defaultdict(float)
@@ -799,8 +800,8 @@ def _concurrency(run: _Run) -> dict[str, int]:
         if op.f in WRITES and op.ns is not None:
             key = (op.who, op.ns, op.invoke.get("epoch"))
             groups[key].append((op.t0, op.t1 if op.t1 is not None else last[op.who], op))
-    out = {"overlapping": 0, "ok": 0, "refused": 0, "unknown": 0, "cut": 0, "revokes": 0,
-           "max_in_flight": 0}
+    out = {"overlapping": 0, "ok": 0, "refused": 0, "fenced": 0, "unknown": 0, "cut": 0,
+           "revokes": 0, "max_in_flight": 0}
     kinds = {"ok": "ok", "fail": "refused", "info": "unknown", "unfinished": "cut"}
     for calls in groups.values():
         calls.sort(key=lambda c: c[0])
@@ -818,4 +819,5 @@ def _concurrency(run: _Run) -> dict[str, int]:
             out["overlapping"] += 1
             out[kinds[op.type]] += 1
             out["revokes"] += op.f == "revoke"
+            out["fenced"] += op.type == "fail" and op.done.get("error") == "Fenced"
     return out

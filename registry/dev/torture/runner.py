@@ -532,7 +532,8 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
     writers = sorted({s.get("writers", 1) for s in summaries})
     lines += ["", f"writer threads per process: {', '.join(map(str, writers))}; write calls "
               f"that overlapped another of their term in their process: "
-              f"{overlap['overlapping']} (ok {overlap['ok']}, refused {overlap['refused']}, "
+              f"{overlap['overlapping']} (ok {overlap['ok']}, refused {overlap['refused']} of which "
+              f"fenced {overlap['fenced']}, "
               f"unknown {overlap['unknown']}, cut by a kill {overlap['cut']}; revokes "
               f"{overlap['revokes']}); at most {in_flight} in flight at once"]
     errors = [n for s in summaries for n in s.get("notes", []) if n.startswith("CHECKER ERROR")]
