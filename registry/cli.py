@@ -565,17 +565,21 @@ def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: in
 
 @bench.command("soak")
 @click.option("--writes", type=click.IntRange(1), default=100_000, show_default=True,
-              help="Fenced writes, one call at a time, on one namespace.")
+              help="Fenced writes on one namespace.")
 @click.option("--window", type=click.IntRange(1), default=10_000, show_default=True,
               help="Writes per reported window.")
+@click.option("--writers", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Threads calling the leader's one Term at once (1: one call at a time).")
 @click.option("--jobs", type=click.IntRange(1), default=1000, show_default=True,
               help="Live jobs kept (submitted before the timed writes; churn keeps the count).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the write mix.")
 @pass_settings
-def bench_soak_cmd(settings: Settings, writes: int, window: int, jobs: int, seed: int) -> None:
+def bench_soak_cmd(settings: Settings, writes: int, window: int, writers: int, jobs: int,
+                   seed: int) -> None:
     """Holds up at size? Fenced writes in a realistic mix (checkpoints triggered, completed,
-    failed; cancels and submits; adopts); per window the rate, p50/p99 latency, failures, the
-    client's RSS and its image's size; then a fresh client's start-up with and without a
+    failed; cancels and submits; adopts), one call at a time or from --writers threads at
+    once on the leader's one Term; per window the rate, p50/p99 latency (of each call),
+    failures, the client's RSS and its image's size; then a fresh client's start-up with and without a
     snapshot. On an embedded broker, or on the global --bootstrap (a fresh topic whose
     deletion is asked afterwards). Progress on stderr, the table on stdout.
 
@@ -585,7 +589,8 @@ def bench_soak_cmd(settings: Settings, writes: int, window: int, jobs: int, seed
     from registry.dev.bench_soak import bench_soak, format_soak
 
     with registry_errors():
-        figures = bench_soak(writes=writes, window=window, jobs=jobs, seed=seed,
+        figures = bench_soak(writes=writes, window=window, writers=writers, jobs=jobs,
+                             seed=seed,
                              bootstrap=settings.bootstrap, timeout=settings.timeout,
                              progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_soak(figures))
@@ -1242,6 +1247,9 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="Length of each run (start-up and the final checks come on top).")
 @click.option("--processes", type=click.IntRange(2, 16), default=3, show_default=True,
               help="Coordinator processes contending in every namespace.")
+@click.option("--writers", type=click.IntRange(1, 32), default=4, show_default=True,
+              help="Writer threads per process, sharing its Term of each namespace (1: one "
+                   "call at a time per process).")
 @click.option("--namespaces", type=click.IntRange(1, 8), default=2, show_default=True,
               help="Namespaces (the first two share a partition).")
 @click.option("--lease", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
@@ -1261,11 +1269,11 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
                    "and show that the checker names it.")
 @pass_settings
 def torture(settings: Settings, seed: int, runs: int, seconds: float, processes: int,
-            namespaces: int, lease: float, out_dir: str, parallel: int,
+            writers: int, namespaces: int, lease: float, out_dir: str, parallel: int,
             torture_bootstrap: str | None, check_dir: str | None, selftest: bool) -> None:
-    """The fault campaign: coordinator processes under a nemesis (pauses, kills, a paused
-    broker, network cuts, zombie writes, garbage, duplicates), then an independent checker
-    over their histories and the log. A progress line per run on stderr, a summary table
+    """The fault campaign: coordinator processes (each of --writers threads calling its Term
+    at once) under a nemesis (pauses, kills, a paused broker, network cuts, zombie writes,
+    garbage, duplicates), then an independent checker over their histories and the log. A progress line per run on stderr, a summary table
     on stdout.
 
     Exits 1 if any run broke a rule (or, with --selftest, if a planted violation was not
@@ -1305,7 +1313,7 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
         else:
             config = runner.CampaignConfig(
                 seed=seed, runs=runs, seconds=seconds, processes=processes,
-                namespaces=namespaces, lease=lease, out=Path(out_dir),
+                writers=writers, namespaces=namespaces, lease=lease, out=Path(out_dir),
                 bootstrap=torture_bootstrap, parallel=parallel)
             summaries = runner.campaign(config, progress)
     if settings.as_json:

@@ -1,12 +1,14 @@
 """``jobreg bench soak``: does the registry hold up at size? (issue 11)
 
-One leader writes ``writes`` fenced calls, one at a time, on one namespace of a fresh topic,
-keeping about ``jobs`` live jobs, in a Flink-like mix (:data:`MIX`): checkpoints triggered,
+One leader writes ``writes`` fenced calls on one namespace of a fresh topic, one at a time,
+or from ``writers`` threads at once on its one ``Term`` (``--writers N``: concurrent calls,
+which group commit shares round trips between), keeping about ``jobs`` live jobs, in a Flink-like mix (:data:`MIX`): checkpoints triggered,
 completed and failed; jobs cancelled, their results marked clean (their cleanup done), and
 new ones submitted (the churn keeps the live count);
 live jobs adopted again. Every ``window`` writes it records the window's rate (successful
 writes per second of the window's time, failed calls' time included), the p50/p99
-latency of its successful writes, its failures, this process's (the client's) resident set
+latency of its successful writes (each call's own time, from its start to its return:
+with several writers, the time a call waits for the others is in it), its failures, this process's (the client's) resident set
 size and the size of the client's image. At the end it writes a snapshot and times a fresh
 client's start-up from scratch and from that snapshot.
 
@@ -40,6 +42,7 @@ import gzip
 import os
 import random
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -114,6 +117,7 @@ class SoakFigures:
 
     writes_asked: int
     window: int
+    writers: int
     jobs: int
     seed: int
     bootstrap: str
@@ -175,6 +179,12 @@ class _Workload:
     After a failed write whose outcome is unknown it never touches what that write may
     have changed in a way the fold would refuse (a possibly cancelled job is dropped; a
     checkpoint id is never reused).
+
+    Safe for several writer threads: :meth:`pick` and :meth:`run` are called under
+    :attr:`lock`, and a job a call is about is out of both bags until the call returns (a
+    checkpoint record carries the job's state after it, computed from the writer's view:
+    two calls on one job at once would have the second refused, as a Flink coordinator never
+    does).
     """
 
     def __init__(self, term: Term, jobs: int, rng: random.Random) -> None:
@@ -190,6 +200,7 @@ class _Workload:
         self.graph = b"g" * GRAPH_BYTES
         kinds, weights = zip(*MIX, strict=True)
         self.kinds, self.cum = kinds, list(_accumulate(weights))
+        self.lock = threading.Lock()
 
     def new_id(self) -> str:
         self.submitted += 1
@@ -222,15 +233,17 @@ class _Workload:
         return self.idle.items[n] if n < len(self.idle) else self.pending.items[n - len(self.idle)]
 
     def run(self, kind: str) -> Callable[[], None]:
-        """The write of ``kind`` as a call, and the model's update when it succeeds or fails."""
+        """The write of ``kind`` as a call, and the model's update when it succeeds or fails
+        (the call takes :attr:`lock` for it)."""
         term, rng = self.term, self.rng
         if kind == "submit":
             job = self.new_id()
 
             def call() -> None:
                 term.submit(job, self.graph, max_checkpoint_failures=3)
-                self.idle.add(job)
-                self.next_cp[job] = 1
+                with self.lock:
+                    self.idle.add(job)
+                    self.next_cp[job] = 1
             return call
         if kind == "cancel":
             job = self._any_live()
@@ -243,34 +256,60 @@ class _Workload:
 
             def cancel() -> None:
                 term.cancel(job, reason="soak")
-                self.dirty.append(job)
+                with self.lock:
+                    self.dirty.append(job)
             return cancel
         if kind == "clean":
             job = self.dirty.pop()  # done or in doubt, not tried again
             return lambda: term.mark_clean(job)
         if kind == "adopt":
             job = self._any_live()
-            return lambda: term.adopt(job)
+            bag = self.idle if job in self.idle.where else self.pending
+            bag.discard(job)  # out of the bags while the call is in flight
+
+            def adopt() -> None:
+                try:
+                    term.adopt(job)
+                finally:
+                    with self.lock:
+                        bag.add(job)
+            return adopt
         if kind == "trigger":
             job = self.idle.choice(rng)
             cp = self.next_cp[job]
             self.next_cp[job] = cp + 1  # never reused, whatever the outcome
+            self.idle.discard(job)
 
             def call() -> None:
-                term.checkpoint_triggered(job, cp)
-                self.idle.discard(job)
-                self.pending.add(job)
-                self.in_flight[job] = cp
+                done = False
+                try:
+                    term.checkpoint_triggered(job, cp)
+                    done = True
+                finally:
+                    with self.lock:
+                        if done:
+                            self.pending.add(job)
+                            self.in_flight[job] = cp
+                        else:
+                            self.idle.add(job)
             return call
         job = self.pending.choice(rng)
         cp = self.in_flight.pop(job)
-        # Done or in doubt, the checkpoint is no longer in flight for the model.
+        # Done or in doubt, the checkpoint is no longer in flight for the model; the job is
+        # idle again once the call returns.
         self.pending.discard(job)
-        self.idle.add(job)
-        if kind == "complete":
-            return lambda: term.checkpoint_completed(
-                job, cp, f"file:///soak/checkpoints/{job}/chk-{cp}")
-        return lambda: term.checkpoint_failed(job, cp, "declined by a task", task="task-3")
+
+        def end() -> None:
+            try:
+                if kind == "complete":
+                    term.checkpoint_completed(job, cp,
+                                              f"file:///soak/checkpoints/{job}/chk-{cp}")
+                else:
+                    term.checkpoint_failed(job, cp, "declined by a task", task="task-3")
+            finally:
+                with self.lock:
+                    self.idle.add(job)
+        return end
 
 
 def _accumulate(weights: tuple[int, ...]) -> list[int]:
@@ -316,9 +355,10 @@ def _describe(e: BaseException) -> str:
 
 def bench_soak(*, writes: int = TARGET_WRITES, window: int = 10_000, jobs: int = 1000,
                seed: int = 1, bootstrap: str | None = None, timeout: float = 10.0,
-               work_dir: str | None = None,
+               work_dir: str | None = None, writers: int = 1,
                progress: Callable[[str], None] = lambda _: None) -> SoakFigures:
-    """Run the soak on ``bootstrap`` (a fresh embedded broker when ``None``).
+    """Run the soak on ``bootstrap`` (a fresh embedded broker when ``None``), with
+    ``writers`` threads calling the one ``Term`` at once.
 
     The run uses a fresh topic ``jobreg-soak-<random>``; on a broker of one's own its
     deletion is asked for at the end. Raises only if the run cannot start (no broker, the
@@ -340,7 +380,8 @@ def bench_soak(*, writes: int = TARGET_WRITES, window: int = 10_000, jobs: int =
             embedded = False
             stack.callback(_delete_topic, bootstrap, topic)
         tmp = stack.enter_context(tempfile.TemporaryDirectory(dir=work_dir))
-        figures = SoakFigures(writes_asked=writes, window=window, jobs=jobs, seed=seed,
+        figures = SoakFigures(writes_asked=writes, window=window, writers=writers, jobs=jobs,
+                              seed=seed,
                               bootstrap=bootstrap, embedded=embedded, topic=topic)
         reg = Registry.connect(bootstrap, NAMESPACE, topic=topic, timeout=timeout,
                                blob_store=os.path.join(tmp, "blobs"))
@@ -351,79 +392,136 @@ def bench_soak(*, writes: int = TARGET_WRITES, window: int = 10_000, jobs: int =
         t0 = time.perf_counter()
         work.fill()
         figures.setup_s = time.perf_counter() - t0
-        progress(f"{writes:,} fenced writes in windows of {window:,}")
+        progress(f"{writes:,} fenced writes in windows of {window:,}, "
+                 f"{writers} writer thread(s)")
         _soak(figures, reg, work, progress)
         _startup(figures, reg, bootstrap, topic, timeout, tmp, progress)
     return figures
 
 
-def _soak(figures: SoakFigures, reg: Registry, work: _Workload,
-          progress: Callable[[str], None]) -> None:
-    writes, window = figures.writes_asked, figures.window
-    successes: collections.deque[float] = collections.deque()  # completion times, last minute
-    consecutive = 0
-    slow_windows = 0
-    run_start = time.perf_counter()
-    done = 0
-    while done < writes and figures.stopped is None:
-        size = min(window, writes - done)
-        lat: list[float] = []
-        failures = 0
-        w_start = last_beat = time.perf_counter()
-        n = 0
-        while n < size:
-            kind = work.pick()
-            call = work.run(kind)
+class _Window:
+    """One window's calls as the writer threads make them (everything under :attr:`lock`)."""
+
+    def __init__(self, size: int, first: int) -> None:
+        self.lock = threading.Lock()
+        self.size = size
+        self.first = first  # number of the window's first write, from 1
+        self.taken = 0  # calls begun
+        self.made = 0  # calls returned (or raised)
+        self.lat: list[float] = []
+        self.failures = 0
+        self.start = self.last_beat = time.perf_counter()
+
+
+class _Soak:
+    """What the writer threads share across windows: the figures, the stop conditions."""
+
+    def __init__(self, figures: SoakFigures, work: _Workload,
+                 progress: Callable[[str], None]) -> None:
+        self.figures = figures
+        self.work = work
+        self.progress = progress
+        self.successes: collections.deque[float] = collections.deque()  # completion times,
+        self.consecutive = 0                                              # last minute
+        self.run_start = time.perf_counter()
+
+    def writer(self, w: _Window) -> None:
+        """Make calls of window ``w`` until its calls are all begun or the run stops."""
+        figures, work = self.figures, self.work
+        while True:
+            with w.lock:
+                if w.taken >= w.size or figures.stopped is not None:
+                    return
+                w.taken += 1
+                number = w.first + w.taken - 1
+                with work.lock:
+                    kind = work.pick()
+                    call = work.run(kind)
             t0 = time.perf_counter()
             try:
                 call()
             except Exception as e:  # every failure is counted; none ends the run by itself
                 now = time.perf_counter()
-                failures += 1
-                consecutive += 1
-                name = type(e).__name__
-                figures.failures[name] += 1
-                if len(figures.first_failures) < 5:
-                    figures.first_failures.append(
-                        f"write {done + n + 1:,} ({kind}), after {now - t0:.1f} s: "
-                        f"{_describe(e)}")
-                if isinstance(e, Fenced):
-                    figures.stopped = f"the term was fenced at write {done + n + 1:,}: {e}"
-                elif consecutive >= MAX_CONSECUTIVE_FAILURES:
-                    figures.stopped = (f"{consecutive} writes in a row failed (last: "
-                                       f"{_describe(e)})")
+                with w.lock:
+                    self._failed(w, e, kind, number, now - t0)
             else:
                 now = time.perf_counter()
-                lat.append((now - t0) * 1000)
-                consecutive = 0
-                successes.append(now)
-                figures.ops[kind] += 1
-            n += 1
-            while successes and successes[0] < now - STALL_SECONDS:
-                successes.popleft()
-            if (figures.stopped is None and now - run_start >= STALL_SECONDS
-                    and len(successes) < STALL_RATE * STALL_SECONDS):
-                figures.stopped = (f"fewer than {STALL_RATE:g} write/s succeeded over the "
-                                   f"last {STALL_SECONDS:.0f} s ({len(successes)} writes)")
-            if figures.stopped is not None:
-                break
-            if now - last_beat >= HEARTBEAT_SECONDS:
-                last_beat = now
-                progress(f"  window {len(figures.windows) + 1}: {n:,}/{size:,} writes, "
-                         f"{len(lat) / (now - w_start):,.1f} ok/s so far, {failures} failed")
-        seconds = time.perf_counter() - w_start
+                with w.lock:
+                    w.lat.append((now - t0) * 1000)
+                    self.consecutive = 0
+                    self.successes.append(now)
+                    figures.ops[kind] += 1
+            with w.lock:
+                w.made += 1
+                self._watch(w, now)
+
+    def _failed(self, w: _Window, e: Exception, kind: str, number: int, took: float) -> None:
+        figures = self.figures
+        w.failures += 1
+        self.consecutive += 1
+        figures.failures[type(e).__name__] += 1
+        if len(figures.first_failures) < 5:
+            figures.first_failures.append(f"write {number:,} ({kind}), after {took:.1f} s: "
+                                          f"{_describe(e)}")
+        if figures.stopped is not None:
+            return
+        if isinstance(e, Fenced):
+            figures.stopped = f"the term was fenced at write {number:,}: {e}"
+        elif self.consecutive >= MAX_CONSECUTIVE_FAILURES:
+            figures.stopped = (f"{self.consecutive} writes in a row failed (last: "
+                               f"{_describe(e)})")
+
+    def _watch(self, w: _Window, now: float) -> None:
+        figures, successes = self.figures, self.successes
+        while successes and successes[0] < now - STALL_SECONDS:
+            successes.popleft()
+        if (figures.stopped is None and now - self.run_start >= STALL_SECONDS
+                and len(successes) < STALL_RATE * STALL_SECONDS):
+            figures.stopped = (f"fewer than {STALL_RATE:g} write/s succeeded over the "
+                               f"last {STALL_SECONDS:.0f} s ({len(successes)} writes)")
+        if now - w.last_beat >= HEARTBEAT_SECONDS:
+            w.last_beat = now
+            self.progress(f"  window {len(figures.windows) + 1}: {w.made:,}/{w.size:,} writes, "
+                          f"{len(w.lat) / (now - w.start):,.1f} ok/s so far, "
+                          f"{w.failures} failed")
+
+
+def _soak(figures: SoakFigures, reg: Registry, work: _Workload,
+          progress: Callable[[str], None]) -> None:
+    """The timed writes, window by window; each window's calls come from ``figures.writers``
+    threads at once (the calling thread itself when there is one), and the window ends once
+    every call of it has returned."""
+    writes, window = figures.writes_asked, figures.window
+    soak = _Soak(figures, work, progress)
+    slow_windows = 0
+    done = 0
+    while done < writes and figures.stopped is None:
+        size = min(window, writes - done)
+        w = _Window(size, done + 1)
+        if figures.writers == 1:
+            soak.writer(w)
+        else:
+            threads = [threading.Thread(target=soak.writer, args=(w,), daemon=True,
+                                        name=f"soak-writer-{k + 1}")
+                       for k in range(figures.writers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        seconds = time.perf_counter() - w.start
+        n, lat, failures = w.made, w.lat, w.failures
         image = reg.image
         image_bytes, image_gzip = _image_size(image)
-        w = SoakWindow(
+        win = SoakWindow(
             index=len(figures.windows) + 1, first=done + 1, writes=n, failures=failures,
             seconds=seconds, p50_ms=statistics.median(lat) if lat else None,
             p99_ms=_percentile(lat, 0.99) if lat else None, rss_mib=_rss_mib(),
             image_bytes=image_bytes, image_gzip_bytes=image_gzip,
             live_jobs=sum(1 for v in image.jobs.values() if v.live))
-        figures.windows.append(w)
+        figures.windows.append(win)
         done += n
-        progress(_window_line(w, partial=n < size))
-        slow_windows = slow_windows + 1 if w.rate < STALL_RATE else 0
+        progress(_window_line(win, partial=n < size))
+        slow_windows = slow_windows + 1 if win.rate < STALL_RATE else 0
         if figures.stopped is None and slow_windows >= STALL_WINDOWS and done < writes:
             figures.stopped = f"{slow_windows} windows in a row under {STALL_RATE:g} write/s"
     if figures.stopped:
@@ -492,8 +590,10 @@ def format_soak(f: SoakFigures) -> str:
     from registry.render import table
 
     where = "an embedded broker" if f.embedded else f.bootstrap
-    head = (f"soak: {f.writes_asked:,} fenced writes asked, one namespace ({NAMESPACE!r}) of "
-            f"topic {f.topic} on {where}; {f.jobs:,} live jobs kept ({GRAPH_BYTES} B inline "
+    who = "one call at a time" if f.writers == 1 else \
+        f"{f.writers} writer threads at once on one Term"
+    head = (f"soak: {f.writes_asked:,} fenced writes asked, {who}, one namespace "
+            f"({NAMESPACE!r}) of topic {f.topic} on {where}; {f.jobs:,} live jobs kept ({GRAPH_BYTES} B inline "
             f"graphs, submitted in {f.setup_s:.1f} s beforehand); seed {f.seed}")
 
     def num(v: float | None, fmt: str) -> str | None:

@@ -188,6 +188,20 @@ def test_bench_soak_prints_its_windows_and_targets() -> None:
         assert row in result.stdout
 
 
+@pytest.mark.embedded_only
+@pytest.mark.integration
+def test_bench_soak_with_concurrent_writers_on_one_term() -> None:
+    result = run("bench", "soak", "--writes", "200", "--window", "100", "--jobs", "20",
+                 "--writers", "4")
+    assert result.returncode == 0, result.stderr
+    assert "4 writer threads at once on one Term" in result.stdout
+    assert "200 of 200" in result.stdout and "STOPPED" not in result.stdout
+    for row in ("writes/s", "p50 ms", "p99 ms"):
+        assert row in result.stdout
+    bad = run("bench", "soak", "--writers", "0")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
 def test_bad_arguments_give_usage_and_exit_2() -> None:
     result = run("bench", "core", "--submits", "zero")
     assert result.returncode == 2 and "Usage" in result.stderr

@@ -2,10 +2,13 @@
 
 * The checker catches every kind of violation: each rule's planting, into a synthetic
   run and into a real finished run, is named by the checker (the self-test).
+  Calls of one process's threads overlap (issue 27): the synthetic run holds overlapping
+  calls the checker must not order, and violations made of two threads' calls are caught.
 * The campaign itself: ``test_campaign_fixed_seed_breaks_no_rule`` is a short fixed-seed
-  run of three coordinator processes on an embedded broker under the nemesis; any broken
-  rule fails it (``pytest -k campaign`` finds it; ``jobreg torture --check DIR`` re-judges
-  its folder).
+  run of three coordinator processes (one writer thread each) on an embedded broker under
+  the nemesis; ``test_campaign_with_concurrent_writers_breaks_no_rule`` the same with three
+  writer threads per process sharing its Term; any broken rule fails them (``pytest -k
+  campaign`` finds them; ``jobreg torture --check DIR`` re-judges a folder).
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ import pytest
 
 from registry.dev.torture.checker import RULES, check
 from registry.dev.torture.runner import CampaignConfig, first_examples, run_once
-from registry.dev.torture.selftest import PLANTS, plant, selftest, synthetic_run
+from registry.dev.torture.selftest import (
+    CONCURRENT_PLANTS,
+    PLANTS,
+    plant,
+    selftest,
+    synthetic_run,
+)
 
 JOBREG = [sys.executable, "-m", "registry.cli"]
 SEED = 7
@@ -47,6 +56,26 @@ def test_the_checker_names_each_planted_violation(synthetic, tmp_path, rule) -> 
 
 def test_every_rule_has_a_planting() -> None:
     assert set(PLANTS) == set(RULES)
+    assert set(CONCURRENT_PLANTS) <= set(RULES)
+
+
+def test_overlapping_calls_of_one_process_are_not_ordered(synthetic) -> None:
+    """The synthetic run's three threads of w3 in flight together (one id submitted twice,
+    one refused; a read showing neither) break no rule, and the statistics see them."""
+    report = check(synthetic)
+    assert report.violations == []
+    conc = report.stats["concurrency"]
+    assert conc["overlapping"] == 2 and conc["ok"] == 1 and conc["refused"] == 1, conc
+    assert conc["max_in_flight"] == 2, conc
+
+
+@pytest.mark.parametrize("rule", sorted(CONCURRENT_PLANTS))
+def test_the_checker_names_violations_made_of_two_threads_calls(synthetic, tmp_path,
+                                                                 rule) -> None:
+    copy, what = plant(synthetic, rule, tmp_path / rule, concurrent=True)
+    found = [v for v in check(copy).violations if v.rule == rule]
+    assert found, f"planted {what}; the checker did not report {rule}"
+    assert any(line.get("thread") for v in found for line in v.history), found
 
 
 def test_torture_cli_checks_a_folder_and_exits_1_on_a_violation(synthetic, tmp_path) -> None:
@@ -63,7 +92,7 @@ def test_torture_cli_checks_a_folder_and_exits_1_on_a_violation(synthetic, tmp_p
 
 def test_torture_cli_bad_arguments_exit_2(tmp_path) -> None:
     for args in (["--seconds", "0"], ["--processes", "1"], ["--bootstrap", "nope"],
-                 ["--check", str(tmp_path)]):
+                 ["--check", str(tmp_path)], ["--writers", "0"], ["--writers", "many"]):
         result = subprocess.run([*JOBREG, "torture", *args], capture_output=True, text=True,
                                 timeout=60)
         assert result.returncode == 2, (args, result.stderr)
@@ -73,8 +102,15 @@ def test_torture_cli_bad_arguments_exit_2(tmp_path) -> None:
 @pytest.fixture(scope="module")
 def campaign_run(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("torture")
-    return run_once(CampaignConfig(seed=SEED, seconds=SECONDS, processes=3, namespaces=2,
-                                   lease=2.0, out=out), 0, SEED)
+    return run_once(CampaignConfig(seed=SEED, seconds=SECONDS, processes=3, writers=1,
+                                   namespaces=2, lease=2.0, out=out), 0, SEED)
+
+
+@pytest.fixture(scope="module")
+def concurrent_run(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("torture-writers")
+    return run_once(CampaignConfig(seed=SEED, seconds=SECONDS, processes=3, writers=3,
+                                   namespaces=2, lease=2.0, out=out), 0, SEED)
 
 
 @pytest.mark.embedded_only
@@ -86,6 +122,27 @@ def test_campaign_fixed_seed_breaks_no_rule(campaign_run) -> None:
     s = campaign_run
     assert s["ops"].get("ok", 0) > 100, s["ops"]  # the run did work
     assert sum(s["nemesis"].values()) > 5, s["nemesis"]  # and the nemesis did too
+    assert s["violation_count"] == 0, "\n".join(first_examples([s], limit=3))
+    assert s["writers"] == 1 and s["concurrency"]["overlapping"] == 0, s["concurrency"]
+
+
+@pytest.mark.embedded_only
+@pytest.mark.integration
+@pytest.mark.timeout(240)
+def test_campaign_with_concurrent_writers_breaks_no_rule(concurrent_run) -> None:
+    """Three coordinators of three writer threads each, sharing each process's Term: calls
+    of one term overlap, some of them refused (paired calls conflict on purpose), and every
+    rule of the checker holds."""
+    s = concurrent_run
+    assert s["ops"].get("ok", 0) > 100, s["ops"]
+    assert sum(s["nemesis"].values()) > 5, s["nemesis"]
+    assert s["writers"] == 3
+    conc = s["concurrency"]
+    assert conc["overlapping"] > 50 and conc["refused"] > 0, conc
+    assert conc["max_in_flight"] >= 2, conc
+    lines = (Path(s["dir"]) / "history" / "w1.jsonl").read_text().splitlines()
+    threads = {json.loads(x).get("thread") for x in lines[:2000] if x.strip()}
+    assert {"writer-1", "writer-2", "writer-3"} <= threads, threads
     assert s["violation_count"] == 0, "\n".join(first_examples([s], limit=3))
 
 

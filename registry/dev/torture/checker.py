@@ -7,6 +7,15 @@ records (each record's verdict from a fresh client, the final state from a fresh
 and from snapshots) are observations to judge, like the histories.
 
 Each rule (:data:`RULES`) is reported with the offending history lines and log offsets.
+
+A worker process runs several writer threads (``writers`` in ``run.json``) whose calls
+overlap: no rule orders the calls of a process by their lines or their ``op`` numbers. Each
+call is judged on its own lines (its event ids, receipts, outcome), and what the rules
+compare across calls (a read against the acknowledgements before it) is ordered by real
+time only: a completion line written before another call's invoke line, whichever thread
+or process wrote them. Calls whose intervals overlap are unordered. The statistics count
+how many write calls overlapped another of the same term in their process
+(``concurrency``), so a run shows that calls met.
 """
 
 from __future__ import annotations
@@ -122,6 +131,11 @@ class Op:
         return self.invoke["process"], int(self.invoke["incarnation"])
 
     @property
+    def thread(self) -> str | None:
+        """The worker thread that made the call (``None`` in histories before threads)."""
+        return self.invoke.get("thread")
+
+    @property
     def args(self) -> dict[str, Any]:
         return self.invoke.get("args") or {}
 
@@ -141,7 +155,8 @@ class Op:
 
 
 def _short(line: dict[str, Any]) -> dict[str, Any]:
-    keep = ("process", "incarnation", "index", "op", "type", "f", "ns", "args", "epoch",
+    keep = ("process", "incarnation", "thread", "index", "op", "type", "f", "ns", "args",
+            "epoch",
             "error", "reason", "detail", "time", "stale")
     out = {k: line[k] for k in keep if line.get(k) is not None}
     value = line.get("value")
@@ -758,7 +773,51 @@ def _stats(run: _Run) -> dict[str, Any]:
             if v.outcome != "SKIPPED":
                 outcomes[v.outcome] += 1
     return {"ops": dict(ops), "ops_by_f": {f: dict(c) for f, c in sorted(by_f.items())},
+            "concurrency": _concurrency(run),
             "faults": dict(faults), "records": sum(outcomes.values()),
             "outcomes": dict(outcomes), "fencing_refusals": sum(
                 1 for m in run.models.values() for v in m.verdicts
                 if v.reason in FENCING_REASONS)}
+
+
+def _concurrency(run: _Run) -> dict[str, int]:
+    """How much the writes of one term overlapped in one process (statistics, no rule).
+
+    ``overlapping``: write calls in flight while another write call of the same process and
+    term was; of them ``ok``, ``refused`` (fail; ``fenced`` of those: ``Fenced``, the term
+    over while the call was made), ``unknown`` (info) and ``cut`` (no completion: a kill);
+    ``revokes``: revokes that overlapped another write of their term;
+    ``max_in_flight``: the most write calls of one term in flight at once in a process.
+    A call without a completion counts as in flight until its incarnation's last line."""
+    last: dict[tuple[str, int], float] = defaultdict(float)
+    for op in run.ops:
+        last[op.who] = max(last[op.who], op.t1 or op.t0)
+    for n in run.notes:
+        who = (n["process"], int(n["incarnation"]))
+        last[who] = max(last[who], float(n["time"]))
+    groups: dict[tuple[Any, ...], list[tuple[float, float, Op]]] = defaultdict(list)
+    for op in run.ops:
+        if op.f in WRITES and op.ns is not None:
+            key = (op.who, op.ns, op.invoke.get("epoch"))
+            groups[key].append((op.t0, op.t1 if op.t1 is not None else last[op.who], op))
+    out = {"overlapping": 0, "ok": 0, "refused": 0, "fenced": 0, "unknown": 0, "cut": 0,
+           "revokes": 0, "max_in_flight": 0}
+    kinds = {"ok": "ok", "fail": "refused", "info": "unknown", "unfinished": "cut"}
+    for calls in groups.values():
+        calls.sort(key=lambda c: c[0])
+        overlapped: set[int] = set()
+        active: list[tuple[float, int]] = []  # (end, index) of the calls in flight
+        for i, (t0, t1, _op) in enumerate(calls):
+            active = [(e, j) for e, j in active if e > t0]
+            if active:
+                overlapped.add(i)
+                overlapped.update(j for _e, j in active)
+            active.append((t1, i))
+            out["max_in_flight"] = max(out["max_in_flight"], len(active))
+        for i in overlapped:
+            op = calls[i][2]
+            out["overlapping"] += 1
+            out[kinds[op.type]] += 1
+            out["revokes"] += op.f == "revoke"
+            out["fenced"] += op.type == "fail" and op.done.get("error") == "Fenced"
+    return out

@@ -6,7 +6,9 @@ Faults (``kind`` in ``nemesis.jsonl`` and the counts of ``summary.json``):
   SIGCONT (a GC pause, a frozen VM);
 * ``kill``: SIGKILL a worker; the runner restarts it (a new incarnation) 0.2-1.5 s later;
 * ``pause_in_write`` / ``kill_in_write``: the same, aimed: the nemesis watches the worker's
-  history and strikes while a write is in flight (its invoke line is the last one);
+  history and strikes while a write is in flight (its invoke line is the last one); with
+  several writer threads per worker, half of them wait for two or more writes in flight at
+  once (mid-group: ``in_flight`` in the line says how many the history's tail showed);
 * ``broker_pause``: SIGSTOP the embedded broker for 0.2-1.2 leases (only a broker the
   runner started);
 * ``net_cut`` / ``net_blackhole``: the fault proxy between every client and the embedded
@@ -60,8 +62,9 @@ class Nemesis:
     def __init__(self, rng: random.Random, *, workers: Workers, bootstrap: str, topic: str,
                  namespaces: dict[str, int], lease: float, log_path: Path,
                  broker: Any = None, proxy: Any = None, interval: tuple[float, float] = (0.3, 1.2),
-                 timeout: float = 1.0) -> None:
+                 timeout: float = 1.0, writers: int = 1) -> None:
         self.rng = rng
+        self.writers = writers
         self.workers = workers
         self.bootstrap, self.topic = bootstrap, topic
         self.namespaces = namespaces  # ns -> partition
@@ -167,14 +170,15 @@ class Nemesis:
         name = self.rng.choice(sorted(free))
         return name, free[name]
 
-    def _pause(self, pid: int, who: str, seconds: float, kind: str) -> bool:
+    def _pause(self, pid: int, who: str, seconds: float, kind: str, **extra: Any) -> bool:
         with self._pause_lock:
             if pid in self._paused:
                 return False
             if not self._signal(pid, signal.SIGSTOP):
                 return False
             self._paused[pid] = who
-        self._record(kind=kind, phase="start", pid=pid, process=who, seconds=seconds)
+        self._record(kind=kind, phase="start", pid=pid, process=who, seconds=seconds,
+                     **extra)
 
         def resume() -> None:
             with self._pause_lock:
@@ -203,12 +207,12 @@ class Nemesis:
         v = self._victim()
         return v is not None and self._kill_pid(*v)
 
-    def _kill_pid(self, name: str, pid: int, kind: str = "kill") -> bool:
+    def _kill_pid(self, name: str, pid: int, kind: str = "kill", **extra: Any) -> bool:
         # The process table kills, so that it never mistakes this death for a crash and
         # restarts the worker twice (once as a crash, once as a kill).
         if not self.workers.kill(name, pid):
             return False
-        self._record(kind=kind, pid=pid, process=name)
+        self._record(kind=kind, pid=pid, process=name, **extra)
         return True
 
     _WRITES = frozenset({"submit", "submit_many", "cancel", "terminate", "adopt", "release",
@@ -216,37 +220,57 @@ class Nemesis:
                          "checkpoint_discarded", "checkpoint_trigger_failed",
                          "checkpoint_restarted", "recover", "revoke"})
 
-    def _in_write(self, name: str, pid: int, wait: float = 1.5) -> bool:
-        """Wait (up to ``wait`` s) until ``name``'s newest history line is a write's invoke."""
+    def _in_write(self, name: str, pid: int, wait: float = 1.5, need: int = 1) -> int:
+        """Wait (up to ``wait`` s) until ``name``'s newest history line is a write's invoke
+        and at least ``need`` writes are in flight (invokes without a completion in the
+        history's tail); how many were, or 0 if the moment did not come."""
         path = self.history_dir / f"{name}.jsonl"
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline and not self._stop.is_set():
+            lines = []
             try:
                 with path.open("rb") as f:
-                    f.seek(max(0, path.stat().st_size - 4096))
-                    last = f.read().rstrip(b"\n").rsplit(b"\n", 1)[-1]
-                line = json.loads(last)
-            except (OSError, ValueError):
-                line = {}
+                    f.seek(max(0, path.stat().st_size - 8192))
+                    tail = f.read().rstrip(b"\n").split(b"\n")[1:]
+                for raw in tail:
+                    with contextlib.suppress(ValueError):
+                        lines.append(json.loads(raw))
+            except OSError:
+                pass
+            line = lines[-1] if lines else {}
             if line.get("type") == "invoke" and line.get("f") in self._WRITES and \
                     line.get("pid") == pid:
-                return True
+                open_ = {x.get("op") for x in lines if x.get("pid") == pid and
+                         x.get("type") == "invoke" and x.get("f") in self._WRITES}
+                open_ -= {x.get("op") for x in lines if x.get("type") != "invoke"}
+                if len(open_) >= need:
+                    return len(open_)
             time.sleep(0.002)
-        return False
+        return 0
+
+    def _need(self) -> int:
+        return 2 if self.writers > 1 and self.rng.random() < 0.5 else 1
 
     def _pause_in_write(self) -> bool:
         v = self._victim()
-        if v is None or not self._in_write(*v):
+        if v is None:
+            return False
+        in_flight = self._in_write(*v, need=self._need())
+        if not in_flight:
             return False
         long = self.rng.random() < 0.5
         seconds = self.rng.uniform(1.2, 2.5) if long else self.rng.uniform(0.2, 0.8)
-        return self._pause(v[1], v[0], seconds * self.lease, "pause_in_write")
+        return self._pause(v[1], v[0], seconds * self.lease, "pause_in_write",
+                           in_flight=in_flight)
 
     def _kill_in_write(self) -> bool:
         v = self._victim()
-        if v is None or not self._in_write(*v):
+        if v is None:
             return False
-        return self._kill_pid(*v, kind="kill_in_write")
+        in_flight = self._in_write(*v, need=self._need())
+        if not in_flight:
+            return False
+        return self._kill_pid(*v, kind="kill_in_write", in_flight=in_flight)
 
     def _broker_pause(self) -> bool:
         pid = getattr(self.broker, "pid", None)

@@ -55,6 +55,7 @@ class CampaignConfig:
     runs: int = 1
     seconds: float = 30.0
     processes: int = 3
+    writers: int = 4
     namespaces: int = 2
     lease: float = 2.0
     out: Path = field(default=Path("jobreg-torture"))
@@ -232,7 +233,8 @@ def run_once(config: CampaignConfig, index: int, seed: int,
         cfg = {
             "seed": seed, "run": index, "bootstrap": bootstrap, "embedded": embedded,
             "proxy": proxy is not None, "topic": topic, "namespaces": names,
-            "partitions": partitions, "processes": config.processes, "lease": config.lease,
+            "partitions": partitions, "processes": config.processes,
+            "writers": config.writers, "lease": config.lease,
             "timeout": timeout, "inline_limit": config.inline_limit,
             "gc_grace": gc_grace(config.lease, timeout, embedded=embedded),
             "blob_dir": str((run_dir / "blobs").resolve()), "seconds": config.seconds,
@@ -249,7 +251,7 @@ def run_once(config: CampaignConfig, index: int, seed: int,
                           bootstrap=bootstrap, topic=topic, namespaces=partitions,
                           lease=config.lease, log_path=run_dir / "nemesis.jsonl",
                           broker=broker, proxy=proxy, interval=config.fault_interval,
-                          timeout=timeout).start()
+                          timeout=timeout, writers=config.writers).start()
         snapshot_at = time.time() + config.seconds * rng.uniform(0.4, 0.7)
         snapped = False
         while time.time() < cfg["deadline"]:
@@ -290,12 +292,14 @@ def run_once(config: CampaignConfig, index: int, seed: int,
     summary = {
         "seed": seed, "run": index, "dir": str(run_dir), "topic": topic,
         "bootstrap": "embedded" if embedded else bootstrap, "seconds": config.seconds,
-        "processes": config.processes, "namespaces": names, "lease": config.lease,
+        "processes": config.processes, "writers": config.writers, "namespaces": names,
+        "lease": config.lease,
         "gc_grace": cfg["gc_grace"], "startup_seconds": round(startup, 2),
         "wall_seconds": round(time.monotonic() - began, 2),
         "nemesis": nemesis_counts, "nemesis_skipped": nemesis_skipped,
         "ops": report.stats.get("ops", {}), "ops_by_f": report.stats.get("ops_by_f", {}),
         "records": report.stats.get("records", 0),
+        "concurrency": report.stats.get("concurrency", {}),
         "violations": dict(Counter(v.rule for v in report.violations)),
         "violation_count": len(report.violations), "notes": report.notes,
     }
@@ -471,8 +475,9 @@ def campaign(config: CampaignConfig, progress: Callable[[str], None] | None = No
 
     def one(i: int) -> dict[str, Any]:
         seed = config.seed + i
-        say(f"run {i + 1}/{config.runs} seed {seed}: {config.processes} processes, "
-            f"{config.namespaces} namespaces, {config.seconds:g} s ...")
+        say(f"run {i + 1}/{config.runs} seed {seed}: {config.processes} processes of "
+            f"{config.writers} writer thread(s), {config.namespaces} namespaces, "
+            f"{config.seconds:g} s ...")
         s = run_once(config, i, seed)
         ops = s["ops"]
         with lock:
@@ -504,11 +509,16 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
     runs_with: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     ops: Counter[str] = Counter()
+    overlap: Counter[str] = Counter()
+    in_flight = 0
     for s in summaries:
         rules.update(s["violations"])
         runs_with.update(s["violations"].keys())
         faults.update(s["nemesis"])
         ops.update(s["ops"])
+        conc = dict(s.get("concurrency") or {})
+        in_flight = max(in_flight, conc.pop("max_in_flight", 0))
+        overlap.update(conc)
     lines = [f"{len(summaries)} run(s), seeds {', '.join(str(s['seed']) for s in summaries)}; "
              f"{sum(rules.values())} violation(s)", ""]
     if rules:
@@ -519,6 +529,13 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
     lines += ["", table(["fault", "count"], sorted(faults.items())), "",
               table(["operations", "count"], [[k, ops.get(k, 0)]
                                               for k in ("ok", "fail", "info", "unfinished")])]
+    writers = sorted({s.get("writers", 1) for s in summaries})
+    lines += ["", f"writer threads per process: {', '.join(map(str, writers))}; write calls "
+              f"that overlapped another of their term in their process: "
+              f"{overlap['overlapping']} (ok {overlap['ok']}, refused {overlap['refused']} of which "
+              f"fenced {overlap['fenced']}, "
+              f"unknown {overlap['unknown']}, cut by a kill {overlap['cut']}; revokes "
+              f"{overlap['revokes']}); at most {in_flight} in flight at once"]
     errors = [n for s in summaries for n in s.get("notes", []) if n.startswith("CHECKER ERROR")]
     if errors:
         lines += ["", *errors]
@@ -551,6 +568,7 @@ def check_folder(path: str | Path, progress: Callable[[str], None] | None = None
             "nemesis": report.stats.get("faults", {}), "wall_seconds": 0.0,
             "startup_seconds": 0.0}
         summary.update(ops=report.stats.get("ops", {}), notes=report.notes,
+                       concurrency=report.stats.get("concurrency", {}),
                        violations=dict(Counter(v.rule for v in report.violations)),
                        violation_count=len(report.violations))
         total += len(report.violations)

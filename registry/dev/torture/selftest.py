@@ -8,6 +8,15 @@ states a real run would have recorded). :data:`PLANTS` holds one function per ru
 adding the records, history lines or file changes that break its rule and nothing that a
 correct registry would produce. :func:`selftest` plants each into its own copy and
 reports, per rule, whether the checker's count for that rule went up.
+
+Worker processes run several writer threads, so the synthetic run holds calls of one
+process that overlap (a submit of one id by two threads at once, one accepted and one
+refused, and a read overlapping the accepted one that does not show it yet: no rule
+may order overlapping calls). :data:`CONCURRENT_PLANTS` plants violations made of calls of
+two threads of one process, one ending before the other begins (a read that misses a
+submit acknowledged to another thread, a read of an older epoch than an election
+acknowledged to the process's election thread, a read showing live a job another thread
+ended): the checker orders calls by real time, not by thread.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from typing import Any
 from registry.dev.torture.checker import RULES, _Run, check
 from registry.dev.torture.model import b64
 
-__all__ = ["PLANTS", "plant", "selftest", "synthetic_run"]
+__all__ = ["CONCURRENT_PLANTS", "PLANTS", "plant", "selftest", "synthetic_run"]
 
 _T0 = 1_800_000_000.0  # seconds: the synthetic run's clock
 
@@ -77,6 +86,28 @@ class _Script:
         lines.append({**base, "index": len(lines) + 1, "op": self.ops, "type": kind, "f": f,
                       "ns": ns, "epoch": epoch, "value": value, "event_ids": event_ids or [],
                       "time": self.tick(0.01), **extra})
+
+    def overlap(self, process: str, calls: list[dict[str, Any]]) -> None:
+        """Calls of one process's threads in flight together: every invoke line, then every
+        completion line. Each call: ``thread``, ``f``, ``ns`` and optionally ``args``,
+        ``kind``, ``value``, ``epoch``, ``event_ids`` and ``extra`` (more completion
+        fields)."""
+        lines = self.lines.setdefault(process, [])
+        base = {"process": process, "pid": 1000 + int(process[1:]), "incarnation": 0}
+        ops = []
+        for c in calls:
+            self.ops += 1
+            ops.append(self.ops)
+            lines.append({**base, "thread": c["thread"], "index": len(lines) + 1,
+                          "op": self.ops, "type": "invoke", "f": c["f"], "ns": c["ns"],
+                          "args": c.get("args") or {}, "epoch": c.get("epoch"),
+                          "time": self.tick(0.01)})
+        for op, c in zip(ops, calls, strict=True):
+            lines.append({**base, "thread": c["thread"], "index": len(lines) + 1, "op": op,
+                          "type": c.get("kind", "ok"), "f": c["f"], "ns": c["ns"],
+                          "epoch": c.get("epoch"), "value": c.get("value"),
+                          "event_ids": c.get("event_ids") or [], "time": self.tick(0.01),
+                          **(c.get("extra") or {})})
 
     def note(self, process: str, **fields: Any) -> None:
         lines = self.lines.setdefault(process, [])
@@ -197,6 +228,19 @@ def synthetic_run(run_dir: str | Path) -> Path:
     s.op("w2", "gc", "ns-c", args={"grace": 20.0}, value={"deleted": [], "kept_referenced": 1,
                                                           "kept_young": 0, "errors": []})
     s.op("w3", "read", "ns-h", value={"jobs": {"x": "ACTIVE", "y": "FINISHED", "z": "FAILED"}})
+    # Three threads of w3 at once: two submit job t (one accepted, one refused as a known
+    # id), a read overlapping both shows neither (it may: it is not after either).
+    first = JobSubmitted(**env("ns-h", 1, "w3.0"), job_id="t", graph=InlineGraph(b"t1"))
+    second = JobSubmitted(**env("ns-h", 1, "w3.0"), job_id="t", graph=InlineGraph(b"t2"))
+    r1, _r2 = s.write([first]), s.write([second])
+    s.overlap("w3", [
+        {"thread": "writer-1", "f": "submit", "ns": "ns-h", "args": {"job": "t", "twin": True},
+         "epoch": 1, "value": {"receipts": r1}, "event_ids": [first.event_id]},
+        {"thread": "writer-2", "f": "submit", "ns": "ns-h", "args": {"job": "t", "twin": True},
+         "epoch": 1, "kind": "fail", "event_ids": [second.event_id],
+         "extra": {"error": "WriteRejected", "reason": "job_exists"}},
+        {"thread": "writer-3", "f": "read", "ns": "ns-h",
+         "value": {"jobs": {"x": "ACTIVE", "y": "FINISHED", "z": "FAILED"}}}])
     _finish(s, topic, names)
     return run_dir
 
@@ -282,9 +326,12 @@ class _Plot:
 
     def op(self, process: str, f: str, ns: str | None, *, kind: str = "ok",
            args: dict[str, Any] | None = None, value: Any = None, epoch: int | None = None,
-           event_ids: list[str] | None = None, dt: float = 0.1, **extra: Any) -> None:
-        base = {"process": process, "pid": 99999, "incarnation": 0, "op": 10**6 + int(
+           event_ids: list[str] | None = None, dt: float = 0.1, thread: str | None = None,
+           incarnation: int = 0, **extra: Any) -> None:
+        base = {"process": process, "pid": 99999, "incarnation": incarnation, "op": 10**6 + int(
             self.t * 1000) % 10**6}
+        if thread is not None:
+            base["thread"] = thread
         self.t += dt
         lines = [{**base, "index": 1, "type": "invoke", "f": f, "ns": ns, "args": args or {},
                   "epoch": epoch, "time": self.t}]
@@ -538,13 +585,63 @@ run has nothing to plant it on, e.g. no live job with a blob)."""
 assert set(PLANTS) == set(RULES), "every rule has a planting"
 
 
-def plant(run_dir: str | Path, rule: str, into: str | Path) -> tuple[Path, str]:
-    """Copy ``run_dir`` to ``into`` and plant one violation of ``rule`` there."""
+def _concurrent_acked_write_lost(p: _Plot) -> str:
+    ns, v = _live_submit(p)
+    m = p.run.models[ns]
+    p.op("planted", "submit", ns, args={"job": v.job}, thread="writer-1", value={"receipts": [
+        {"offset": v.offset, "epoch": v.epoch, "event_id": v.event_id, "ignored": None}]},
+        event_ids=[v.event_id])
+    jobs = {j: job.status for j, job in m.jobs.items() if j != v.job}
+    p.op("planted", "read", ns, value={"jobs": jobs}, thread="writer-2")
+    return (f"a read by one thread, after another thread of its process was acknowledged the "
+            f"submit of {v.job!r}, that does not show it")
+
+
+def _concurrent_stale_read(p: _Plot) -> str:
+    op = max((o for o in p.run.ops if o.f == "elect" and o.type == "ok"),
+             key=lambda o: int(o.done["epoch"]))
+    epoch = int(op.done["epoch"])
+    process, incarnation = op.who
+    p.op(process, "leader", op.ns, thread="writer-1", incarnation=incarnation,
+         value={"epoch": epoch - 1, "leader": None, "revoked": False})
+    return (f"a writer thread of {process} reading epoch {epoch - 1} after its process's "
+            f"election thread was acknowledged epoch {epoch}")
+
+
+def _concurrent_resurrection(p: _Plot) -> str:
+    for ns, m in p.run.models.items():
+        for v in m.verdicts:
+            if v.accepted and v.etype == "JobCancelled" and not m.jobs[v.job].live:
+                p.op("planted", "cancel", ns, args={"job": v.job}, thread="writer-1",
+                     value={"receipts": [{"offset": v.offset, "epoch": v.epoch,
+                                          "event_id": v.event_id, "ignored": None}]},
+                     event_ids=[v.event_id])
+                jobs = {j: job.status for j, job in m.jobs.items()}
+                jobs[v.job] = "ACTIVE"
+                p.op("planted", "read", ns, value={"jobs": jobs}, thread="writer-2")
+                return (f"a read by one thread showing {v.job!r} live after another thread of "
+                        "its process was acknowledged its cancel")
+    raise LookupError("no accepted cancel")
+
+
+CONCURRENT_PLANTS: dict[str, Callable[[_Plot], str]] = {
+    "acked_write_lost": _concurrent_acked_write_lost,
+    "stale_read": _concurrent_stale_read,
+    "resurrection": _concurrent_resurrection,
+}
+"""Plantings made of calls of two threads of one process (see the module docstring), by the
+rule each breaks."""
+
+
+def plant(run_dir: str | Path, rule: str, into: str | Path, *, concurrent: bool = False
+          ) -> tuple[Path, str]:
+    """Copy ``run_dir`` to ``into`` and plant one violation of ``rule`` there (with
+    ``concurrent``, the planting of :data:`CONCURRENT_PLANTS`)."""
     into = Path(into)
     if into.exists():
         shutil.rmtree(into)
     shutil.copytree(run_dir, into, ignore=shutil.ignore_patterns("dump", "snapshots", "logs"))
-    what = PLANTS[rule](_Plot(into))
+    what = (CONCURRENT_PLANTS if concurrent else PLANTS)[rule](_Plot(into))
     return into, what
 
 
@@ -557,17 +654,20 @@ def selftest(run_dir: str | Path | None, work: str | Path) -> list[dict[str, Any
     base = Path(run_dir) if run_dir is not None else synthetic_run(work / "base")
     before = _counts(check(base))
     rows = []
-    for rule in PLANTS:
+    plantings = [(rule, False) for rule in PLANTS] + [(rule, True) for rule in CONCURRENT_PLANTS]
+    for rule, concurrent in plantings:
+        label = f"{rule} (concurrent)" if concurrent else rule
         try:
-            copy, what = plant(base, rule, work / f"planted-{rule}")
+            copy, what = plant(base, rule, work / f"planted-{rule}"
+                               f"{'-concurrent' if concurrent else ''}", concurrent=concurrent)
         except (LookupError, StopIteration) as e:
-            rows.append({"rule": rule, "caught": None, "planted": f"not plantable here: {e}",
+            rows.append({"rule": label, "caught": None, "planted": f"not plantable here: {e}",
                          "before": before.get(rule, 0), "after": None, "detail": ""})
             continue
         report = check(copy)
         after = _counts(report)
         new = [v.detail for v in report.violations if v.rule == rule]
-        rows.append({"rule": rule, "caught": after.get(rule, 0) > before.get(rule, 0),
+        rows.append({"rule": label, "caught": after.get(rule, 0) > before.get(rule, 0),
                      "planted": what, "before": before.get(rule, 0),
                      "after": after.get(rule, 0), "detail": new[-1] if new else ""})
     return rows

@@ -3,8 +3,15 @@
 ``python -m registry.dev.torture.worker RUN_DIR PROCESS INCARNATION`` reads ``RUN_DIR/run.json``,
 connects a :class:`~registry.client.Registry` of its own per namespace, contends in each
 with ``reg.elect(contender, lease)`` (a background thread per namespace: it waits to lead,
-and once the term is lost or given up, contends again), and runs random operations from
-an RNG seeded by ``(seed, process, incarnation)`` until SIGTERM or the run's deadline.
+and once the term is lost or given up, contends again), and runs random operations in
+``writers`` threads (``run.json``; 1 when absent) until SIGTERM or the run's deadline, each
+from an RNG seeded by ``(seed, process, incarnation, thread)``. The threads share the
+process's ``Registry`` and ``Term`` of each namespace, so calls of one ``Term`` are
+concurrent (what group commit puts in one transaction), and some are paired on purpose
+(``twin``): two threads make the same or conflicting calls at the same moment (the same new
+job id submitted twice, overlapping ``submit_many`` batches, the same job cancelled or ended
+twice, the same checkpoint triggered twice, a revoke of the term while another call of it
+is in flight), so that calls of one group are refused, fenced and cut together.
 
 Every operation appends JSON lines to ``RUN_DIR/history/PROCESS.jsonl`` (one ``write`` of
 an ``O_APPEND`` descriptor per line, so a SIGKILL loses at most the line in flight):
@@ -13,8 +20,10 @@ an ``invoke`` before the call, then ``ok`` (it happened: receipts or the value r
 ``Fenced``, ``ClaimRejected``, ``LeaseExpired``, ``ConfigError``, ``UnknownJob``,
 ``BlobError``, ``BrokerError``) or ``info`` (unknown: ``OutcomeUnknown``, anything else;
 ``unexpected`` marks an exception outside the documented tree). A call whose completion line is missing was cut by a kill.
-Each line: ``process``, ``pid``, ``incarnation``, ``index`` (per line), ``op`` (pairs an
-invoke with its completion), ``type``, ``f``, ``ns``, ``args``, ``value``, ``error``,
+Each line: ``process``, ``pid``, ``incarnation``, ``thread`` (the writing thread's name:
+``writer-K``, or ``contend-NS`` for elections), ``index`` (per line, unique in the process
+across its threads), ``op`` (pairs an invoke with its completion; unique in the process
+across its threads), ``type``, ``f``, ``ns``, ``args``, ``value``, ``error``,
 ``reason``, ``event_ids`` (every event id the call generated or reported), ``epoch`` (the
 term used), ``time`` (wall clock, seconds).
 
@@ -56,7 +65,7 @@ _WEIGHTS = {
     "submit": 20, "submit_many": 6, "cancel": 8, "terminate": 5, "adopt": 6, "release": 4,
     "clean": 4,
     "checkpoint": 16, "recover": 4, "gc": 4, "read": 8, "leader": 4, "snapshot": 1,
-    "revoke": 1, "stale": 4,
+    "revoke": 1, "stale": 4, "twin": 8,
 }
 
 
@@ -107,8 +116,59 @@ class History:
     def write(self, **fields: Any) -> None:
         with self._lock:
             self._index += 1
-            line = {**self.base, "index": self._index, "time": time.time(), **fields}
+            line = {**self.base, "thread": threading.current_thread().name,
+                    "index": self._index, "time": time.time(), **fields}
             os.write(self._fd, (json.dumps(line, default=str) + "\n").encode())
+
+
+class _Offer:
+    """A call one writer thread asks another to make at the same moment as its own."""
+
+    def __init__(self, action: Any) -> None:
+        self.action = action  # called by the thread that takes the offer
+        self.taken = threading.Event()
+
+
+class _Rendezvous:
+    """Pairs writer threads: :meth:`offer` waits (briefly) for another thread to
+    :meth:`take` the offer; both then call at once. Pausing threads wait here, so a free
+    thread answers at once."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._offer: _Offer | None = None
+
+    def offer(self, action: Any, wait: float) -> bool:
+        """Offer ``action``; ``True`` once a thread took it, ``False`` if none did within
+        ``wait`` seconds (or another offer is open)."""
+        offer = _Offer(action)
+        with self._cond:
+            if self._offer is not None:
+                return False
+            self._offer = offer
+            self._cond.notify_all()
+        if offer.taken.wait(wait):
+            return True
+        with self._cond:
+            if self._offer is offer:
+                self._offer = None
+                return False
+        return True  # taken just as the wait ended
+
+    def take(self) -> Any:
+        """The open offer's action (marked taken), or ``None``."""
+        with self._cond:
+            offer, self._offer = self._offer, None
+        if offer is None:
+            return None
+        offer.taken.set()
+        return offer.action
+
+    def pause(self, seconds: float, stop: threading.Event) -> None:
+        """Wait ``seconds``, or less when an offer is made or the worker stops."""
+        with self._cond:
+            if self._offer is None and not stop.is_set():
+                self._cond.wait(seconds)
 
 
 class _Ns:
@@ -138,13 +198,23 @@ class Worker:
         self.process = process
         self.incarnation = incarnation
         self.contender = f"{process}.{incarnation}"
-        self.rng = random.Random(f"{self.cfg['seed']}/{process}/{incarnation}")
+        self.writers = int(self.cfg.get("writers", 1))
+        # Writer 1 draws what the single loop drew before there were writer threads.
+        self._rngs = {k: random.Random(f"{self.cfg['seed']}/{process}/{incarnation}"
+                                       + (f"/{k}" if k > 1 else ""))
+                      for k in range(1, self.writers + 1)}
+        self._local = threading.local()
+        # One writer draws from today's mix exactly; several add the paired calls.
+        self._ops = [f for f in _WEIGHTS if f != "twin" or self.writers > 1]
+        self._weights = [_WEIGHTS[f] for f in self._ops]
+        self.rendezvous = _Rendezvous()
         self.hist = History(run_dir / "history" / f"{process}.jsonl", process, incarnation)
         self.stop = threading.Event()
         self.ppid = os.getppid()
         self.lease = float(self.cfg["lease"])
         self.spaces: dict[str, _Ns] = {}
         self.counter = 0
+        self._counter_lock = threading.Lock()
         self.pool = [random.Random(f"{self.cfg['seed']}/pool/{k}").randbytes(
             self.cfg["inline_limit"] + 500 + 300 * k) for k in range(3)]
 
@@ -204,27 +274,47 @@ class Worker:
 
     # -- the loop -------------------------------------------------------------------------
 
+    @property
+    def rng(self) -> random.Random:
+        """The calling writer thread's RNG (writer 1's outside the writer threads)."""
+        return getattr(self._local, "rng", None) or self._rngs[1]
+
     def run(self) -> None:
+        """Run the writer threads until they stop (SIGTERM, the deadline, the runner gone)."""
+        threads = [threading.Thread(target=self._loop, args=(k,), daemon=True,
+                                    name=f"writer-{k}") for k in range(1, self.writers + 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _loop(self, k: int) -> None:
+        self._local.rng = self._rngs[k]
         deadline = float(self.cfg["deadline"]) + 60  # the runner stops us; this is a backstop
         lo, hi = self.cfg.get("op_pause", [0.01, 0.06])
         while not self.stop.is_set() and time.time() < deadline:
             if os.getppid() != self.ppid:
-                break  # the runner is gone
-            leading = sorted(n for n, st in self.spaces.items() if st.term is not None)
-            if leading and self.rng.random() < 0.8:
-                st = self.spaces[self.rng.choice(leading)]
-            else:
-                st = self.spaces[self.rng.choice(sorted(self.spaces))]
-            f = self.rng.choices(list(_WEIGHTS), weights=list(_WEIGHTS.values()))[0]
-            if st.term is None and f in _WRITES and self.rng.random() < 0.6:
-                self.stop.wait(self.rng.uniform(lo, hi))  # a standby mostly waits
-                continue
+                self.stop.set()  # the runner is gone: every thread stops
+                break
             try:
+                twin = self.rendezvous.take() if self.writers > 1 else None
+                if twin is not None:
+                    twin()  # the other half of a pair, at once
+                    continue
+                leading = sorted(n for n, st in self.spaces.items() if st.term is not None)
+                if leading and self.rng.random() < 0.8:
+                    st = self.spaces[self.rng.choice(leading)]
+                else:
+                    st = self.spaces[self.rng.choice(sorted(self.spaces))]
+                f = self.rng.choices(self._ops, weights=self._weights)[0]
+                if st.term is None and f in _WRITES | {"twin"} and self.rng.random() < 0.6:
+                    self.rendezvous.pause(self.rng.uniform(lo, hi), self.stop)  # a standby
+                    continue                                                    # mostly waits
                 self._op(st, f)
             except Exception:  # a bug of the worker itself, not of the registry
                 self.hist.write(type="info", f="worker_error",
                                 reason=traceback.format_exc()[-1500:])
-            self.stop.wait(self.rng.uniform(lo, hi))
+            self.rendezvous.pause(self.rng.uniform(lo, hi), self.stop)
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -272,8 +362,10 @@ class Worker:
         return result
 
     def _new_id(self, bad: bool = False) -> str:
-        self.counter += 1
-        return f"{self.contender}-{self.counter}" + ("-bad" if bad else "")
+        with self._counter_lock:
+            self.counter += 1
+            n = self.counter
+        return f"{self.contender}-{n}" + ("-bad" if bad else "")
 
     def _graph(self) -> bytes:
         r = self.rng.random()
@@ -296,12 +388,12 @@ class Worker:
     def _op(self, st: _Ns, f: str) -> None:
         term = st.term
         stale = False
-        if f == "stale" or (term is None and f in _WRITES):
+        if f == "stale" or (term is None and f in _WRITES | {"twin"}):
             if not st.old_terms:
                 f = "read" if f == "stale" else "leader"
             else:
                 term, stale = self.rng.choice(st.old_terms[-3:]), True
-                if f in ("stale", "recover", "revoke"):
+                if f in ("stale", "recover", "revoke", "twin"):
                     f = self.rng.choice(["submit", "cancel", "adopt", "checkpoint", "clean"])
         reg = st.reg
         if f == "submit":
@@ -390,12 +482,93 @@ class Worker:
                        value=lambda im: {"epoch": im.epoch, "leader": im.leader,
                                          "revoked": im.revoked,
                                          "last_offset": im.provenance.last_offset})
+        elif f == "twin":
+            self._twin(st, term, stale)
         elif f == "snapshot":
-            path = self.run_dir / "snapshots" / f"{st.name}.{self.contender}.{self.counter}.snap"
+            with self._counter_lock:
+                self.counter += 1
+                n = self.counter
+            path = self.run_dir / "snapshots" / f"{st.name}.{self.contender}.{n}.snap"
             path.parent.mkdir(exist_ok=True)
-            self.counter += 1
             self._call(st, "snapshot", lambda: reg.write_snapshot(path), args={},
                        value=lambda p: {"path": str(p)})
+
+    def _twin(self, st: _Ns, term: Any, stale: bool) -> None:
+        """Two calls of one term at the same moment, one by this thread, one by whichever
+        writer thread takes the offer (alone if none does within a moment): conflicting or
+        equal calls, so that a group holds a refused call next to accepted ones, and a
+        revoke lands while another call of the term is in flight."""
+        kind = self.rng.choices(["submit", "submit_many", "cancel", "end", "checkpoint",
+                                 "revoke"], [5, 3, 4, 3, 3, 1])[0]
+        mine: Any
+        theirs: Any
+        if kind == "submit":  # the same new id twice: one is accepted, one refused
+            job, graph, other = self._new_id(), self._graph(), self._graph()
+            mine = lambda: self._call(st, "submit", lambda: term.submit(job, graph),  # noqa: E731
+                                      args={"job": job, "size": len(graph), "twin": True},
+                                      term=term, stale=stale)
+            theirs = lambda: self._call(st, "submit", lambda: term.submit(job, other),  # noqa: E731
+                                        args={"job": job, "size": len(other), "twin": True},
+                                        term=term, stale=stale)
+        elif kind == "submit_many":  # overlapping batches: one sinks on the shared id
+            shared = self._new_id()
+            a = [self._new_id(), shared]
+            b = [shared, self._new_id(), self._new_id()]
+
+            def many(jobs: list[str]) -> Any:
+                graphs = [(j, self._graph()) for j in jobs]
+                return lambda: self._call(st, "submit_many", lambda: term.submit_many(graphs),
+                                          args={"jobs": jobs, "existing": [], "twin": True},
+                                          term=term, stale=stale)
+            mine, theirs = many(a), many(b)
+        elif kind in ("cancel", "end"):  # the same job ended twice (or two ways)
+            job = self._pick(st, 0.05)
+            if job is None:
+                return
+            how = ["cancel", "cancel"] if kind == "cancel" else \
+                self.rng.sample(["cancel", "FINISHED", "FAILED"], 2)
+
+            def end(how_: str) -> Any:
+                if how_ == "cancel":
+                    return lambda: self._call(st, "cancel",
+                                              lambda: term.cancel(job, "torture twin"),
+                                              args={"job": job, "twin": True}, term=term,
+                                              stale=stale)
+                return lambda: self._call(st, "terminate",
+                                          lambda: term.terminate(job, how_, "torture twin"),
+                                          args={"job": job, "state": how_, "twin": True},
+                                          term=term, stale=stale)
+            mine, theirs = end(how[0]), end(how[1])
+        elif kind == "checkpoint":  # the same checkpoint triggered twice
+            pool = self._known(st)
+            if not pool:
+                return
+            job = self.rng.choice(pool)
+            cps = st.reg.image.jobs[job].checkpoints
+            cid = max([cps.last_completed, *cps.pending, *cps.discarded, *cps.counted,
+                       st.cp_next.get(job, 0)]) + 1
+            st.cp_next[job] = max(cid, st.cp_next.get(job, 0))
+
+            def trigger() -> Any:
+                return self._call(st, "checkpoint_triggered",
+                                  lambda: term.checkpoint_triggered(job, cid),
+                                  args={"job": job, "id": cid, "twin": True}, term=term,
+                                  stale=stale)
+            mine = theirs = trigger
+        else:  # the term given up while another call of it is in flight
+            if stale:
+                return
+            job, graph = self._new_id(), self._graph()
+            theirs = lambda: self._call(st, "submit", lambda: term.submit(job, graph),  # noqa: E731
+                                        args={"job": job, "size": len(graph), "twin": True},
+                                        term=term)
+
+            def mine() -> None:
+                self._call(st, "revoke", lambda: term.revoke("torture twin resign"),
+                           args={"twin": True}, term=term)
+                st.resigned = term
+        self.rendezvous.offer(theirs, wait=0.25)
+        mine()
 
     def _checkpoint(self, st: _Ns, term: Any, stale: bool) -> None:
         pool = self._known(st)
