@@ -80,9 +80,17 @@ class Held:
         threads[0].start()
         while not self.groups:  # the first call leads its group before the others come
             threads[0].join(0.005)
+        gc, pause = self.term._groups, threading.Event()
         for i, fn in enumerate(calls, 1):
+            with gc._lock:
+                before = len(gc._queue)
             threads.append(threading.Thread(target=go, args=(i, fn), daemon=True))
             threads[-1].start()
+            for _ in range(int(WAIT * 200)):  # queued (or failed before it joined): in order
+                with gc._lock:
+                    if len(gc._queue) > before or not threads[-1].is_alive():
+                        break
+                pause.wait(0.005)
         for t in threads:
             t.join(WAIT)
             assert not t.is_alive(), "a call never returned"
