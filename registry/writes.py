@@ -338,7 +338,10 @@ class GroupCommit:
         except BaseException as e:
             for c in group:
                 if c.decisions is None and c.error is None:
-                    c.error = e
+                    c.error = e if isinstance(e, Exception) or c is call else OutcomeUnknown(
+                        f"records of this call may or may not be in the log: the call "
+                        f"leading its group was interrupted ({type(e).__name__})",
+                        tuple(event.event_id for _, event in c.pairs))
             if not isinstance(e, Exception):
                 raise
         finally:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from registry.errors import OutcomeUnknown
 from registry.events import JobCancelled, new_event_id
 from registry.image import Decision, Outcome
 from registry.writes import GroupCommit, PendingCall
@@ -162,6 +163,35 @@ def test_a_failed_group_answers_each_of_its_calls_and_the_next_group_goes_on() -
     assert all(isinstance(e, RuntimeError) for e in failed)
     assert all(isinstance(answers[id(c)], list) for c in (calls[0], *calls[3:]))
     assert not gc._busy
+
+
+def test_an_interrupted_leader_leaves_its_group_unknown_not_interrupted() -> None:
+    held, release = threading.Event(), threading.Event()
+
+    def run(group: list[PendingCall]) -> None:
+        if len(group) == 1 and not release.is_set():
+            held.set()
+            assert release.wait(WAIT)
+            _decide(group[0])
+            return
+        raise KeyboardInterrupt  # the leader's thread is interrupted mid-write
+
+    gc = GroupCommit(run)
+    answers: dict = {}
+    first, lead, other = _call(tag="first"), _call(tag="lead"), _call(tag="other")
+    threads = [_start(gc, first, answers)]
+    assert held.wait(WAIT)
+    for i, c in enumerate((lead, other)):
+        threads.append(_start(gc, c, answers))
+        _queued(gc, i + 1)
+    release.set()
+    for t in threads:
+        t.join(WAIT)
+    assert isinstance(answers[id(lead)], KeyboardInterrupt)
+    unknown = answers[id(other)]
+    assert isinstance(unknown, OutcomeUnknown) and "interrupted" in str(unknown)
+    assert unknown.event_ids == (other.pairs[0][1].event_id,)
+    assert not gc._busy and not gc._queue
 
 
 def test_a_call_that_leaves_the_queue_before_its_group_hands_the_lead_on() -> None:
