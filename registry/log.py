@@ -621,17 +621,20 @@ class LogReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     self._eof = True  # in order: records after it clear it again
-                    if m.offset() >= 0:
-                        self.stable_end = m.offset()
-                    if m.offset() >= 0 and (not out or m.offset() > out[-1].offset):
-                        self._known_end = m.offset()
+                    end = m.offset()  # None: the binding's word for an invalid offset
+                    if end is not None and end >= 0:
+                        self.stable_end = end
+                    if end is not None and end >= 0 and (not out or end > out[-1].offset):
+                        self._known_end = end
                     continue
                 if err.fatal():
                     raise BrokerError(f"reading {self.topic}[{self.partition}] failed: "
                                       f"{err.str()}")
                 continue  # transient (broker down, retrying): the caller's deadline bounds it
             ts_type, ts = m.timestamp()
-            out.append(LogRecord(m.offset(), m.key(), m.value(),
+            offset = m.offset()
+            assert offset is not None  # a record has its offset
+            out.append(LogRecord(offset, m.key(), m.value(),
                                  ts if ts_type != 0 else None, self.partition))
             self._eof = False
             self._known_end = None
