@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .election import Election
@@ -71,6 +72,7 @@ from .events import (
     JobAdopted,
     JobCancelled,
     JobCleanedUp,
+    JobEvent,
     JobLockReleased,
     JobRecoveryFailed,
     JobRestarted,
@@ -842,7 +844,7 @@ class Term:
 
     # -- internals -------------------------------------------------------------------
 
-    def _event(self, cls: type[Event], job_id: str, **payload: object) -> Event:
+    def _event(self, cls: type[JobEvent], job_id: str, **payload: Any) -> Event:
         return cls(event_id=new_event_id(), namespace=self.namespace, epoch=self.epoch,
                    writer=self.contender, created_at=now_ms(),
                    job_id=check_id("job id", job_id), **payload)
