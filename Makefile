@@ -30,6 +30,7 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed system
 	$(BIN)/ruff check registry consumers tests
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/jobreg catalog --check
 	$(BIN)/pytest -q
 

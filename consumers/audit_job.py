@@ -375,7 +375,8 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
                     if (stop_event is not None and stop_event.is_set()) or \
                             (stop_after is not None and stop_after(writer)):
                         break
-                    query.awaitTermination(0.2)
+                    # pyspark annotates int seconds, and takes any number (int(timeout * 1000))
+                    query.awaitTermination(0.2)  # type: ignore[arg-type]
             failure = query.exception()
         except Exception as e:  # StreamingQueryException: the query failed
             failure = e

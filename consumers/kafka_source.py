@@ -126,9 +126,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
@@ -180,6 +180,7 @@ __all__ = [
 
 _LOG = logging.getLogger("consumers.kafka_source")
 _LIBRDKAFKA_LOG = logging.getLogger("consumers.kafka_source.librdkafka")
+_T = TypeVar("_T")
 
 SOURCE_NAME = "jobreg-kafka"
 
@@ -271,6 +272,10 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     return text == "true"
 
 
+@overload
+def _int(options: Mapping[str, str], name: str, default: int, minimum: int) -> int: ...
+@overload
+def _int(options: Mapping[str, str], name: str, default: None, minimum: int) -> int | None: ...
 def _int(options: Mapping[str, str], name: str, default: int | None, minimum: int) -> int | None:
     raw = options.get(name.lower())
     if raw is None:
@@ -521,7 +526,7 @@ class _TopicOffsets:
             self._consumer = _consumer(self._opts, "driver")
         return self._consumer
 
-    def _retrying(self, what: str, fn):
+    def _retrying(self, what: str, fn: Callable[[float], _T]) -> _T:
         opts = self._opts
         attempts = opts.fetch_retries + 1
         last: KafkaError | str | None = None
@@ -556,7 +561,8 @@ class _TopicOffsets:
                     return []
                 raise KafkaSourceError(f"cannot read the metadata of topic {topic!r} at "
                                        f"{self._opts.bootstrap}: {found.error.str()}")
-            return sorted(found.partitions)
+            ids: list[int] = sorted(found.partitions)
+            return ids
 
         parts = self._retrying(f"listing the partitions of topic {topic!r}", ask)
         if not parts:
@@ -570,8 +576,8 @@ class _TopicOffsets:
 
         def ask(timeout: float) -> dict[int, tuple[int, int]]:
             client = self._client()
-            return {p: tuple(client.get_watermark_offsets(TopicPartition(topic, p),
-                                                          timeout=timeout, cached=False))
+            return {p: client.get_watermark_offsets(TopicPartition(topic, p),
+                                                    timeout=timeout, cached=False)
                     for p in partitions}
 
         marks = self._retrying(f"fetching the offsets of topic {topic!r}", ask)
@@ -604,13 +610,15 @@ class _TopicOffsets:
             while pending and time.monotonic() < deadline:
                 msgs = client.consume(1000, 0) or [m for m in [client.poll(0.05)] if m]
                 for m in msgs:
-                    p = m.partition()
+                    # The binding gives None for an invalid (negative) offset or partition.
+                    p, at = m.partition(), m.offset()
                     err = m.error()
-                    if p not in pending:
+                    if p is None or p not in pending:
                         continue
                     if err is None:
-                        ends[p] = max(ends[p], m.offset() + 1)
-                        if p not in reached and m.offset() >= todo[p]:
+                        assert at is not None  # a record has its offset
+                        ends[p] = max(ends[p], at + 1)
+                        if p not in reached and at >= todo[p]:
                             reached.add(p)
                             if pending <= reached:
                                 # Every partition is past its reported end. A partition that
@@ -620,8 +628,8 @@ class _TopicOffsets:
                                 deadline = min(deadline, time.monotonic() + _PROBE_GRACE_S)
                         continue
                     if err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() >= 0:
-                            ends[p] = max(ends[p], m.offset())
+                        if at is not None:
+                            ends[p] = max(ends[p], at)
                     elif err.code() not in (KafkaError._AUTO_OFFSET_RESET,
                                             KafkaError.OFFSET_OUT_OF_RANGE):
                         continue  # transient; the deadline bounds it
@@ -685,12 +693,12 @@ class _TopicOffsets:
                 for m in client.consume(100, 0.05):
                     if m.partition() != partition:
                         continue
-                    err = m.error()
+                    err, at = m.error(), m.offset()  # at: None for an invalid offset
                     if err is None:
-                        if m.offset() >= offset:
+                        if at is not None and at >= offset:
                             return True
                     elif err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() > offset:
+                        if at is not None and at > offset:
                             return True
                     elif err.code() in (KafkaError._AUTO_OFFSET_RESET,
                                         KafkaError.OFFSET_OUT_OF_RANGE):
@@ -863,8 +871,8 @@ def _read_range(opts: SourceOptions, consumer: Consumer, part: KafkaInputPartiti
             if err is not None:
                 code = err.code()
                 if code == KafkaError._PARTITION_EOF:
-                    eof = m.offset()
-                    if 0 <= eof < end:
+                    eof = m.offset()  # None: the binding's word for an invalid offset
+                    if eof is not None and eof < end:
                         _report_data_loss(opts, f"{where} ends at offset {eof}, before "
                                                 f"the planned end {end}")
                     return
@@ -885,6 +893,7 @@ def _read_range(opts: SourceOptions, consumer: Consumer, part: KafkaInputPartiti
                 last_error = err.str()
                 continue
             offset = m.offset()
+            assert offset is not None  # a record has its offset
             if offset >= end:
                 return
             if offset < position:
@@ -892,11 +901,12 @@ def _read_range(opts: SourceOptions, consumer: Consumer, part: KafkaInputPartiti
             position = offset + 1
             progress = time.monotonic()
             ts_type, ts = m.timestamp()
-            row = [m.key(), m.value(), topic, partition, offset,
+            row: list[Any] = [m.key(), m.value(), topic, partition, offset,
                    ts * 1000 if ts_type in _TS_TYPES else None, _TS_TYPES.get(ts_type, -1)]
             if with_headers:
                 headers = m.headers()
-                row.append([{"key": k, "value": v} for k, v in headers] if headers else None)
+                pairs = headers.items() if isinstance(headers, dict) else headers
+                row.append([{"key": k, "value": v} for k, v in pairs] if pairs else None)
             yield row
             if position >= end:
                 return
@@ -952,7 +962,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         if self._problem is not None:
             raise self._problem
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> dict[str, Any]:
         """Where a query without a checkpoint starts (``startingOffsets``)."""
         self._check()
         return _offset_json(self._opts.topic,
@@ -971,7 +981,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
             if isinstance(starting, dict) else None
         self._target = self._topic.ends(known=known)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         """The end of the next batch: the latest offsets (or AvailableNow's target), capped
         by ``limit``; partitions that are new since ``start`` begin at their earliest."""
         self._check()
@@ -985,11 +995,11 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
             latest = rate_limit(limit.max_rows, froms, latest)
         return _offset_json(self._opts.topic, latest)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> dict[str, Any] | None:
         """The latest offsets seen by the last ``latestOffset`` (before the read limit)."""
         return None if self._latest is None else _offset_json(self._opts.topic, self._latest)
 
-    def partitions(self, start: dict, end: dict
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]
                    ) -> list[KafkaInputPartition | KafkaInputGroup]:
         """One input partition per Kafka partition with offsets in ``[start, end)``, or at
         most ``maxPartitions`` groups of them."""
@@ -1022,7 +1032,7 @@ class KafkaStreamReader(_ReaderBase, DataSourceStreamReader, SupportsTriggerAvai
         """The records of one input partition (runs on an executor)."""
         return read_partition(self._opts, self._schema, partition)
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: offsets live in Spark's checkpoint, never in Kafka."""
 
     def stop(self) -> None:

@@ -256,7 +256,8 @@ def executors(spark: SparkSession) -> int:
     """How many executors are registered with the driver now (local mode: 1)."""
     sc = spark.sparkContext
     count = sc._jsc.sc().getExecutorMemoryStatus().size()  # the driver's block manager too
-    return 1 if is_local(sc.master) else max(0, count - 1)
+    master = sc.master or ""  # set on every running context (pyspark types it Optional)
+    return 1 if is_local(master) else max(0, count - 1)
 
 
 def wait_for_executors(spark: SparkSession, timeout: float,

@@ -7,6 +7,7 @@ Start at :class:`Registry` (read the registry, claim leadership) and
 
 import logging
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from .blobs import BlobStore, FileBlobStore
 from .client import DEFAULT_INLINE_LIMIT, Receipt, Registry, Term
@@ -40,15 +41,18 @@ from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
 from .log import DEFAULT_TOPIC, TopicConfig
 from .recovery import CleanupResult, RecoveredJob, RecoveryResult
 
+if TYPE_CHECKING:
+    from .dev.broker import EmbeddedBroker
+else:
+    # Not seen by type checkers: a module __getattr__ would type every misspelt name.
+    def __getattr__(name: str) -> type:
+        # The embedded broker is development tooling (registry.dev); it stays importable
+        # from here without the runtime importing the dev floor until someone asks for it.
+        if name == "EmbeddedBroker":
+            from .dev.broker import EmbeddedBroker
 
-def __getattr__(name: str):
-    # The embedded broker is development tooling (registry.dev); it stays importable from
-    # here without the runtime importing the dev floor until someone asks for it.
-    if name == "EmbeddedBroker":
-        from .dev.broker import EmbeddedBroker
-
-        return EmbeddedBroker
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return EmbeddedBroker
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 try:

@@ -46,7 +46,8 @@ class CliError(click.ClickException):
 
     def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
         super().__init__(message)
-        self.exit_code = exit_code
+        # click reads self.exit_code; its stub makes it a ClassVar (its subclasses' codes)
+        self.exit_code = exit_code  # type: ignore[misc]
 
 
 @contextlib.contextmanager
@@ -916,14 +917,14 @@ def _need_bootstrap(settings: Settings) -> str:
     return settings.bootstrap
 
 
-def _print_rows(settings: Settings, what: str, columns: list[str], rows: list[tuple], *,
-                truncated: bool = False) -> None:
+def _print_rows(settings: Settings, what: str, columns: list[str],
+                rows: list[tuple[Any, ...]], *, truncated: bool = False) -> None:
     from registry.render import format_time, table
 
     # For people, times read as everywhere else (ISO 8601 UTC); JSON keeps the stored ms.
     times = {i for i, c in enumerate(columns) if c == "log_time" or c.endswith(("_time", "_at"))}
 
-    def shown(row: tuple) -> list:
+    def shown(row: tuple[Any, ...]) -> list[Any]:
         return [format_time(v) if i in times and isinstance(v, int) else v
                 for i, v in enumerate(row)]
 
@@ -1051,7 +1052,8 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
             if verbose:
                 click.echo(detail, err=True)
             else:
-                e.message = f"{e.message} (the whole error: --verbose)"
+                raise CliError(f"{e.message} (the whole error: --verbose)",
+                               e.exit_code) from e.__cause__
         raise
     finally:
         for sig, handler in previous.items():

@@ -74,6 +74,7 @@ from .events import (
     JobAdopted,
     JobCancelled,
     JobCleanedUp,
+    JobEvent,
     JobLockReleased,
     JobRecoveryFailed,
     JobRestarted,
@@ -843,7 +844,7 @@ class Term:
 
     # -- internals -------------------------------------------------------------------
 
-    def _event(self, cls: type[Event], job_id: str, **payload: object) -> Event:
+    def _event(self, cls: type[JobEvent], job_id: str, **payload: Any) -> Event:
         return cls(event_id=new_event_id(), namespace=self.namespace, epoch=self.epoch,
                    writer=self.contender, created_at=now_ms(),
                    job_id=check_id("job id", job_id), **payload)
@@ -984,7 +985,8 @@ class Term:
             raise ConfigError(str(e)) from None
         if not call:  # reassert(): settle refused keys alone
             with reg._log.lock:
-                pairs = list(plan_reassertions(reg.image, self.epoch, self.contender))
+                pairs: list[tuple[str, Event]] = list(
+                    plan_reassertions(reg.image, self.epoch, self.contender))
                 if pairs:
                     self._send(pairs)
                     self._settle(guard)

@@ -28,7 +28,7 @@ import struct
 import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeGuard
 
 import fastavro
 import fastavro.schema
@@ -93,7 +93,8 @@ class _Digest:
         return self._sha.hexdigest()
 
 
-def write_dump(f: BinaryIO, metadata: Mapping[str, str], records: Iterator[dict]) -> None:
+def write_dump(f: BinaryIO, metadata: Mapping[str, str],
+               records: Iterator[dict[str, Any]]) -> None:
     """Write ``records`` (dicts of :data:`DUMP_SCHEMA`) to ``f`` as a dump of format
     :data:`DUMP_FORMAT` with ``metadata`` (``jobreg.namespace``, ``jobreg.topic``,
     ``jobreg.catalog``), and the end marker after the last record."""
@@ -104,7 +105,7 @@ def write_dump(f: BinaryIO, metadata: Mapping[str, str], records: Iterator[dict]
     digest = _Digest({**meta, "avro.codec": "deflate"})
     count = 0
 
-    def with_end() -> Iterator[dict]:
+    def with_end() -> Iterator[dict[str, Any]]:
         nonlocal count
         for rec in records:
             digest.add(rec)
@@ -198,9 +199,10 @@ class DumpReader:
     def records(self) -> Iterator[LogRecord]:
         """Every record of the dump, in file order; :class:`~registry.errors.DamagedDump`
         where the data is damaged, after the records before it."""
-        count, last = 0, None
+        count = 0
+        last: int | None = None
         digest = _Digest(self.metadata)
-        end: dict | None = None
+        end: dict[str, Any] | None = None
         size = self.path.stat().st_size
         with self.path.open("rb") as f:
             try:
@@ -219,7 +221,10 @@ class DumpReader:
                     break
                 except Exception as e:
                     raise self._damaged(where, _said(e), count, last) from e
-                if block.bytes_.tell() != len(block.bytes_.getvalue()):
+                # fastavro's stub leaves out Block.bytes_ (the block's data, a BytesIO),
+                # which its Block sets.
+                body = block.bytes_  # type: ignore[attr-defined]
+                if body.tell() != len(body.getvalue()):
                     raise self._damaged(where, f"it holds more data than its {block.num_records}"
                                         " record(s)", count, last)
                 self.position = f.tell()
@@ -277,7 +282,7 @@ def _header_said(e: BaseException) -> str:
     return text if isinstance(e, ValueError) and 0 < len(text) < 80 else "it does not decode"
 
 
-def _well_formed(rec: Any) -> bool:
+def _well_formed(rec: object) -> TypeGuard[dict[str, Any]]:
     """A record as :data:`DUMP_SCHEMA` says (fastavro decodes any bytes into its types; the
     ranges it cannot check, this does)."""
     return (isinstance(rec, dict) and type(rec.get("partition")) is int
@@ -285,7 +290,7 @@ def _well_formed(rec: Any) -> bool:
             and (rec.get("timestamp") is None or type(rec["timestamp"]) is int))
 
 
-def _end_marker(rec: Mapping[str, Any]) -> dict | None:
+def _end_marker(rec: Mapping[str, Any]) -> dict[str, Any] | None:
     try:
         end = json.loads(rec["value"])
     except (TypeError, ValueError):

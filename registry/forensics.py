@@ -27,7 +27,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from .dumpfile import DUMP_SCHEMA, DumpReader, is_dump, write_dump
 from .errors import ConfigError, DamagedDump
@@ -443,7 +443,7 @@ class Forensics:
         catalog = self.source.codec().catalog
         count, first, last = 0, None, None
 
-        def records() -> Iterator[dict]:
+        def records() -> Iterator[dict[str, Any]]:
             nonlocal count, first, last
             for batch in self._batches():
                 for r in batch:

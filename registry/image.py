@@ -175,7 +175,7 @@ class Decision(NamedTuple):
         return self._asdict()
 
 
-_EMPTY_MAP: immutables.Map = immutables.Map()
+_EMPTY_MAP: immutables.Map[Any, Any] = immutables.Map()
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,15 +208,15 @@ class Image:
     epoch: int = 0
     leader: str | None = None
     revoked: bool = False
-    jobs: immutables.Map = field(default=_EMPTY_MAP)
+    jobs: immutables.Map[str, JobView] = field(default=_EMPTY_MAP)
     term: TermInfo | None = None
     rejected: tuple[Decision, ...] = ()
     ignored: tuple[Decision, ...] = ()
     quarantined: tuple[Decision, ...] = ()
-    unsettled: immutables.Map = field(default=_EMPTY_MAP)
-    recent_ids: immutables.Map = field(default=_EMPTY_MAP)
+    unsettled: immutables.Map[str, int] = field(default=_EMPTY_MAP)
+    recent_ids: immutables.Map[int, immutables.Map[str, None]] = field(default=_EMPTY_MAP)
     duplicates: int = 0
-    calls: immutables.Map = field(default=_EMPTY_MAP)
+    calls: immutables.Map[str, tuple[LogRecord, ...]] = field(default=_EMPTY_MAP)
 
     @classmethod
     def empty(cls, namespace: str) -> Image:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
 from .errors import AuthenticationFailed, BrokerError, ConfigError
 from .image import LogRecord
@@ -209,7 +209,7 @@ class _Admin:
         this object, and so the client, alive for as long as the error is kept."""
         self.client = _Closed("admin client")
 
-    def __getattr__(self, name: str):  # the AdminClient's own methods
+    def __getattr__(self, name: str) -> Any:  # the AdminClient's own methods
         return getattr(self.client, name)
 
 
@@ -291,7 +291,7 @@ def check_bootstrap(value: object) -> str:
                 or not port.isdigit() or not 0 < int(port) < 65536:
             raise ConfigError(f"bootstrap {value!r}: {server.strip()!r} is not HOST:PORT "
                               "(several: HOST:PORT,HOST:PORT)")
-    return ",".join(s.strip() for s in servers)  # type: ignore[union-attr]
+    return ",".join(s.strip() for s in servers)
 
 
 def refuse_fast(bootstrap: str | Kafka, timeout: float) -> None:
@@ -369,7 +369,7 @@ def no_broker(bootstrap: str | Kafka, timeout: float, why: str) -> BrokerError:
 _LOGIN_CHECK_S = 0.25  # the first wait of a metadata request before a look for a refused login
 
 
-def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
+def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float) -> ClusterMetadata:
     """The cluster's metadata. A refused SASL login ends the wait at once, as Kafka's own
     clients end it (librdkafka would retry the login until the timeout): the request waits
     :data:`_LOGIN_CHECK_S`, then twice as long each time (a distant broker's answer may take
@@ -379,7 +379,8 @@ def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float):
     while True:
         left = deadline - time.monotonic()
         try:
-            return admin.list_topics(timeout=max(0.001, min(left, wait)))
+            meta: ClusterMetadata = admin.list_topics(timeout=max(0.001, min(left, wait)))
+            return meta
         except KafkaException as e:
             refused = admin.refused_login()
             if refused is not None or left <= wait:
@@ -427,7 +428,7 @@ class LogReader:
         (:meth:`read_to_end`, :meth:`sync`) lengthens it while fetches come back empty below
         the high watermark (:meth:`_unstick`), and restores it when it ends: a long wait
         would delay every later sync at the end of the partition by as much."""
-        self._consumer = self._new_consumer()
+        self._consumer: Consumer | _Closed = self._new_consumer()
         self._tp = TopicPartition(topic, partition, start_offset)
         self._consumer.assign([self._tp])
         self._consumer.pause([self._tp])  # it fetches only while a read runs
@@ -442,7 +443,7 @@ class LogReader:
         self._moved = False  # the position moved without the consumer (take_own)
         self._probe: Consumer | None = None  # made by the first take_own
 
-    def _settings(self, fetch_wait_ms: int, reset: str) -> dict:
+    def _settings(self, fetch_wait_ms: int, reset: str) -> dict[str, Any]:
         return self.kafka.settings(_CLIENT_DEFAULTS, {
             "group.id": f"jobreg-reader-{uuid.uuid4()}",  # required by librdkafka; never used
             "enable.auto.commit": False,
@@ -455,7 +456,8 @@ class LogReader:
         })
 
     def _new_consumer(self) -> Consumer:
-        return _client(Consumer, self._settings(self.fetch_wait_ms, "earliest"))
+        consumer: Consumer = _client(Consumer, self._settings(self.fetch_wait_ms, "earliest"))
+        return consumer
 
     def _unstick(self, timeout: float) -> None:
         """A read made no progress for a while: if the broker says records lie ahead, wait
@@ -621,17 +623,20 @@ class LogReader:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     self._eof = True  # in order: records after it clear it again
-                    if m.offset() >= 0:
-                        self.stable_end = m.offset()
-                    if m.offset() >= 0 and (not out or m.offset() > out[-1].offset):
-                        self._known_end = m.offset()
+                    end = m.offset()  # None: the binding's word for an invalid offset
+                    if end is not None and end >= 0:
+                        self.stable_end = end
+                    if end is not None and end >= 0 and (not out or end > out[-1].offset):
+                        self._known_end = end
                     continue
                 if err.fatal():
                     raise BrokerError(f"reading {self.topic}[{self.partition}] failed: "
                                       f"{err.str()}")
                 continue  # transient (broker down, retrying): the caller's deadline bounds it
             ts_type, ts = m.timestamp()
-            out.append(LogRecord(m.offset(), m.key(), m.value(),
+            offset = m.offset()
+            assert offset is not None  # a record has its offset
+            out.append(LogRecord(offset, m.key(), m.value(),
                                  ts if ts_type != 0 else None, self.partition))
             self._eof = False
             self._known_end = None
@@ -829,7 +834,7 @@ class _Delivery:
         self.missing_offsets = 0
         self.refused = 0
 
-    def __call__(self, err, msg) -> None:
+    def __call__(self, err: KafkaError | None, msg: Any) -> None:  # msg: a Message
         if err is not None:
             self.error = err
             if err.code() in _NOT_APPENDED:
@@ -942,7 +947,7 @@ def _destroy(producer: Producer) -> None:
         # its open transaction is aborted by the broker or the id's next producer.
         with contextlib.suppress(KafkaException):
             producer.purge()
-        producer.close(1.0)
+        producer.close()  # it takes no timeout (the 1.0 it was given was ignored)
 
 
 class PlainWriter:
@@ -1003,7 +1008,7 @@ class PlainWriter:
         """Flush what is queued (up to a second) and close the producer."""
         producer, self._producer = self._producer, _Closed("producer")
         if not isinstance(producer, _Closed):
-            producer.close(1.0)
+            producer.close()  # it takes no timeout (the 1.0 it was given was ignored)
 
 
 def write_raw(bootstrap: str | Kafka, topic: str, partition: int, key: bytes | str | None,

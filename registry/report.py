@@ -100,7 +100,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import jinja2
 
@@ -108,11 +108,11 @@ from .errors import ConfigError, UnknownJob
 from .events import GraphRef, JobStatus
 from .files import atomic_write, check_replaceable
 from .forensics import Forensics, Scan, TermSummary
-from .image import Decision, Image, JobView, Outcome
+from .image import Decision, Image, JobView, Outcome, TermInfo
 from .keys import check_id, parse_key
 
-__all__ = ["AUTO_EXPLAIN_ALL", "MAX_EXPLAINED", "MAX_LANES", "MAX_MARKS", "MAX_NAMED",
-           "MAX_TABLE_ROWS", "is_report", "render_report", "write_report"]
+__all__ = ["AUTO_EXPLAIN_ALL", "HasForensics", "MAX_EXPLAINED", "MAX_LANES", "MAX_MARKS",
+           "MAX_NAMED", "MAX_TABLE_ROWS", "is_report", "render_report", "write_report"]
 
 MAX_LANES = 50
 """Job lanes drawn at most; the page says how many were left out."""
@@ -504,7 +504,15 @@ def _job_of(d: Decision) -> str | None:
     return _quarantined_job(d) if d.outcome == Outcome.QUARANTINED else d.job_id
 
 
-def render_report(forensics: Forensics, *, jobs: Sequence[str] | None = None,
+class HasForensics(Protocol):
+    """What has the forensics of its namespace: a :class:`~registry.client.Registry`."""
+
+    def forensics(self) -> Forensics:
+        """The forensics of the namespace."""
+        ...
+
+
+def render_report(forensics: Forensics | HasForensics, *, jobs: Sequence[str] | None = None,
                   since: int | None = None, until: int | None = None,
                   title: str | None = None, generated_at: int | None = None) -> str:
     """The incident report of ``forensics``'s namespace as one self-contained HTML page.
@@ -527,9 +535,10 @@ def render_report(forensics: Forensics, *, jobs: Sequence[str] | None = None,
     _check_args(jobs, since, until)
     if not isinstance(forensics, Forensics):
         getter = getattr(forensics, "forensics", None)
-        if not callable(getter):
+        found_forensics = getter() if callable(getter) else None
+        if not isinstance(found_forensics, Forensics):
             raise ConfigError(f"render_report needs a Forensics, not {type(forensics).__name__}")
-        forensics = getter()
+        forensics = found_forensics
     wanted = None if jobs is None else list(dict.fromkeys(check_id("job id", j) for j in jobs))
     found = forensics.scan()
     image, decisions = found.image, found.decisions
@@ -550,7 +559,7 @@ def render_report(forensics: Forensics, *, jobs: Sequence[str] | None = None,
     return page.render()
 
 
-def write_report(forensics: Forensics, path: str | os.PathLike[str], *,
+def write_report(forensics: Forensics | HasForensics, path: str | os.PathLike[str], *,
                  jobs: Sequence[str] | None = None, since: int | None = None,
                  until: int | None = None, title: str | None = None,
                  generated_at: int | None = None, force: bool = False) -> Path:
@@ -895,8 +904,8 @@ class _Page:
         for d in self.window:
             if d.accepted and d.event_type == "JobRecoveryFailed" and d.job_id is not None:
                 failed.setdefault(d.job_id, []).append(d)
-        for job, view in self.image.jobs.items():
-            if view.status == JobStatus.RECOVERY_FAILED and job in self.first:
+        for job, known in self.image.jobs.items():
+            if known.status == JobStatus.RECOVERY_FAILED and job in self.first:
                 failed.setdefault(job, [])
         if not failed:
             return [_SummaryLine("ok", _text("a failed recovery"))]
@@ -1085,7 +1094,7 @@ class _Page:
         return groups
 
     def _bands(self, x_of: _OffsetToX, first: int, last: int, plot_width: int) -> list[_Band]:
-        spans: list[tuple[TermSummary, float, float, str]] = []  # term, x start, x end, tooltip
+        spans: list[tuple[TermInfo, float, float, str]] = []  # term, x start, x end, tooltip
         terms = self.forensics.scan().terms
         for i, info in enumerate(terms):
             end: float
@@ -1119,10 +1128,10 @@ class _Page:
             for candidate in (f"epoch {epoch} · {info.leader}",
                               _clip(f"e{epoch} · {info.leader}", 16), f"e{epoch}"):
                 need = len(candidate) * _CHAR_WIDTH
-                start = max(2.0, min(x_start + 4, right - need))
-                if start >= label_end + 8 or (start >= label_end and candidate == f"e{epoch}"):
-                    label, label_x = candidate, start
-                    label_end = start + need
+                at = max(2.0, min(x_start + 4, right - need))
+                if at >= label_end + 8 or (at >= label_end and candidate == f"e{epoch}"):
+                    label, label_x = candidate, at
+                    label_end = at + need
                     break
             bands.append(_Band(x=x_start, width=x_end - x_start,
                                fill=_BAND_FILLS[epoch % len(_BAND_FILLS)], ink=ink,

@@ -437,7 +437,7 @@ class Delta:
         self.last_event = event
         self._restate = False
         decision = self._decide(record, key, event)
-        if parsed is not None and parsed.job_id is not None:
+        if parsed is not None and parsed.job_id is not None and key is not None:
             self._note_settlement(key, parsed.job_id, decision)
         return decision
 
@@ -517,11 +517,11 @@ class Delta:
                                 event.TYPE, event_id, job_id, event.epoch, event.writer,
                                 "duplicate",
                                 f"event {event_id} was already folded; no second effect")
-        newest = self._newest
-        if newest is None:  # the first id (without a broker timestamp: window 0, for ever)
-            newest = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
-            windows[newest] = immutables.Map().mutate()
-        windows[newest][event_id] = None
+        current = self._newest
+        if current is None:  # the first id (without a broker timestamp: window 0, for ever)
+            current = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
+            windows[current] = immutables.Map().mutate()
+        windows[current][event_id] = None
         try:
             if event.namespace != self._ns:
                 raise _Verdict("namespace_mismatch",
@@ -781,10 +781,11 @@ class Delta:
                 else:
                     self._jobs[job_id] = view
             r, m = members[sink]
-            v = verdicts[sink]
-            assert v is not None
+            refused = verdicts[sink]
+            assert refused is not None
             why = (f"call {e.event_id} is refused as a whole: its record at offset {r.offset} "
-                   f"({m.TYPE} of job {m.job_id!r}) was refused: {v.reason}: {v.detail}")
+                   f"({m.TYPE} of job {m.job_id!r}) was refused: {refused.reason}: "
+                   f"{refused.detail}")
             for i, (r, m) in enumerate(members):
                 own = verdicts[sink] if i == sink else _Verdict("call_aborted", why)
                 self._resolve(r, m, own)
@@ -793,8 +794,8 @@ class Delta:
                          None, None, self.leader)
             self._rejected.append(d)
             return d
-        for (r, m), v in zip(members, verdicts, strict=True):
-            self._resolve(r, m, v)
+        for (r, m), verdict in zip(members, verdicts, strict=True):
+            self._resolve(r, m, verdict)
         detail = "" if whole else (f"{len(members)} of the call's {e.size} records are in the "
                                    "log (the cleaner removed the others): each decided alone")
         return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, _key(record), e.TYPE,

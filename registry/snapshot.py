@@ -166,7 +166,7 @@ class Snapshot:
 # -- record types ----------------------------------------------------------------
 
 
-def _field_names(cls: type) -> tuple[str, ...]:
+def _field_names(cls: type[Any]) -> tuple[str, ...]:
     if dataclasses.is_dataclass(cls):
         return tuple(f.name for f in dataclasses.fields(cls) if f.init)
     return tuple(cls._fields)  # a NamedTuple
@@ -210,7 +210,7 @@ _TYPES_LINE = {k: list(v) for k, v in _FIELDS.items()}
 _PLAIN = object()  # the union kind of plain values
 
 
-def _sorted_items(m: immutables.Map) -> list[tuple[Any, Any]]:
+def _sorted_items(m: immutables.Map[Any, Any]) -> list[tuple[Any, Any]]:
     try:
         return sorted(m.items(), key=itemgetter(0))
     except TypeError:  # keys of mixed types: still a stable order
@@ -287,7 +287,7 @@ class _Writer:
             return {"shared": [kind, len(values)]}
         return self._typed(kind, values)
 
-    def _maps(self, maps: Sequence[immutables.Map]) -> Any:
+    def _maps(self, maps: Sequence[immutables.Map[Any, Any]]) -> Any:
         lengths = list(map(len, maps))
         keys: list[Any] = []
         values: list[Any] = []
@@ -393,7 +393,7 @@ class _Reader:
         }
         self._builders: dict[str, Callable[[int, Any], _Rows]] = {}
 
-    def value_types(self, m: immutables.Map) -> set[type]:
+    def value_types(self, m: immutables.Map[Any, Any]) -> set[type]:
         """The types of the values of ``m`` (a map this reader built: known without a walk)."""
         known = self._value_types.get(id(m))
         return set(map(type, m.values())) if known is None else known
@@ -571,12 +571,12 @@ _MAP_FIELDS = ("jobs", "unsettled", "recent_ids")
 _DECISION_FIELDS = ("rejected", "ignored", "quarantined")
 
 
-def _value_types(m: immutables.Map) -> set[type]:
+def _value_types(m: immutables.Map[Any, Any]) -> set[type]:
     return set(map(type, m.values()))
 
 
 def _check_image(
-    image: Any, value_types: Callable[[immutables.Map], set[type]] = _value_types
+    image: Any, value_types: Callable[[immutables.Map[Any, Any]], set[type]] = _value_types
 ) -> Image:
     """Shallow type checks, so a well-formed body of the wrong shape is refused."""
     if type(image) is not Image:
@@ -613,8 +613,7 @@ def _decode(data: bytes) -> tuple[str, Image]:
             if not isinstance(header, dict) or "types" not in header:
                 raise ValueError("not a snapshot body")
             fmt = header.get("format")
-            decode = _DECODERS.get(fmt) if type(fmt) is str else None
-            if decode is None:
+            if not isinstance(fmt, str) or (decode := _DECODERS.get(fmt)) is None:
                 raise ValueError(f"body format {fmt!r:.80}, expected one of {list(_DECODERS)}")
             image = decode(text, end_head, header["types"])
             _promote()

@@ -194,7 +194,8 @@ class TermWrites:
                         self.open()
                     if not sent:
                         sent, first_sent = True, time.monotonic()
-                    written = self.writer.write(todo)
+                    # self.open() above made the writer if there was none
+                    written = self.writer.write(todo)  # type: ignore[union-attr]
                     appended.extend(r.offset for r in written)
                     known = {r.offset: e for r, e in zip(written, events, strict=True)}
                     log.read_back(written, known, self.timeout)
@@ -233,8 +234,8 @@ class TermWrites:
                                 tuple(e.event_id for _, e in copies) if sent else ())
                                for copies in slots]
             for copies in slots:
-                for _, e in copies:
-                    waiting.pop(e.event_id, None)
+                for _, sent_event in copies:
+                    waiting.pop(sent_event.event_id, None)
 
     def term_end(self) -> int | None:
         """The offset of the record that ended this term in the image (the newer grant, or

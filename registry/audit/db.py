@@ -372,11 +372,12 @@ def migrations_dir() -> Path:
         root = importlib.resources.files(MIGRATIONS_PACKAGE)
     except (ModuleNotFoundError, TypeError, ValueError):
         root = None
-    if isinstance(root, os.PathLike):
-        candidates.append(Path(os.fspath(root)))
+    if isinstance(root, Path):  # a regular package's folder
+        candidates.append(root)
     elif root is not None:  # a namespace package (no __init__.py): its directories
         spec = importlib.util.find_spec(MIGRATIONS_PACKAGE)
-        candidates.extend(Path(p) for p in (spec.submodule_search_locations or []) if spec)
+        if spec is not None:
+            candidates.extend(Path(p) for p in (spec.submodule_search_locations or []))
     # jobreg imported from a zip or a wheel (spark-submit --py-files), where the namespace
     # package cannot be imported (zipimport needs directory entries, which wheels lack)
     archive = next((p for p in Path(__file__).parents if p.is_file()), None)

@@ -333,14 +333,18 @@ class PartitionWriter:
     def _first_row(self, conn: Connection, partition: int, batch_id: int) -> None:
         """Create ``partition``'s progress row at offset 0 for this run, unless another
         writer just did (then its generation decides)."""
+        table = _table(AuditProgress)
+        row = {"stream": self.stream, "topic": self.topic, "partition": partition,
+               "next_offset": 0, "batch_id": batch_id, "updated_at": int(time.time() * 1000),
+               "generation": self.generation}
         if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
+            from sqlalchemy.dialects import postgresql
+
+            conn.execute(postgresql.insert(table).values(row).on_conflict_do_nothing())
         else:
-            from sqlalchemy.dialects.sqlite import insert
-        conn.execute(insert(_table(AuditProgress)).values(
-            stream=self.stream, topic=self.topic, partition=partition, next_offset=0,
-            batch_id=batch_id, updated_at=int(time.time() * 1000),
-            generation=self.generation).on_conflict_do_nothing())
+            from sqlalchemy.dialects import sqlite
+
+            conn.execute(sqlite.insert(table).values(row).on_conflict_do_nothing())
 
     def _advance(self, conn: Connection, partition: int, start: int, end: int,
                  batch_id: int) -> None:
@@ -418,7 +422,9 @@ class Bulk:
     """
 
     def __init__(self, conn: Connection) -> None:
-        self.raw = conn.connection.driver_connection
+        raw = conn.connection.driver_connection
+        assert raw is not None  # a connection in a transaction holds its driver's
+        self.raw: Any = raw
         self.postgres = conn.dialect.name == "postgresql"
         self._filled: set[str] = set()  # temporary tables holding rows in this transaction
         self._created: set[str] = set()  # temporary tables this transaction created

@@ -20,6 +20,7 @@ which namespace to blame, so the audit blames none).
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 from collections.abc import Callable, Iterable
@@ -172,7 +173,7 @@ class AuditProjection:
                             self._load(state, ns, data)
                     delta = deltas[ns] = Delta(
                         state.images.get(ns) or Image.empty(ns), self.codec,
-                        lambda t, ns=ns: state.terms.__setitem__((ns, t.epoch), t),
+                        functools.partial(_note_term, state.terms, ns),
                         members=state.members.setdefault(ns, {}))
                 d = delta.replay(r)
                 if d.outcome == Outcome.SKIPPED:
@@ -303,8 +304,10 @@ class AuditProjection:
                                "log_time": r.timestamp})
 
     def _record(self, r: LogRecord, ns: str, d: Decision, event: Any, delta: Delta,
-                out: BatchRows, state: _State, touched_jobs: dict, touched_terms: set,
-                checkpoints: dict) -> None:
+                out: BatchRows, state: _State,
+                touched_jobs: dict[tuple[str, str], tuple[int, int | None]],
+                touched_terms: set[tuple[str, int]],
+                checkpoints: dict[tuple[str, str, int], dict[str, Any]]) -> None:
         view = delta.job(d.job_id) if d.job_id is not None else None
         out.records.append(_record_row(self.topic, r, ns, d, event,
                                        view.status if view is not None else None))
@@ -334,7 +337,7 @@ class AuditProjection:
 
     @staticmethod
     def _checkpoint(ns: str, d: Decision, event: CheckpointEvent, view: Any,
-                    checkpoints: dict) -> None:
+                    checkpoints: dict[tuple[str, str, int], dict[str, Any]]) -> None:
         key = (ns, event.job_id, event.checkpoint_id)
         row = checkpoints.get(key)
         if d.outcome == Outcome.IGNORED:
@@ -362,6 +365,11 @@ class AuditProjection:
             "location": getattr(event, "location", None),
             "failure_reason": _failure_reason(event),
             "last_offset": d.offset, "_partial": False}
+
+
+def _note_term(terms: dict[tuple[str, int], TermInfo], ns: str, term: TermInfo) -> None:
+    """Keep a term of ``ns`` the fold tells of (its ``on_term``)."""
+    terms[(ns, term.epoch)] = term
 
 
 def encode_state(state: _State, ns: str) -> bytes:

@@ -22,13 +22,14 @@ the same jobs and terms. Any difference is listed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from ..image import LogRecord, Outcome
+from ..image import Decision, LogRecord, Outcome, TermInfo
 from ..kafka_config import Kafka
 from ..log import LogReader, topic_partitions
 from .db import AuditError, current_revision, engine_for, read_engine
@@ -146,8 +147,9 @@ class AuditWriter:
                                            history=log_history(bootstrap, self.topic, timeout))
         r = _table(AuditRecord)
         with self._conn() as conn:
-            return conn.execute(select(func.count()).select_from(r).where(
+            count: int = conn.execute(select(func.count()).select_from(r).where(
                 r.c.topic == self.topic)).scalar_one()
+        return count
 
     def _adopt(self, bootstrap: str | Kafka, partition: int, next_offset: int, timeout: float,
                on_progress: Callable[[int], None] | None) -> int:
@@ -219,8 +221,8 @@ class AuditWriter:
         with self.engine.begin() as conn:
             for model in (AuditRecord, AuditQuarantine, AuditJob, AuditTerm, AuditCheckpoint):
                 conn.execute(delete(_table(model)))
-            for model in (AuditProgress, AuditSnapshot):
-                t = _table(model)
+            for own in (AuditProgress, AuditSnapshot):
+                t = _table(own)
                 conn.execute(delete(t).where(t.c.stream == self.stream,
                                              t.c.topic == self.topic))
 
@@ -395,12 +397,12 @@ def _check(url: str, topic: str, stream: str,
         for scope in scopes(namespaces, done, stored):
             ns, partition, upto = scope.namespace, scope.partition, done.get(scope.partition, 0)
             if ns is not None and scope.source is not None:
-                final: dict[int, Any] = {}
-                terms: dict[int, Any] = {}
+                final: dict[int, Decision] = {}
+                terms: dict[int, TermInfo] = {}
                 image = Forensics(scope.source, ns).replay(
                     until_offset=upto - 1,
-                    on_decision=lambda d, final=final: final.__setitem__(d.offset, d),
-                    on_term=lambda t, terms=terms: terms.__setitem__(t.epoch, t))
+                    on_decision=functools.partial(_keep_decision, final),
+                    on_term=functools.partial(_keep_term, terms))
                 decisions = [d for _, d in sorted(final.items())
                              if d.outcome not in (Outcome.SKIPPED, Outcome.PENDING)]
                 waiting.setdefault(partition, set()).update(
@@ -542,3 +544,11 @@ def follow_plain(writer: AuditWriter, bootstrap: str | Kafka, stop: Any, *, poll
             reader.close()
         written = pipeline.close()
     return written
+
+
+def _keep_decision(into: dict[int, Decision], d: Decision) -> None:
+    into[d.offset] = d
+
+
+def _keep_term(into: dict[int, TermInfo], term: TermInfo) -> None:
+    into[term.epoch] = term

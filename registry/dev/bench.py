@@ -29,7 +29,7 @@ from registry.client import Registry
 from registry.dev.broker import EmbeddedBroker
 from registry.fold import fold_batches
 from registry.forensics import DumpSource
-from registry.image import Image
+from registry.image import Image, LogRecord
 from registry.log import LogReader
 from registry.render import table
 from registry.wire import default_codec
@@ -88,7 +88,7 @@ def _fold_pass(reg: Registry) -> tuple[int, float, Image]:
     reader = LogReader(reg.bootstrap, reg.topic, reg.partition)
     counted: list[int] = []
 
-    def batches():
+    def batches() -> Iterator[list[LogRecord]]:
         for batch in reader.sync(600):
             counted.append(len(batch))
             yield batch
@@ -290,7 +290,7 @@ def _replay_log(records: int, namespace: str = "replay") -> Iterator[tuple[str, 
     late = body // 100
     cancels = body - submits - adopts - late
 
-    def event(cls, epoch: int, writer: str, **kw):  # noqa: ANN001, ANN202
+    def event(cls: Any, epoch: int, writer: str, **kw: Any) -> tuple[str, bytes]:
         e = cls(event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
                 created_at=0, **kw)
         return record_key(e), encode(e)

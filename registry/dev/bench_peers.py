@@ -282,7 +282,8 @@ class PeerStartError(PeersError):
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
@@ -914,13 +915,22 @@ def format_peers(p: PeersFigures) -> str:
         name = f"{w} writers, one leader ({p.calls:,} calls)"
         rate_target = p99_target = ""
         if w == 8:
-            rate_target = (f">= 3x etcd's ({etcd_says(rate, '{:,.0f} jobs/s')})" + verdict(
-                lambda j, e, r=rate: (r(j) or 0) >= 3 * (r(e) or 0) if e and r(e) else None))
-            p99_target = ("<= 3x the one writer's p99" + verdict(
-                lambda j, e, q=p99: (q(j) or 0) <= 3 * j.submit_p99_ms if q(j) else None))
+            def thrice_etcd(j: StoreFigures, e: StoreFigures | None, r: Get = rate
+                            ) -> bool | None:
+                return (r(j) or 0) >= 3 * (r(e) or 0) if e and r(e) else None
+
+            def near_one(j: StoreFigures, e: StoreFigures | None, q: Get = p99) -> bool | None:
+                return (q(j) or 0) <= 3 * j.submit_p99_ms if q(j) else None
+
+            rate_target = (f">= 3x etcd's ({etcd_says(rate, '{:,.0f} jobs/s')})"
+                           + verdict(thrice_etcd))
+            p99_target = "<= 3x the one writer's p99" + verdict(near_one)
         elif w == 64:
-            rate_target = ">= 20,000 jobs/s" + verdict(
-                lambda j, e, r=rate: (r(j) or 0) >= 20_000 if r(j) else None)
+            def twenty_thousand(j: StoreFigures, e: StoreFigures | None, r: Get = rate
+                                ) -> bool | None:
+                return (r(j) or 0) >= 20_000 if r(j) else None
+
+            rate_target = ">= 20,000 jobs/s" + verdict(twenty_thousand)
         measures += [(f"{name}: jobs/s", rate, None, "{:,.0f} jobs/s", rate_target),
                      (f"{name}: p50", level(w, "p50_ms"), None, "{:.2f} ms", ""),
                      (f"{name}: p99", p99, None, "{:.2f} ms", p99_target)]

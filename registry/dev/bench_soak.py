@@ -47,13 +47,14 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from registry.errors import Fenced
 
 if TYPE_CHECKING:
     from registry.client import Registry, Term
-    from registry.image import Image
+    from registry.events import CheckpointEvent, Event
+    from registry.image import Image, JobView
 
 __all__ = ["MIX", "ImageFigures", "SoakFigures", "SoakWindow", "bench_image", "bench_soak",
            "format_image", "format_soak"]
@@ -216,7 +217,7 @@ class _Workload:
                 self.next_cp[j] = 1
 
     def pick(self) -> str:
-        kind = self.rng.choices(self.kinds, cum_weights=self.cum)[0]
+        kind: str = self.rng.choices(self.kinds, cum_weights=self.cum)[0]
         live = len(self.idle) + len(self.pending)
         if kind == "churn":
             return "clean" if self.dirty else "cancel" if live >= self.target else "submit"
@@ -232,7 +233,7 @@ class _Workload:
         n = self.rng.randrange(len(self.idle) + len(self.pending))
         return self.idle.items[n] if n < len(self.idle) else self.pending.items[n - len(self.idle)]
 
-    def run(self, kind: str) -> Callable[[], None]:
+    def run(self, kind: str) -> Callable[[], object]:
         """The write of ``kind`` as a call, and the model's update when it succeeds or fails
         (the call takes :attr:`lock` for it)."""
         term, rng = self.term, self.rng
@@ -695,13 +696,14 @@ class _FoldingTerm:
         self.codec = default_codec()
         self.rate = rate
         self.offset = 0
-        self.env = dict(namespace=NAMESPACE, epoch=1, writer="soak", created_at=0)
+        self.env: dict[str, Any] = dict(namespace=NAMESPACE, epoch=1, writer="soak",
+                                        created_at=0)
         self.image = Image.empty(NAMESPACE)
         self.delta = Delta(self.image, self.codec)
         self._new_id = new_event_id
         self._write(LeadershipGranted(event_id=new_event_id(), prev_epoch=0, **self.env))
 
-    def _write(self, event) -> None:  # type: ignore[no-untyped-def]
+    def _write(self, event: Event) -> None:
         from registry.image import LogRecord
         from registry.keys import record_key
 
@@ -720,8 +722,14 @@ class _FoldingTerm:
         self.image = self.delta.apply()
         return self.image
 
-    def _e(self) -> dict:
+    def _e(self) -> dict[str, Any]:
         return {**self.env, "event_id": self._new_id()}
+
+    def _view(self, job: str) -> JobView:
+        view = self.delta.job(job)
+        if view is None:
+            raise RuntimeError(f"the soak wrote to job {job!r}, which the fold does not know")
+        return view
 
     def submit(self, job: str, graph: bytes, max_checkpoint_failures: int = 0) -> None:
         from registry.events import InlineGraph, JobSubmitted
@@ -736,14 +744,14 @@ class _FoldingTerm:
     def cancel(self, job: str, reason: str = "") -> None:
         from registry.events import JobCancelled
 
-        view = self.delta.job(job)
+        view = self._view(job)
         self._write(JobCancelled(job_id=job, reason=reason, graph=view.graph,
                                  checkpoints=view.checkpoints, **self._e()))
 
     def mark_clean(self, job: str) -> None:
         from registry.events import JobCleanedUp
 
-        view = self.delta.job(job)
+        view = self._view(job)
         self._write(JobCleanedUp(job_id=job, status=view.status, reason=view.reason,
                                  **self._e()))
 
@@ -752,10 +760,10 @@ class _FoldingTerm:
 
         self._write(JobAdopted(job_id=job, **self._e()))
 
-    def _checkpoint(self, kind, job: str, cp: int, **extra) -> None:  # type: ignore[no-untyped-def]
+    def _checkpoint(self, kind: type[CheckpointEvent], job: str, cp: int, **extra: Any) -> None:
         from registry.fold import checkpoint_step
 
-        view = self.delta.job(job)
+        view = self._view(job)
         state, _ = checkpoint_step(view.checkpoints, kind, cp, location=extra.get("location", ""),
                                    retained=view.retained_checkpoints)
         self._write(kind(job_id=job, checkpoint_id=cp, state=state, **extra, **self._e()))

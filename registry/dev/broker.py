@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import IO, Any
 
 from registry.errors import BrokerError, BrokerStartError, ConfigError
 
@@ -158,7 +158,8 @@ def _free_port(host: str) -> int:
     try:
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.bind((host, 0))
-            return sock.getsockname()[1]
+            port: int = sock.getsockname()[1]
+            return port
     except OSError as e:
         raise BrokerStartError(f"cannot find a free port on {host}: {e}") from e
 
@@ -468,7 +469,7 @@ class EmbeddedBroker:
         if self._user_log is not None:
             self._log_path = self._user_log
             self._log_is_temp = False
-            log = open(self._user_log, "ab")  # noqa: SIM115 - closed below, the child keeps its copy
+            log: IO[bytes] = open(self._user_log, "ab")  # noqa: SIM115 - closed below, the child keeps its copy
         else:
             log = tempfile.NamedTemporaryFile(  # noqa: SIM115
                 prefix="jobreg-tansu-", suffix=".log", delete=False

@@ -61,7 +61,8 @@ class CoordinatorProcess:
         if not line:
             raise RuntimeError(f"coordinator {self.contender} ended: "
                                + "".join(self._stderr[-20:]))
-        return json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
     def send(self, op: str, **args: Any) -> dict[str, Any]:
         """Run one command in the child and return its reply."""
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             lead = reg.leader()
             return {"epoch": reg.epoch(), "leader": lead.contender if lead else None}
         if op == "zombie":
-            cls = EVENT_TYPES[cmd["type"]]
+            cls: Any = EVENT_TYPES[cmd["type"]]  # a job event (the command names it)
             payload = dict(cmd.get("payload", {}))
             if "graph" in payload:
                 payload["graph"] = InlineGraph(payload["graph"].encode())

@@ -183,7 +183,7 @@ def _play_001(bootstrap: str, out: Out, lease: float = 6.0, blip: float = 1.5) -
         first = jm1.send("elect", lease=lease, timeout=30)
         jm1.send("submit_many", jobs=["job-old", "job-run"])
         jm1.send("terminate", job="job-old", state="FINISHED")
-        standby: list[dict] = []
+        standby: list[dict[str, Any]] = []
         watching = threading.Thread(target=lambda: standby.append(
             jm2.send("elect", lease=lease, timeout=lease + 2)))
         watching.start()
@@ -202,7 +202,8 @@ def _play_001(bootstrap: str, out: Out, lease: float = 6.0, blip: float = 1.5) -
     finally:
         for c in (jm1, jm2):
             c.close()
-    no_failover = bool(standby) and standby[0].get("elected") is False and after_blip.get("ok")
+    no_failover = (bool(standby) and standby[0].get("elected") is False
+                   and bool(after_blip.get("ok")))
     log = _decisions(bootstrap, ns)
     back = sorted(recovered.get("recovered", []))
     out(f"     jobreg: jm-1 (epoch {first.get('epoch')}, lease {lease:g} s) froze for {blip:g} s "

@@ -90,8 +90,8 @@ class Finding:
 class FuzzResult:
     """Cases tried per target, the distinct findings (first case of each) and the time."""
 
-    cases: Counter = field(default_factory=Counter)
-    exits: Counter = field(default_factory=Counter)
+    cases: Counter[str] = field(default_factory=Counter)
+    exits: Counter[tuple[str, int | None]] = field(default_factory=Counter)
     findings: dict[str, Finding] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -206,7 +206,11 @@ def _place(where: tuple[str, float], size: int, data_start: int) -> int:
     return lo + int(fraction * (size - lo))
 
 
-def mutate(data: bytes, mutations: list[tuple], data_start: int = 0) -> bytes:
+Mutation = tuple[Any, ...]
+"""One mutation: (kind, where, ...) as :func:`_mutations` draws it."""
+
+
+def mutate(data: bytes, mutations: list[Mutation], data_start: int = 0) -> bytes:
     """``data`` with each mutation applied in turn (see :func:`_mutations`); ``data_start``
     is where the "data" region begins (a dump's first data block)."""
     out = bytearray(data)
@@ -367,7 +371,7 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
         @hseed(seed)
         @given(_mutations(st), st.integers(0, len(_DUMP_COMMANDS) - 1),
                st.integers(-1, last + 1))
-        def dump_case(mutations: list, which: int, offset: int) -> None:
+        def dump_case(mutations: list[Mutation], which: int, offset: int) -> None:
             note("dump")
             case = run_dir / "case.avro"
             case.write_bytes(mutate(seeds.dump, mutations, seeds.header_size))
@@ -382,7 +386,7 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
         @config
         @hseed(seed + 1)
         @given(st.integers(0, max(0, len(seeds.records) - 1)), _mutations(st), st.booleans())
-        def record_case(index: int, mutations: list, key_too: bool) -> None:
+        def record_case(index: int, mutations: list[Mutation], key_too: bool) -> None:
             note("record")
             r = seeds.records[index]
             value = mutate(r.value or b"", mutations, 5)
@@ -393,7 +397,7 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
         @config
         @hseed(seed + 2)
         @given(_mutations(st))
-        def properties_case(mutations: list) -> None:
+        def properties_case(mutations: list[Mutation]) -> None:
             note("properties")
             case = run_dir / "client.properties"
             case.write_bytes(mutate(seeds.properties.encode(), mutations))

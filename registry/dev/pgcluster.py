@@ -245,10 +245,10 @@ class ThrowawayPostgres:
         for path in paths:
             os.chown(path, pw.pw_uid, pw.pw_gid)
 
-    def _child_kwargs(self) -> dict[str, object]:
+    def _child_kwargs(self) -> dict[str, Any]:
         env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED_ENV}
         env["LC_ALL"] = "C"
-        kwargs: dict[str, object] = {"env": env, "cwd": str(self.base_dir), "stdin": subprocess.DEVNULL}
+        kwargs: dict[str, Any] = {"env": env, "cwd": str(self.base_dir), "stdin": subprocess.DEVNULL}
         if self.run_as is not None:
             pw = pwd.getpwnam(self.run_as)
             kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=[])
@@ -263,7 +263,7 @@ class ThrowawayPostgres:
         try:
             done = subprocess.run(
                 cmd, capture_output=True, text=True,
-                timeout=max(1.0, deadline - time.monotonic()), **self._child_kwargs(),  # type: ignore[arg-type]
+                timeout=max(1.0, deadline - time.monotonic()), **self._child_kwargs(),
             )
         except subprocess.TimeoutExpired:
             raise AuditError(f"initdb did not finish within {self.startup_timeout} s") from None
@@ -289,7 +289,7 @@ class ThrowawayPostgres:
             "-c", "max_connections=50", "-c", "logging_collector=off",
         ]
         with open(self._log_file, "ab") as log:
-            self._proc = subprocess.Popen(  # type: ignore[call-overload]
+            self._proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, **self._child_kwargs()
             )
 

@@ -110,7 +110,7 @@ class _Walk:
         elif isinstance(schema, str) and schema in self.names:
             self.walk(self.names[schema], path)
 
-    def _blocks(self, schema: dict, kind: str, path: str) -> None:
+    def _blocks(self, schema: dict[str, Any], kind: str, path: str) -> None:
         while True:
             at = self.pos
             count = self.long(path)

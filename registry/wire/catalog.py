@@ -124,7 +124,8 @@ class Catalog:
         except Exception as e:
             raise ConfigError(f"catalog: schema id {sid} does not parse: {e}") from e
         expected = f"{AVRO_NAMESPACE}.{type_name}"
-        if parsed.get("type") != "record" or parsed.get("name") != expected:
+        if (not isinstance(parsed, dict) or parsed.get("type") != "record"
+                or parsed.get("name") != expected):
             raise ConfigError(
                 f"catalog: schema id {sid} of type {type_name} must be the record {expected}"
             )

@@ -20,7 +20,7 @@ import io
 import json
 import struct
 import threading
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 
@@ -257,7 +257,8 @@ class Codec:
                 f"{len(data) - end} trailing byte(s) after the Avro body "
                 f"(schema id {schema_id}, {reader.type_name})"
             )
-        return reader, rec
+        # The writer schema is a jobreg event's record schema: its datum is a dict.
+        return reader, cast(dict[str, Any], rec)
 
     @staticmethod
     def _not_wire_format(data: Any) -> CodecError:
@@ -308,7 +309,9 @@ class Codec:
             parsed = fastavro.parse_schema(json.loads(registered.schema_str))
         except Exception as e:
             raise CodecError(f"schema id {schema_id} from the registry does not parse: {e}") from e
-        return parsed, event_type_of(parsed)
+        type_name = event_type_of(parsed)
+        assert isinstance(parsed, dict)  # event_type_of refused every schema but a record
+        return parsed, type_name
 
 
 def _body_error(reader: _Reader, schema_id: int, data: bytes) -> str:

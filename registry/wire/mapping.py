@@ -150,7 +150,7 @@ def _nested_reader(avro_type: Any, named: dict[str, Any] | None = None) -> Calla
         names = {f.name for f in dataclasses.fields(cls)}
         subs = [(n, c) for n, c in subs if n in names]
 
-        def record(value: dict[str, Any]) -> Any:
+        def record(value: dict[str, Any] | tuple[str, dict[str, Any]]) -> Any:
             if isinstance(value, tuple):  # a record read as the branch of a union
                 value = value[1]
             return cls(**{n: (value[n] if c is None else c(value[n])) for n, c in subs})
@@ -177,10 +177,11 @@ def _can_skip_init(cls: type) -> bool:
 _new = object.__new__
 
 if _can_skip_init(InlineGraph) and _can_skip_init(GraphRef):
-    _set_data = InlineGraph.data.__set__  # type: ignore[attr-defined]
-    _set_uri = GraphRef.uri.__set__  # type: ignore[attr-defined]
-    _set_sha256 = GraphRef.sha256.__set__  # type: ignore[attr-defined]
-    _set_size = GraphRef.size.__set__  # type: ignore[attr-defined]
+    # The slot descriptors (the classes' own __dict__ holds them).
+    _set_data = InlineGraph.__dict__["data"].__set__
+    _set_uri = GraphRef.__dict__["uri"].__set__
+    _set_sha256 = GraphRef.__dict__["sha256"].__set__
+    _set_size = GraphRef.__dict__["size"].__set__
 
     def _inline_graph(d: dict[str, Any]) -> InlineGraph:
         g = _new(InlineGraph)

@@ -34,8 +34,9 @@ SCHEMAS_PACKAGE = "registry.schemas"
 """The package the ``.avsc`` files and the catalog are installed as."""
 
 
-def fingerprint(schema: Mapping[str, Any] | str | list[Any]) -> str:
-    """SHA-256 (hex) of the schema's Parsing Canonical Form.
+def fingerprint(schema: dict[str, Any] | str | list[Any]) -> str:
+    """SHA-256 (hex) of the schema's Parsing Canonical Form (of a schema as JSON parses it:
+    fastavro refuses other mappings).
 
     Two schemas with the same fingerprint encode every datum to the same bytes;
     docs, defaults and other attributes do not take part.
@@ -43,7 +44,7 @@ def fingerprint(schema: Mapping[str, Any] | str | list[Any]) -> str:
     return hashlib.sha256(to_parsing_canonical_form(schema).encode("utf-8")).hexdigest()
 
 
-def event_type_of(parsed: Mapping[str, Any]) -> str:
+def event_type_of(parsed: Mapping[str, Any] | str | list[Any]) -> str:
     """The event type a parsed record schema is (``jobreg.JobSubmitted`` -> ``JobSubmitted``).
 
     Raises :class:`UnknownEventTypeError` if it is not a record or not a jobreg event type.
@@ -51,7 +52,7 @@ def event_type_of(parsed: Mapping[str, Any]) -> str:
     return _type_from_name(_full_name(parsed))
 
 
-def _full_name(parsed: Mapping[str, Any]) -> str:
+def _full_name(parsed: Mapping[str, Any] | str | list[Any]) -> str:
     """The full name of a parsed record schema (fastavro qualifies ``name``)."""
     if not isinstance(parsed, Mapping) or parsed.get("type") != "record":
         raise UnknownEventTypeError(f"schema is not an Avro record: {str(parsed)[:200]}")
@@ -82,9 +83,12 @@ class _TraversableRepository(AbstractSchemaRepository):
         except (FileNotFoundError, NotADirectoryError) as e:
             raise SchemaRepositoryError(f"no schema file {name}.avsc") from e
         try:
-            return json.loads(text)
+            loaded = json.loads(text)
         except ValueError as e:
             raise SchemaRepositoryError(f"{name}.avsc is not valid JSON: {e}") from e
+        if not isinstance(loaded, dict):
+            raise SchemaRepositoryError(f"{name}.avsc is not a JSON object")
+        return loaded
 
 
 def _schemas_root(schemas_dir: str | os.PathLike[str] | Traversable | None) -> Traversable:

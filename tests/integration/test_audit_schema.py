@@ -335,6 +335,17 @@ def test_migrations_are_found() -> None:
     assert (found / "versions" / "0001_audit_schema.py").is_file()
 
 
+def test_migrations_are_found_past_a_package_without_a_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # importlib.resources answers with a Traversable that is no path (a namespace package's)
+    # while find_spec has no spec: the search goes on to the other places (mypy found the
+    # spec's None was read before the generator's `if spec` could guard it).
+    monkeypatch.setattr(db.importlib.resources, "files", lambda package: object())
+    monkeypatch.setattr(db.importlib.util, "find_spec", lambda name: None)
+    found = db.migrations_dir()
+    assert (found / "versions" / "0001_audit_schema.py").is_file()
+
+
 # --------------------------------------------------------------------------- views
 
 

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from registry.dev.torture.model import FENCING_REASONS, TERMINAL, NamespaceModel, unb64
+from registry.dev.torture.model import (
+    FENCING_REASONS,
+    TERMINAL,
+    NamespaceModel,
+    Verdict,
+    unb64,
+)
 
 __all__ = ["RULES", "Op", "Report", "Violation", "check", "load_ops"]
 
@@ -108,7 +114,19 @@ class Op:
 
     @property
     def f(self) -> str:
-        return self.invoke["f"]
+        return str(self.invoke["f"])
+
+    @property
+    def reply(self) -> dict[str, Any]:
+        """The completion line of a call that finished (ValueError for one cut off)."""
+        if self.done is None:
+            raise ValueError(f"{self.f} was cut off: it has no completion line")
+        return self.done
+
+    @property
+    def finished_at(self) -> float:
+        """When a call that finished finished (ValueError for one cut off)."""
+        return float(self.reply["time"])
 
     @property
     def ns(self) -> str | None:
@@ -169,7 +187,7 @@ def _short(line: dict[str, Any]) -> dict[str, Any]:
 
 
 def _jsonl(path: Path, bad: list[str]) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.exists():
         return out
     with path.open() as f:
@@ -259,8 +277,8 @@ def check(run_dir: str | Path) -> Report:
 def _leaders(run: _Run, out: list[Violation], notes: list[str]) -> None:
     leads: dict[tuple[str, int], list[Op]] = defaultdict(list)
     for op in run.ops:
-        if op.f == "elect" and op.type == "ok":
-            leads[(op.ns, int(op.done["epoch"]))].append(op)
+        if op.f == "elect" and op.type == "ok" and op.ns is not None:
+            leads[(op.ns, int(op.reply["epoch"]))].append(op)
     for (ns, epoch), ops in sorted(leads.items()):
         who = {o.who for o in ops}
         if len(who) > 1:
@@ -365,21 +383,22 @@ def _library_track(run: _Run, out: list[Violation], notes: list[str]) -> None:
                 reported.update(d["offset"] for d, _v in counted)
         # What the fold said against what the documented rules say, record by record.
         lib = {d["offset"]: d for d in decisions}
-        diffs = []
+        diffs: list[tuple[Verdict, dict[str, Any] | None]] = []
         for v in m.verdicts:
             if v.outcome == "SKIPPED" or v.offset in reported:
                 continue
-            d = lib.get(v.offset)
-            if d is None:
+            found = lib.get(v.offset)
+            if found is None:
                 diffs.append((v, None))
                 continue
-            theirs = bool(d.get("accepted"))
-            quarantine_differs = (d.get("outcome") == "QUARANTINED") != \
+            theirs = bool(found.get("accepted"))
+            quarantine_differs = (found.get("outcome") == "QUARANTINED") != \
                 (v.outcome == "QUARANTINED")
             if theirs != v.accepted or quarantine_differs:
-                diffs.append((v, d))
-        for v, d in diffs[:_CAP]:
-            said = "no verdict" if d is None else f"{d.get('outcome')} ({d.get('reason')})"
+                diffs.append((v, found))
+        for v, fold_said in diffs[:_CAP]:
+            said = ("no verdict" if fold_said is None
+                    else f"{fold_said.get('outcome')} ({fold_said.get('reason')})")
             out.append(Violation("fold_disagrees", f"offset {v.offset} {v.etype or v.key}: the "
                                  f"fold said {said}, the documented rules {v.outcome} "
                                  f"({v.reason})", ns, [v.offset]))
@@ -473,7 +492,7 @@ def _failed_and_atomic(run: _Run, out: list[Violation], notes: list[str]) -> Non
                 v = m.accepted(e)
                 if v is not None:
                     out.append(Violation("failed_call_had_effect", f"{op.f} raised "
-                                         f"{op.done.get('error')} ({op.done.get('reason')}), but "
+                                         f"{op.reply.get('error')} ({op.reply.get('reason')}), but "
                                          f"its {v.etype} of {v.job or '-'} at offset {v.offset} "
                                          "was accepted", op.ns, [v.offset], op.lines()))
         if op.f not in MULTI and op.f != "recover":
@@ -497,12 +516,12 @@ def _reads(run: _Run, out: list[Violation], notes: list[str]) -> None:
         if op.type != "ok" or op.ns is None:
             continue
         if op.f == "elect":
-            acked[op.ns].append((op.t1, int(op.done["epoch"]), op))
+            acked[op.ns].append((op.finished_at, int(op.reply["epoch"]), op))
         elif op.f in ("submit", "submit_many"):
             jobs = [op.args["job"]] if op.f == "submit" else op.args.get("jobs", [])
-            submits[op.ns] += [(op.t1, j, op) for j in jobs]
+            submits[op.ns] += [(op.finished_at, j, op) for j in jobs]
         elif op.f in ("cancel", "terminate"):
-            ends[op.ns].append((op.t1, op.args["job"], op))
+            ends[op.ns].append((op.finished_at, op.args["job"], op))
     for op in run.ops:
         if op.type != "ok" or op.f not in ("read", "leader") or op.ns is None:
             continue
@@ -632,7 +651,7 @@ def _gc(run: _Run, out: list[Violation], notes: list[str]) -> None:
     for op in run.ops:
         if op.f != "gc" or op.type != "ok":
             continue
-        t0, t1 = (op.t0 - tol) * 1000, (op.t1 + tol) * 1000
+        t0, t1 = (op.t0 - tol) * 1000, (op.finished_at + tol) * 1000
         for uri in (op.value or {}).get("deleted") or []:
             for ns, m in run.models.items():
                 for job, changes in m.changes.items():
@@ -700,9 +719,9 @@ def _loss(run: _Run, out: list[Violation], notes: list[str]) -> None:
     ended = {(p["process"], int(p["incarnation"])): p["end"] for p in run.procs}
     resigned = {(o.who, o.ns, o.invoke.get("epoch")) for o in run.ops if o.f == "revoke"}
     for op in run.ops:
-        if op.f != "elect" or op.type != "ok":
+        if op.f != "elect" or op.type != "ok" or op.ns is None:
             continue
-        ns, epoch = op.ns, int(op.done["epoch"])
+        ns, epoch = op.ns, int(op.reply["epoch"])
         if (op.who, ns, epoch) in resigned:
             continue
         later = [g for e, g in run.models[ns].grants.items() if e > epoch]
@@ -819,5 +838,5 @@ def _concurrency(run: _Run) -> dict[str, int]:
             out["overlapping"] += 1
             out[kinds[op.type]] += 1
             out["revokes"] += op.f == "revoke"
-            out["fenced"] += op.type == "fail" and op.done.get("error") == "Fenced"
+            out["fenced"] += op.type == "fail" and op.reply.get("error") == "Fenced"
     return out

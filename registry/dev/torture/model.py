@@ -63,7 +63,7 @@ TERMINAL = frozenset({"CANCELLED", "FINISHED", "FAILED"})
 STATUSES = frozenset({"ACTIVE", "RECOVERY_FAILED", "ABSENT", *TERMINAL})
 ACCEPTING = frozenset({"ACCEPTED", "IGNORED"})
 
-Graph = tuple  # ("inline", size) | ("blob", uri, sha256, size)
+Graph = tuple[Any, ...]  # ("inline", size) | ("blob", uri, sha256, size)
 
 
 def graph_of(g: Any) -> Graph | None:
@@ -270,6 +270,7 @@ class NamespaceModel:
         if value is None:
             return self._note(Verdict(offset, "QUARANTINED", "tombstone", key,
                                       timestamp=timestamp))
+        ev: Any  # the model reads events by their TYPE and fields, as the README states them
         try:
             ev = decode(value)
         except CodecError:
@@ -332,7 +333,7 @@ class NamespaceModel:
     def live_at(self, job: str, t_ms: float) -> tuple[bool, str | None]:
         """Whether ``job``'s graph was referenced (the job live, or its result dirty) after
         the last change stamped at or before ``t_ms``, and the blob uri it referenced then."""
-        state = (False, None)
+        state: tuple[bool, str | None] = (False, None)
         for _o, ts, live, uri in self.changes.get(job, []):
             if ts is not None and ts > t_ms:
                 break

@@ -310,7 +310,8 @@ class Nemesis:
         if self._writer is None:
             self._writer = PlainWriter(self.bootstrap, self.timeout, self.topic)
         raw = key.encode() if isinstance(key, str) else key
-        return self._writer.write(self.topic, self.namespaces[ns], [(raw, value)])[0]
+        offsets: list[int] = self._writer.write(self.topic, self.namespaces[ns], [(raw, value)])
+        return offsets[0]
 
     def _zombie(self) -> str | None:
         from registry.events import (
@@ -356,7 +357,7 @@ class Nemesis:
                     e_epoch, writer = t.epoch, t.leader
         else:
             e_epoch, writer = epoch, "zombie-grant"
-        base = {"event_id": new_event_id(), "namespace": ns, "epoch": e_epoch,
+        base: dict[str, Any] = {"event_id": new_event_id(), "namespace": ns, "epoch": e_epoch,
                 "writer": writer, "created_at": now_ms()}
         live = sorted(j for j, v in image.jobs.items() if v.live)
         dead = sorted(j for j, v in image.jobs.items() if not v.live)
@@ -367,10 +368,12 @@ class Nemesis:
             what = self.rng.choice(["cancel", "submit", "resubmit", "adopt", "terminate"])
             if what in ("cancel", "adopt", "terminate") and live:
                 job = self.rng.choice(live)
-                event = {"cancel": lambda: JobCancelled(**base, job_id=job, reason="zombie"),
-                         "adopt": lambda: JobAdopted(**base, job_id=job),
-                         "terminate": lambda: JobTerminated(**base, job_id=job,
-                                                            state="FINISHED")}[what]()
+                if what == "cancel":
+                    event = JobCancelled(**base, job_id=job, reason="zombie")
+                elif what == "adopt":
+                    event = JobAdopted(**base, job_id=job)
+                else:
+                    event = JobTerminated(**base, job_id=job, state="FINISHED")
             elif what == "resubmit" and dead:
                 event = JobSubmitted(**base, job_id=self.rng.choice(dead),
                                      graph=InlineGraph(b"zombie"))

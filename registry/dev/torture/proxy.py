@@ -44,7 +44,9 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
+from typing import Any
 
 __all__ = ["FaultProxy"]
 
@@ -348,7 +350,7 @@ class FaultProxy:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _spawn(self, role: str, target, *args) -> threading.Thread:
+    def _spawn(self, role: str, target: Callable[..., object], *args: Any) -> threading.Thread:
         thread = threading.Thread(
             target=target, args=args, name=f"faultproxy-{self._port}-{role}", daemon=True
         )

@@ -224,13 +224,14 @@ def run_once(config: CampaignConfig, index: int, seed: int,
                 broker = EmbeddedBroker(log_file=run_dir / "logs" / "broker.log").start()
             bootstrap = broker.bootstrap
         else:
+            assert config.bootstrap is not None  # not embedded: a bootstrap was given
             bootstrap = config.bootstrap
         topic = f"torture-{seed}-{uuid.uuid4().hex[:8]}"
         info = ensure_topic(bootstrap, topic, timeout=10.0)
         names = list(NAMESPACES[:config.namespaces])
         partitions = {ns: partition_for(ns, info.partitions) for ns in names}
         startup = time.monotonic() - began
-        cfg = {
+        cfg: dict[str, Any] = {
             "seed": seed, "run": index, "bootstrap": bootstrap, "embedded": embedded,
             "proxy": proxy is not None, "topic": topic, "namespaces": names,
             "partitions": partitions, "processes": config.processes,
@@ -398,8 +399,9 @@ def _uncommitted_view(bootstrap: str, topic: str, parts: list[int], run_dir: Pat
                     m = consumer.poll(1.0)
                     if m is None:
                         continue
-                    if m.error():
-                        if m.error().code() == KafkaError._PARTITION_EOF:
+                    err = m.error()
+                    if err:
+                        if err.code() == KafkaError._PARTITION_EOF:
                             break
                         continue
                     out.write(json.dumps({"p": part, "o": m.offset(), "t": m.timestamp()[1],
@@ -415,7 +417,9 @@ def _uncommitted_view(bootstrap: str, topic: str, parts: list[int], run_dir: Pat
         admin = AdminClient({"bootstrap.servers": bootstrap})
         for level, name in ((IsolationLevel.READ_COMMITTED, "last_stable"),
                             (IsolationLevel.READ_UNCOMMITTED, "latest")):
-            asked = {TopicPartition(topic, p): OffsetSpec.latest() for p in parts}
+            # confluent_kafka leaves OffsetSpec.latest() unannotated
+            asked = {TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                     for p in parts}
             for tp, fut in admin.list_offsets(asked, isolation_level=level,
                                               request_timeout=10).items():
                 with contextlib.suppress(Exception):

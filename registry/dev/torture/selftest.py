@@ -177,7 +177,7 @@ def synthetic_run(run_dir: str | Path) -> Path:
     st2 = CheckpointState(seq=2, last_completed=1, retained=(CompletedCheckpoint(1, "m://1"),))
     for kind, st, f in ((CheckpointTriggered, st1, "checkpoint_triggered"),
                         (CheckpointCompleted, st2, "checkpoint_completed")):
-        extra = {"location": "m://1"} if kind is CheckpointCompleted else {}
+        extra: dict[str, Any] = {"location": "m://1"} if kind is CheckpointCompleted else {}
         r = s.write([kind(**env("ns-c", 1, "w1.0"), job_id="b", checkpoint_id=1, state=st,
                           **extra)])
         s.op("w1", f, "ns-c", args={"job": "b", "id": 1}, epoch=1, value={"receipts": r},
@@ -354,7 +354,7 @@ class _Plot:
 
 def _leader_per_epoch(p: _Plot) -> str:
     op = next(o for o in p.run.ops if o.f == "elect" and o.type == "ok")
-    epoch = int(op.done["epoch"])
+    epoch = int(op.reply["epoch"])
     p.op("planted", "elect", op.ns, value={"epoch": epoch, "contender": "planted.0"},
          epoch=epoch)
     return f"a second process leading epoch {epoch} of {op.ns}"
@@ -409,8 +409,8 @@ def _ok_write_not_accepted(p: _Plot) -> str:
 def _live_submit(p: _Plot) -> tuple[str, Any]:
     for ns, m in p.run.models.items():
         for v in m.verdicts:
-            if v.accepted and v.etype == "JobSubmitted" and m.jobs.get(v.job) is not None \
-                    and m.jobs[v.job].live:
+            if v.accepted and v.etype == "JobSubmitted" and v.job is not None \
+                    and m.jobs.get(v.job) is not None and m.jobs[v.job].live:
                 return ns, v
     raise LookupError("no live job")
 
@@ -512,8 +512,8 @@ def _gc_deleted_live_blob(p: _Plot) -> str:
 
 def _stale_read(p: _Plot) -> str:
     op = max((o for o in p.run.ops if o.f == "elect" and o.type == "ok"),
-             key=lambda o: int(o.done["epoch"]))
-    epoch = int(op.done["epoch"])
+             key=lambda o: int(o.reply["epoch"]))
+    epoch = int(op.reply["epoch"])
     p.op("planted", "leader", op.ns, value={"epoch": epoch - 1, "leader": None,
                                             "revoked": False})
     return f"a read of epoch {epoch - 1} after epoch {epoch} was acknowledged"
@@ -599,8 +599,8 @@ def _concurrent_acked_write_lost(p: _Plot) -> str:
 
 def _concurrent_stale_read(p: _Plot) -> str:
     op = max((o for o in p.run.ops if o.f == "elect" and o.type == "ok"),
-             key=lambda o: int(o.done["epoch"]))
-    epoch = int(op.done["epoch"])
+             key=lambda o: int(o.reply["epoch"]))
+    epoch = int(op.reply["epoch"])
     process, incarnation = op.who
     p.op(process, "leader", op.ns, thread="writer-1", incarnation=incarnation,
          value={"epoch": epoch - 1, "leader": None, "revoked": False})
@@ -611,7 +611,8 @@ def _concurrent_stale_read(p: _Plot) -> str:
 def _concurrent_resurrection(p: _Plot) -> str:
     for ns, m in p.run.models.items():
         for v in m.verdicts:
-            if v.accepted and v.etype == "JobCancelled" and not m.jobs[v.job].live:
+            if v.accepted and v.etype == "JobCancelled" and v.job is not None \
+                    and v.event_id is not None and not m.jobs[v.job].live:
                 p.op("planted", "cancel", ns, args={"job": v.job}, thread="writer-1",
                      value={"receipts": [{"offset": v.offset, "epoch": v.epoch,
                                           "event_id": v.event_id, "ignored": None}]},

@@ -89,12 +89,14 @@ def _patch_event_ids() -> None:
         return
 
     def capturing() -> str:
-        eid = original()
+        eid: str = original()
         if _capture.ids is not None:
             _capture.ids.append(eid)
         return eid
 
-    client_mod.new_event_id = capturing
+    # The client's id source, swapped to record the ids this worker writes (mypy: the
+    # client imports the name without re-exporting it).
+    client_mod.new_event_id = capturing  # type: ignore[attr-defined]
 
 
 class History:
@@ -416,9 +418,10 @@ class Worker:
             self._call(st, "submit_many", lambda: term.submit_many(graphs),
                        args={"jobs": jobs, "existing": existing}, term=term, stale=stale)
         elif f in ("cancel", "terminate", "release"):
-            job = self._pick(st, 0.1 if f != "release" else 0.05)
-            if job is None:
+            picked = self._pick(st, 0.1 if f != "release" else 0.05)
+            if picked is None:
                 return
+            job = picked
             if self.rng.random() < 0.03:
                 job = self._new_id()  # never submitted: UnknownJob before sending
             if f == "cancel":
@@ -522,9 +525,10 @@ class Worker:
                                           term=term, stale=stale)
             mine, theirs = many(a), many(b)
         elif kind in ("cancel", "end"):  # the same job ended twice (or two ways)
-            job = self._pick(st, 0.05)
-            if job is None:
+            picked = self._pick(st, 0.05)
+            if picked is None:
                 return
+            job = picked
             how = ["cancel", "cancel"] if kind == "cancel" else \
                 self.rng.sample(["cancel", "FINISHED", "FAILED"], 2)
 
