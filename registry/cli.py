@@ -613,11 +613,15 @@ def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[in
               help="Inline graph of each record (a JobSubmitted as the wire encodes it).")
 @click.option("--rounds", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="Turns the write kinds take, each writing its share of --writes.")
+@click.option("--long-batches", type=click.IntRange(0, 1_000_000), default=5000,
+              show_default=True, help="Batches a long partition holds before its writes (0: "
+                                      "leave the writes on a long partition out).")
 @click.option("--replication", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Replication factor of the topic on the global --bootstrap's cluster.")
 @pass_settings
 def bench_roundtrips_cmd(settings: Settings, writes: int, sizes: tuple[int, ...],
-                         graph_bytes: int, rounds: int, replication: int) -> None:
+                         graph_bytes: int, rounds: int, long_batches: int,
+                         replication: int) -> None:
     """What a write's round trips cost: a write of N records to one partition as a Kafka
     transaction (today), with and without the read_committed confirmation, next to an
     idempotent acks=all producer without transactions, and variants (the confirmation's
@@ -635,7 +639,8 @@ def bench_roundtrips_cmd(settings: Settings, writes: int, sizes: tuple[int, ...]
                                  "--bootstrap", param_hint="--replication")
     with registry_errors():
         figures = bench_roundtrips(writes=writes, sizes=sizes, graph_bytes=graph_bytes,
-                                   rounds=rounds, replication=replication,
+                                   rounds=rounds, long_batches=long_batches,
+                                   replication=replication,
                                    bootstrap=settings.kafka if settings.bootstrap else None,
                                    progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_roundtrips(figures))

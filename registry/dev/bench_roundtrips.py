@@ -19,8 +19,8 @@ e. variants, each next to the write it changes:
 
    * the confirmation: (b) and (c) confirmed by fetching the last record itself (``b1``,
      ``c1``: a fetch with records to return is answered at once, one at the end of the
-     partition is held for the fetch wait); both on a partition that already holds 5,000
-     batches (``b2``, ``b3``: the embedded broker lists a partition's batches on every fetch
+     partition is held for the fetch wait); both on a long partition, one that already
+     holds 5,000 batches (``b2``, ``b3``: the embedded broker lists a partition's batches on every fetch
      that returns records, which is why ``LogReader`` probes at the end; the read back there
      has a 20 ms fetch wait, since with 1 ms that broker never returns the records); ``c1`` with 5 ms
      idle between writes (``c2``: the probe's previous fetch is no longer in flight), and with
@@ -94,12 +94,12 @@ class Variant:
     settings: tuple[tuple[str, Any], ...] = ()
     compare: str = "b"  # the write its p50 is set against in the table
     read_back: bool = False  # confirm by fetching the last record, not the end after it
-    prefill: int = 0  # batches written to the partition before the first write
+    long: bool = False  # on a partition that already holds many batches (``long_batches``)
     idle_ms: int = 0  # a pause between writes (not timed)
     fetch_wait_ms: int = 1  # the probe's fetch.wait.max.ms (LogReader's: 1)
 
 
-PREFILL = 5000  # batches already on the partition of the "long partition" writes
+LONG_BATCHES = 5000  # batches already on a long partition, by default
 IDLE_MS = 5  # the pause between writes of the "idle" write
 # The read back's fetch wait on the long partition: with 1 ms the embedded broker, which lists
 # a partition's batches on every fetch that returns records (~1.2 ms per 1,000), answers with
@@ -113,11 +113,10 @@ VARIANTS = (
     Variant("d", "idempotent acks=all, no confirm", False, compare="b"),
     Variant("b1", "(b), confirm reads the last record back", True, confirm=True,
             read_back=True, compare="b"),
-    Variant("b2", f"(b), partition holds {PREFILL:,} batches", True, confirm=True,
-            prefill=PREFILL, compare="b"),
-    Variant("b3", f"(b1), partition holds {PREFILL:,} batches, fetch wait "
-            f"{LONG_WAIT_MS} ms", True, confirm=True, read_back=True, prefill=PREFILL,
-            fetch_wait_ms=LONG_WAIT_MS, compare="b2"),
+    Variant("b2", "(b), on a long partition", True, confirm=True, long=True, compare="b"),
+    Variant("b3", f"(b1), on a long partition, fetch wait {LONG_WAIT_MS} ms", True,
+            confirm=True, read_back=True, long=True, fetch_wait_ms=LONG_WAIT_MS,
+            compare="b2"),
     Variant("c1", "(c), confirm reads the last record back", False, confirm=True,
             read_back=True, compare="c"),
     Variant("c2", f"(c1), {IDLE_MS} ms idle between writes", False, confirm=True,
@@ -201,6 +200,7 @@ class RoundtripFigures:
     where: str
     cells: list[Cell] = field(default_factory=list)
     requests: list[RequestFigures] = field(default_factory=list)
+    long_batches: int = 0
     offered: dict[str, tuple[int, int]] = field(default_factory=dict)  # broker's versions
     init: InitFigures = field(default_factory=InitFigures)
     seconds: float = 0.0
@@ -488,12 +488,13 @@ def _init_times(kafka: Kafka, topic: str, rounds: int) -> InitFigures:
 
 
 def bench_roundtrips(*, writes: int = 200, sizes: Iterable[int] = SIZES, graph_bytes: int = 200,
-                     rounds: int = 10, bootstrap: str | Kafka | None = None,
-                     replication: int = 1,
+                     rounds: int = 10, long_batches: int = LONG_BATCHES,
+                     bootstrap: str | Kafka | None = None, replication: int = 1,
                      progress: _Progress = lambda _: None) -> RoundtripFigures:
     """Run the benchmark on a fresh embedded broker (or on ``bootstrap``'s cluster, on a
     fresh topic of ``replication`` replicas whose deletion is asked afterwards) and return
-    its figures. Raises :class:`BrokerError` if a write fails or is not confirmed."""
+    its figures. ``long_batches``: how many batches a long partition holds before its writes
+    (0: no writes on a long partition). Raises :class:`BrokerError` if a write fails or is not confirmed."""
     sizes = tuple(sizes)
     started = time.perf_counter()
     if bootstrap is None:
@@ -502,13 +503,13 @@ def bench_roundtrips(*, writes: int = 200, sizes: Iterable[int] = SIZES, graph_b
         with EmbeddedBroker() as broker:
             figures = _run(Kafka.of(broker.bootstrap), "an embedded broker", writes, sizes,
                            graph_bytes, rounds, progress, topic="jobreg-roundtrips",
-                           replication=1)
+                           replication=1, long_batches=long_batches)
     else:
         kafka = Kafka.of(bootstrap)
         topic = f"jobreg-roundtrips-{uuid.uuid4().hex[:8]}"
         try:
             figures = _run(kafka, str(kafka), writes, sizes, graph_bytes, rounds, progress,
-                           topic=topic, replication=replication)
+                           topic=topic, replication=replication, long_batches=long_batches)
         finally:
             _delete_topic(kafka, topic)
     figures.seconds = time.perf_counter() - started
@@ -524,30 +525,33 @@ def _delete_topic(kafka: Kafka, topic: str) -> None:
 
 
 def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_bytes: int,
-         rounds: int, progress: _Progress, *, topic: str,
-         replication: int) -> RoundtripFigures:
+         rounds: int, progress: _Progress, *, topic: str, replication: int,
+         long_batches: int) -> RoundtripFigures:
     records = {n: _records(n, graph_bytes) for n in sizes}
     figures = RoundtripFigures(writes=writes, sizes=sizes, where=where,
-                               record_bytes=len(records[sizes[0]][0][1]))
+                               record_bytes=len(records[sizes[0]][0][1]),
+                               long_batches=long_batches)
+    variants = [v for v in VARIANTS if long_batches or not v.long]
     instrumented = [(v, n) for v in ("b", "b1", "c", "d", "d2")
                     for n in sorted({1, 64} & set(sizes)) or sizes[:1]]
-    partitions = len(VARIANTS) * len(sizes) + len(instrumented) + 1
+    partitions = len(variants) * len(sizes) + len(instrumented) + 1
     ensure_topic(kafka, topic, TopicConfig(partitions=partitions,
                                            replication_factor=replication))
-    progress(f"{len(VARIANTS)} writes x {len(sizes)} sizes, {writes} timed writes each, on "
+    progress(f"{len(variants)} writes x {len(sizes)} sizes, {writes} timed writes each, on "
              f"topic {topic} ({partitions} partitions) of {where}")
     producers: dict[str, Producer] = {}
     confirms: list[_Confirm] = []
     try:
-        for v in VARIANTS:
+        for v in variants:
             producers[v.key] = _producer(kafka, topic, v)
-        for i, (v, n) in enumerate((v, n) for v in VARIANTS for n in sizes):
+        for i, (v, n) in enumerate((v, n) for v in variants for n in sizes):
             cell = Cell(v, n, partition=i)
             figures.cells.append(cell)
             confirm = None
-            if v.prefill:
-                progress(f"{v.key}, N={n}: {v.prefill:,} batches on partition {cell.partition}")
-                _prefill(kafka, topic, cell.partition, v.prefill, records[n][0])
+            if v.long:
+                progress(f"{v.key}, N={n}: {long_batches:,} batches on partition "
+                         f"{cell.partition} first")
+                _prefill(kafka, topic, cell.partition, long_batches, records[n][0])
             if v.confirm:
                 confirm = _Confirm(kafka, topic, cell.partition,
                                    {"fetch.wait.max.ms": v.fetch_wait_ms})
@@ -581,7 +585,7 @@ def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_by
                 p.close(1.0)
         producers.clear()
     progress("instrumented pass (debug=protocol): requests, versions, round trips")
-    base = len(VARIANTS) * len(sizes)
+    base = len(variants) * len(sizes)
     for i, (key, n) in enumerate(instrumented):
         figures.requests.append(_instrumented(kafka, topic, _BY_KEY[key], n, base + i,
                                               graph_bytes, figures.offered))
@@ -601,7 +605,10 @@ def format_roundtrips(f: RoundtripFigures) -> str:
     """The figures as plain-text tables, ratios from this run."""
     out = [f"bench roundtrips: {f.writes} timed writes per row (after {WARM_UP} untimed), one "
            f"write at a time, each to a partition of its own on {f.where}; a record is a "
-           f"JobSubmitted of {f.record_bytes} B; wall time {f.seconds:.0f} s", ""]
+           f"JobSubmitted of {f.record_bytes} B"
+           + (f"; a long partition holds {f.long_batches:,} one-record batches before its "
+              "first write" if f.long_batches else "")
+           + f"; wall time {f.seconds:.0f} s", ""]
     rows = []
     for n in f.sizes:
         for v in VARIANTS:
