@@ -599,6 +599,59 @@ def bench_soak_cmd(settings: Settings, writes: int, window: int, writers: int, j
         raise SystemExit(EXIT_ERROR)
 
 
+def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(dict.fromkeys(int(n) for n in value.split(",") if n.strip()))
+    except ValueError:
+        sizes = ()
+    if not sizes or any(not 1 <= n <= 2048 for n in sizes):
+        raise click.BadParameter(f"{value!r}: records per write from 1 to 2048, "
+                                 "comma-separated (for example 1,8,64,512)")
+    return sizes
+
+
+@bench.command("roundtrips")
+@click.option("--writes", type=click.IntRange(10, 100_000), default=200, show_default=True,
+              help="Timed writes per write kind and size (after 20 untimed).")
+@click.option("--sizes", default="1,8,64,512", show_default=True, callback=_sizes,
+              help="Records per write, comma-separated.")
+@click.option("--graph-bytes", type=click.IntRange(0, 10_000), default=200, show_default=True,
+              help="Inline graph of each record (a JobSubmitted as the wire encodes it).")
+@click.option("--rounds", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="Turns the write kinds take, each writing its share of --writes.")
+@click.option("--long-batches", type=click.IntRange(0, 1_000_000), default=5000,
+              show_default=True, help="Batches a long partition holds before its writes (0: "
+                                      "leave the writes on a long partition out).")
+@click.option("--replication", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="Replication factor of the topic on the global --bootstrap's cluster.")
+@pass_settings
+def bench_roundtrips_cmd(settings: Settings, writes: int, sizes: tuple[int, ...],
+                         graph_bytes: int, rounds: int, long_batches: int,
+                         replication: int) -> None:
+    """What a write's round trips cost: a write of N records to one partition as a Kafka
+    transaction (today), with and without the read_committed confirmation, next to an
+    idempotent acks=all producer without transactions, and variants (the confirmation's
+    fetch, linger.ms, batch.num.messages, Nagle); p50/p99 and records/s with ratios from one
+    run, the requests librdkafka sends (versions, round-trip times) and init_transactions.
+    On an embedded broker, or on the global --bootstrap (a fresh topic whose deletion is
+    asked afterwards). Progress on stderr, the tables on stdout."""
+    from registry.dev.bench_roundtrips import bench_roundtrips, format_roundtrips
+
+    if rounds > writes:
+        raise click.BadParameter(f"{rounds} rounds for {writes} writes: at most one round "
+                                 "per write", param_hint="--rounds")
+    if replication > 1 and not settings.bootstrap:
+        raise click.BadParameter("the embedded broker has one node: --replication needs "
+                                 "--bootstrap", param_hint="--replication")
+    with registry_errors():
+        figures = bench_roundtrips(writes=writes, sizes=sizes, graph_bytes=graph_bytes,
+                                   rounds=rounds, long_batches=long_batches,
+                                   replication=replication,
+                                   bootstrap=settings.kafka if settings.bootstrap else None,
+                                   progress=lambda msg: click.echo(f"... {msg}", err=True))
+    click.echo(format_roundtrips(figures))
+
+
 @bench.command("image")
 @click.option("--events", type=click.IntRange(1000), default=1_000_000, show_default=True,
               help="Records to fold (the soak's mix), no broker.")
