@@ -277,11 +277,13 @@ class _Confirm:
             while (left := deadline - time.monotonic()) > 0:
                 first = self.consumer.poll(left)
                 for m in [] if first is None else [first, *self.consumer.consume(100, 0)]:
-                    err = m.error()
-                    if err is None and m.offset() >= last:
+                    err, offset = m.error(), m.offset()
+                    if offset is None:  # the binding's word for an invalid offset
+                        continue
+                    if err is None and offset >= last:
                         return not_yet
                     if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                        if m.offset() > last:
+                        if offset > last:
                             return not_yet
                         not_yet += 1
         finally:
@@ -374,7 +376,7 @@ def _prefill(kafka: Kafka, topic: str, partition: int, batches: int,
                 raise BrokerError(f"{topic}[{partition}]: a record was not acknowledged "
                                   f"within {_TIMEOUT:g} s")
     finally:
-        producer.close(1.0)
+        producer.close()
 
 
 def _records(size: int, graph_bytes: int) -> list[tuple[bytes, bytes]]:
@@ -439,7 +441,7 @@ def _instrumented(kafka: Kafka, topic: str, variant: Variant, size: int, partiti
         if confirm is not None:
             confirm.close()
         with contextlib.suppress(KafkaException):
-            producer.close(1.0)
+            producer.close()
         log.removeHandler(lines)
     sent: Counter[str] = Counter()
     versions: dict[str, set[int]] = defaultdict(set)
@@ -480,7 +482,7 @@ def _init_times(kafka: Kafka, topic: str, rounds: int) -> InitFigures:
         figures.init_fence.append(_ms(t3, t4))
         for p in (successor, first):  # the first is fenced: its close may say so
             with contextlib.suppress(KafkaException):
-                p.close(1.0)
+                p.close()
     return figures
 
 
@@ -582,7 +584,7 @@ def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_by
             c.close()
         for p in producers.values():
             with contextlib.suppress(KafkaException):
-                p.close(1.0)
+                p.close()
         producers.clear()
     progress("instrumented pass (debug=protocol): requests, versions, round trips")
     base = len(variants) * len(sizes)
@@ -628,36 +630,36 @@ def format_roundtrips(f: RoundtripFigures) -> str:
     out += ["", "where the time goes, p50 ms (produce: the produce() calls; acked: flush inside "
             "the transaction; commit: commit_transaction; flush: until acknowledged; confirm: "
             "the read_committed probe)", ""]
-    rows = []
+    steps: list[tuple[object, ...]] = []
     for n in f.sizes:
         for v in VARIANTS:
             cell = f.cell(v.key, n)
             if cell is None:
                 continue
-            rows.append((f"{v.key}. {v.label}", n, _f(cell.step("produce"), ".3f"),
+            steps.append((f"{v.key}. {v.label}", n, _f(cell.step("produce"), ".3f"),
                          _f(cell.step("acked")), _f(cell.step("commit")),
                          _f(cell.step("flush")), _f(cell.step("confirm")),
                          None if not v.confirm
                          else f"{len(cell.latencies) - cell.late_confirms}/"
                               f"{len(cell.latencies)}"))
     out.append(table(("write", "N", "produce", "acked", "commit", "flush", "confirm",
-                      "1st answer confirms"), rows, right={1, 2, 3, 4, 5, 6, 7}))
+                      "1st answer confirms"), steps, right={1, 2, 3, 4, 5, 6, 7}))
     if f.requests:
         out += ["", "requests per write as librdkafka sent and timed them (instrumented pass, "
                 f"debug=protocol, {_INSTRUMENTED_WRITES} writes: the logging slows the write "
                 "itself, so only counts, versions and librdkafka's rtt are kept)", ""]
-        rows = []
+        requests: list[tuple[object, ...]] = []
         for r in f.requests:
             for name in _SHOWN:
                 if name not in r.per_write:
                     continue
                 lo_hi = f.offered.get(name)
-                rows.append((f"{r.variant.key}. {r.variant.label}", r.size, name,
+                requests.append((f"{r.variant.key}. {r.variant.label}", r.size, name,
                              ",".join(f"v{x}" for x in sorted(r.versions.get(name, ()))),
                              None if lo_hi is None else f"v{lo_hi[0]}..v{lo_hi[1]}",
                              f"{r.per_write[name]:.2f}", _f(r.rtt_ms.get(name), ".3f")))
         out.append(table(("write", "N", "request", "sent", "broker offers", "per write",
-                          "rtt p50 ms"), rows, right={1, 5, 6}))
+                          "rtt p50 ms"), requests, right={1, 5, 6}))
         out += _wire_share(f)
     i = f.init
     if i.start:
