@@ -22,8 +22,10 @@ the same jobs and terms. Any difference is listed.
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -31,6 +33,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from ..image import LogRecord, Outcome
 from ..kafka_config import Kafka
 from ..log import LogReader, topic_partitions
+from ..metrics import AuditMetrics, metrics_for
 from .db import AuditError, current_revision, engine_for, read_engine
 from .models import (
     AuditCheckpoint,
@@ -42,6 +45,7 @@ from .models import (
     AuditTerm,
 )
 from .partition import (
+    PartitionCommit,
     PartitionWriter,
     _table,
     begin_run,
@@ -50,6 +54,9 @@ from .partition import (
     write_snapshots,
 )
 from .projection import REFOLD_CHUNK, AuditProjection
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
            "log_reaches", "run_plain"]
@@ -75,12 +82,51 @@ def log_reaches(bootstrap: str | Kafka, topic: str, partition: int, next_offset:
         reader.close()
 
 
+class LogEnds:
+    """The end offsets of a topic's partitions as a read_committed reader sees them (the
+    last stable offsets), asked with one consumer kept for the run (for the audit lag)."""
+
+    def __init__(self, bootstrap: str | Kafka, topic: str, timeout: float) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        self.timeout = timeout
+        self._consumer = Consumer(Kafka.of(bootstrap).settings({}, {
+            "group.id": f"jobreg-audit-ends-{uuid.uuid4()}",  # required; never used
+            "enable.auto.commit": False, "isolation.level": "read_committed"}))
+
+    def behind(self, reached: dict[int, int]) -> int | None:
+        """Offsets from ``reached`` (partition -> first offset not reflected) to each
+        partition's end, summed; ``None`` if the broker did not say."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        total = 0
+        try:
+            for p in range(topic_partitions_cached(self._consumer, self.topic, self.timeout)):
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.timeout, cached=False)
+                total += max(0, high - reached.get(p, 0))
+        except KafkaException:
+            return None
+        return total
+
+    def close(self) -> None:
+        """Leave the broker."""
+        self._consumer.close()
+
+
+def topic_partitions_cached(consumer: Any, topic: str, timeout: float) -> int:
+    """How many partitions ``topic`` has, from ``consumer``'s metadata."""
+    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    return 0 if meta is None or meta.error is not None else len(meta.partitions)
+
+
 class AuditWriter:
     """Commits batches of one topic's records into an audit database, exactly once, per
-    partition (see the module docstring)."""
+    partition (see the module docstring). Each batch is reported to :attr:`metrics`."""
 
     def __init__(self, url: str, topic: str, *, stream: str = "audit",
-                 readonly: bool = False) -> None:
+                 readonly: bool = False, metrics: CollectorRegistry | None = None) -> None:
         self.url = url
         self.topic = topic
         self.stream = stream
@@ -94,6 +140,10 @@ class AuditWriter:
         self.batches = 0
         self.rows = 0
         self._partitions: PartitionWriter | None = None
+        self.metrics: AuditMetrics = metrics_for(metrics).audit(stream, topic)
+        """This stream's series of the metrics (README "Metrics")."""
+        self._reached: dict[int, int] = {}  # partition -> first offset not reflected
+        self._ends: LogEnds | None = None  # made by catch_up (it has the broker)
 
     # -- start ---------------------------------------------------------------------
 
@@ -141,9 +191,15 @@ class AuditWriter:
                 raise log_ahead(self.topic, partition, next_offset, reached)
         self.generation = generation
         self.next_offsets = done
+        self._reached = dict(done)
         self._partitions = PartitionWriter(self.url, self.topic, generation,
                                            stream=self.stream, engine=self.engine,
                                            history=log_history(bootstrap, self.topic, timeout))
+        if self._ends is None:
+            self._ends = LogEnds(bootstrap, self.topic, timeout)
+            behind = self._ends.behind(self._reached)
+            if behind is not None:
+                self.metrics.behind(behind)
         r = _table(AuditRecord)
         with self._conn() as conn:
             return conn.execute(select(func.count()).select_from(r).where(
@@ -192,17 +248,32 @@ class AuditWriter:
         """Fold and commit ``records`` (any partitions, each in offset order): one
         transaction per partition (:meth:`PartitionWriter.write`); return the record rows
         written (records already in the database are skipped)."""
+        started = time.perf_counter()
         by_partition: dict[int, list[LogRecord]] = {}
         for r in records:
             by_partition.setdefault(r.partition, []).append(r)
         writer = self.partition_writer()
-        n = 0
-        for partition, batch in sorted(by_partition.items()):
-            n += writer.write(partition, batch, batch_id).rows
+        commits = [writer.write(partition, batch, batch_id)
+                   for partition, batch in sorted(by_partition.items())]
+        n = sum(c.rows for c in commits)
         if by_partition:
             self.batches += 1
             self.rows += n
+            self.observe(time.perf_counter() - started, commits)
         return n
+
+    def observe(self, seconds: float, commits: Sequence[PartitionCommit]) -> None:
+        """Report a batch committed in ``seconds`` as ``commits`` to :attr:`metrics`: its
+        duration, rows, newest record, and the lag it leaves (asked of the broker)."""
+        for c in commits:
+            if c.end > self._reached.get(c.partition, 0):
+                self._reached[c.partition] = c.end
+        newest = max((c.newest_ms for c in commits if c.newest_ms is not None), default=None)
+        self.metrics.batch(seconds, sum(c.rows for c in commits), newest)
+        if self._ends is not None:
+            behind = self._ends.behind(self._reached)
+            if behind is not None:
+                self.metrics.behind(behind)
 
     write = commit
 
@@ -225,7 +296,10 @@ class AuditWriter:
                                              t.c.topic == self.topic))
 
     def close(self) -> None:
-        """Release the database connections."""
+        """Release the database connections (and the broker's)."""
+        if self._ends is not None:
+            self._ends.close()
+            self._ends = None
         self.engine.dispose()
 
 
