@@ -479,10 +479,11 @@ class Registry:
 
         For an external election (ZooKeeper, Kubernetes) that has just chosen
         ``contender``. Raises :class:`~registry.errors.ClaimRejected` if
-        another grant got into the log first (the fold's CAS decides).
+        another grant got into the log first (the fold's CAS decides). Counted in
+        ``jobreg_writes_total`` as a write call.
         """
         check_id("contender", contender)
-        with self._log.lock:
+        with _Meter(self.metrics), self._log.lock:
             image = self.sync()
             if self._plain is None:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)

@@ -62,9 +62,10 @@ class MetricSpec(NamedTuple):
 
 METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("jobreg_writes_total", "counter", (*_CLIENT, "outcome", "reason"),
-               "Write calls of this process's terms by outcome (accepted, refused, fenced, "
-               "lease_expired, unknown, broker_error, error) and reason (the fold's code for "
-               "refused and fenced, the exception's class for error; else empty)."),
+               "Write calls of this process (leadership claims and every write of a term) by "
+               "outcome (accepted, refused, fenced, lease_expired, unknown, broker_error, "
+               "error) and reason (the fold's code for refused and fenced, the exception's "
+               "class for error; else empty)."),
     MetricSpec("jobreg_write_duration_seconds", "histogram", _CLIENT,
                "Seconds a write call took, from the call to its answer (any outcome)."),
     MetricSpec("jobreg_write_group_calls", "histogram", _CLIENT,
@@ -82,8 +83,9 @@ METRICS: tuple[MetricSpec, ...] = (
                "How long after its due time (the previous renewal or the grant, plus "
                "lease / 4) a successful renewal was sent."),
     MetricSpec("jobreg_log_lag_records", "gauge", _CLIENT,
-               "Records between the client's read position and the end of the namespace's "
-               "partition, as the reader's last fetch reported that end."),
+               "Offsets between the client's read position and the end of the namespace's "
+               "partition, as the reader's last fetch reported that end (0 once a read "
+               "reached it)."),
     MetricSpec("jobreg_records_refused_total", "counter", (*_CLIENT, "reason"),
                "Records the fold refused, by the fold's reason code (each record once)."),
     MetricSpec("jobreg_records_ignored_total", "counter", _CLIENT,
@@ -98,8 +100,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("jobreg_audit_rows_written_total", "counter", _AUDIT,
                "Record rows the audit job wrote to the audit database."),
     MetricSpec("jobreg_audit_lag_records", "gauge", _AUDIT,
-               "Records of the topic the audit database does not reflect yet, after the "
-               "last batch (the partitions' ends minus the database's progress)."),
+               "Offsets of the topic the audit database does not reflect yet, after the "
+               "last batch (each partition's end minus the database's progress; a span with "
+               "no record, such as a commit marker, counts 0)."),
     MetricSpec("jobreg_audit_freshness_seconds", "gauge", _AUDIT,
                "Seconds since the newest record the audit job materialized was written to "
                "the log (its log time); absent until a batch wrote a record."),

@@ -83,8 +83,8 @@ def log_reaches(bootstrap: str | Kafka, topic: str, partition: int, next_offset:
 
 
 class LogEnds:
-    """The end offsets of a topic's partitions as a read_committed reader sees them (the
-    last stable offsets), asked with one consumer kept for the run (for the audit lag)."""
+    """How far the audit database is behind the log (the audit lag), asked of the broker
+    with one read_committed consumer kept for the run."""
 
     def __init__(self, bootstrap: str | Kafka, topic: str, timeout: float) -> None:
         from confluent_kafka import Consumer
@@ -92,33 +92,61 @@ class LogEnds:
         self.topic = topic
         self.timeout = timeout
         self._consumer = Consumer(Kafka.of(bootstrap).settings({}, {
-            "group.id": f"jobreg-audit-ends-{uuid.uuid4()}",  # required; never used
-            "enable.auto.commit": False, "isolation.level": "read_committed"}))
+            "group.id": f"jobreg-audit-lag-{uuid.uuid4()}",  # required; never used
+            "enable.auto.commit": False, "enable.partition.eof": True,
+            "isolation.level": "read_committed", "fetch.wait.max.ms": 10}))
 
     def behind(self, reached: dict[int, int]) -> int | None:
         """Offsets from ``reached`` (partition -> first offset not reflected) to each
-        partition's end, summed; ``None`` if the broker did not say."""
+        partition's end (its last stable offset), summed; ``None`` if the broker did not
+        say. A span that holds no record (a transaction's commit marker after the last
+        record reflected) counts 0, and ``reached`` moves past it."""
         from confluent_kafka import KafkaException, TopicPartition
 
         total = 0
         try:
-            for p in range(topic_partitions_cached(self._consumer, self.topic, self.timeout)):
+            meta = self._consumer.list_topics(self.topic, timeout=self.timeout).topics
+            found = meta.get(self.topic)
+            partitions = 0 if found is None or found.error is not None else \
+                len(found.partitions)
+            for p in range(partitions):
                 _low, high = self._consumer.get_watermark_offsets(
                     TopicPartition(self.topic, p), timeout=self.timeout, cached=False)
-                total += max(0, high - reached.get(p, 0))
+                start = reached.get(p, 0)
+                if high <= start:
+                    continue
+                if not self._holds_record(p, start, high):
+                    reached[p] = high
+                    continue
+                total += high - start
         except KafkaException:
             return None
         return total
 
+    def _holds_record(self, partition: int, start: int, end: int) -> bool:
+        """Whether a read_committed read of ``[start, end)`` returns a record (unsure:
+        ``True``)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        self._consumer.assign([TopicPartition(self.topic, partition, start)])
+        deadline = time.monotonic() + self.timeout
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                m = self._consumer.poll(min(left, 0.5))
+                if m is None:
+                    continue
+                err = m.error()
+                if err is None:
+                    return m.offset() < end
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return False  # the end came before any record
+            return True
+        finally:
+            self._consumer.unassign()
+
     def close(self) -> None:
         """Leave the broker."""
         self._consumer.close()
-
-
-def topic_partitions_cached(consumer: Any, topic: str, timeout: float) -> int:
-    """How many partitions ``topic`` has, from ``consumer``'s metadata."""
-    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    return 0 if meta is None or meta.error is not None else len(meta.partitions)
 
 
 class AuditWriter:
