@@ -231,3 +231,32 @@ def test_audit_run_follow_serves_its_metrics(connect, tmp_path) -> None:
     assert bad.returncode == 1, bad.stderr
     assert f"cannot serve metrics on 127.0.0.1:{busy}" in bad.stderr
     assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.spark
+def test_the_spark_audit_job_reports_its_batches(spark, connect, db_url) -> None:
+    """The Spark job (on PostgreSQL the tasks commit on the executors and send their newest
+    log time back in their summaries): rows and batches as the run says, lag 0 once it
+    has read everything, freshness counted from the newest record it wrote."""
+    from support.pg import query_as_reader as query
+
+    from consumers.audit_job import run_audit
+
+    reg = connect("spark-metrics")
+    term = reg.claim_leadership("jm-1")
+    for i in range(6):
+        term.submit(f"job-{i}", b"g")
+    collector = CollectorRegistry()
+    run = run_audit(db_url, reg.bootstrap, reg.topic, spark=spark, max_offsets_per_trigger=3,
+                    metrics=collector)
+    after = time.time()
+    labels = {"stream": "audit", "topic": reg.topic}
+    assert run.records == 7 and run.batches >= 2
+    assert collector.get_sample_value("jobreg_audit_rows_written_total", labels) == 7
+    assert collector.get_sample_value("jobreg_audit_batch_duration_seconds_count",
+                                      labels) == run.batches
+    assert collector.get_sample_value("jobreg_audit_lag_records", labels) == 0
+    newest = query(db_url, "SELECT max(log_time) FROM audit_records")[1][0][0]
+    freshness = collector.get_sample_value("jobreg_audit_freshness_seconds", labels)
+    assert freshness is not None
+    assert after - newest / 1000 <= freshness <= time.time() - newest / 1000
