@@ -90,7 +90,8 @@ class LogEnds:
         from confluent_kafka import Consumer
 
         self.topic = topic
-        self.timeout = timeout
+        # A metric only: a broker that does not answer soon delays the next batch no longer.
+        self.timeout = min(timeout, 5.0)
         self._consumer = Consumer(Kafka.of(bootstrap).settings({}, {
             "group.id": f"jobreg-audit-lag-{uuid.uuid4()}",  # required; never used
             "enable.auto.commit": False, "enable.partition.eof": True,
@@ -137,7 +138,8 @@ class LogEnds:
                     continue
                 err = m.error()
                 if err is None:
-                    return m.offset() < end
+                    offset = m.offset()
+                    return offset is None or offset < end
                 if err.code() == KafkaError._PARTITION_EOF:
                     return False  # the end came before any record
             return True

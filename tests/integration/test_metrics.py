@@ -11,12 +11,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from registry.client import Registry
+from registry.election import Election
 from registry.errors import ConfigError, Fenced, WriteRejected
 from registry.log import write_raw
 from registry.metrics import MetricsServer, serve
@@ -62,7 +66,9 @@ def served() -> Iterator[tuple[CollectorRegistry, MetricsServer]]:
         server.stop()
 
 
-def test_a_scrape_after_real_writes_shows_what_happened(connect, tmp_path, served) -> None:
+def test_a_scrape_after_real_writes_shows_what_happened(
+        connect: Callable[..., Registry], tmp_path: Path,
+        served: tuple[CollectorRegistry, MetricsServer]) -> None:
     """Writes accepted, refused and fenced, a quarantined and an ignored record, a newer
     claim: every figure scraped from /metrics equals what the log and the calls say."""
     collector, server = served
@@ -123,7 +129,7 @@ def test_a_scrape_after_real_writes_shows_what_happened(connect, tmp_path, serve
     assert after.types["jobreg_write_duration_seconds"] == "histogram"
 
 
-def test_two_registries_share_a_collector_registry(connect) -> None:
+def test_two_registries_share_a_collector_registry(connect: Callable[..., Registry]) -> None:
     """Two clients on one collector registry: one set of metrics, a series each namespace."""
     collector = CollectorRegistry()
     a = connect("share-a", metrics=collector)
@@ -135,26 +141,37 @@ def test_two_registries_share_a_collector_registry(connect) -> None:
     assert epochs == {"share-a": 1, "share-b": 1}
 
 
-def test_lease_renewals_are_counted(connect) -> None:
-    """Each renewal the log holds is counted as renewed, and its lateness observed once
-    (a frozen clock: never late)."""
+def test_lease_renewals_and_their_lateness_are_counted(
+        connect: Callable[..., Registry]) -> None:
+    """Each renewal the log holds is counted as renewed and its lateness observed once, on
+    the election's own clock: here 0 until the term is granted and 3.5 after, so the first
+    renewal (due at 0 + lease / 4 = 1) is 2.5 s late and the later ones, due 1 s after it
+    on a clock that stands still, are not late."""
     collector = CollectorRegistry()
     reg = connect("lease", metrics=collector, timeout=2.0)
-    election = reg.elect("jm-1", lease=4.0, clock=lambda: 1000.0)
+    granted: list[Election] = []
+    election = reg.elect("jm-1", lease=4.0,
+                         clock=lambda: 3.5 if granted and granted[0].term else 0.0)
+    granted.append(election)
     election.acquire()
     deadline = time.monotonic() + 120
-    while (reg.sync().term.renewals if reg.image.term else 0) < 2:
+
+    def renewals() -> int:
+        term = reg.sync().term
+        return 0 if term is None else term.renewals
+
+    while renewals() < 2:
         assert time.monotonic() < deadline, "no renewals"
         time.sleep(0.2)
     election.cancel()
-    renewals = reg.sync().term.renewals
+    renewed = renewals()
     labels = {"topic": reg.topic, "namespace": "lease"}
     assert collector.get_sample_value("jobreg_lease_renewals_total",
-                                      {**labels, "result": "renewed"}) == renewals
+                                      {**labels, "result": "renewed"}) == renewed
     assert collector.get_sample_value("jobreg_lease_renewal_lateness_seconds_count",
-                                      labels) == renewals
+                                      labels) == renewed
     assert collector.get_sample_value("jobreg_lease_renewal_lateness_seconds_sum",
-                                      labels) == 0
+                                      labels) == 2.5
 
 
 def test_serving_on_a_busy_port_is_one_line() -> None:
@@ -172,7 +189,8 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_audit_run_follow_serves_its_metrics(connect, tmp_path) -> None:
+def test_audit_run_follow_serves_its_metrics(connect: Callable[..., Registry],
+                                             tmp_path: Path) -> None:
     """`audit run --follow --metrics-port` serves /metrics: rows written, batches, lag and
     freshness as the run and the database say."""
     from registry.audit.db import query
@@ -234,7 +252,8 @@ def test_audit_run_follow_serves_its_metrics(connect, tmp_path) -> None:
 
 
 @pytest.mark.spark
-def test_the_spark_audit_job_reports_its_batches(spark, connect, db_url) -> None:
+def test_the_spark_audit_job_reports_its_batches(spark: Any, connect: Callable[..., Registry],
+                                                 db_url: str) -> None:
     """The Spark job (on PostgreSQL the tasks commit on the executors and send their newest
     log time back in their summaries): rows and batches as the run says, lag 0 once it
     has read everything, freshness counted from the newest record it wrote."""
