@@ -45,8 +45,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
 
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .election import Election
@@ -123,9 +123,6 @@ from .recovery import (
 from .snapshot import read_snapshot, write_snapshot
 from .wire import Codec, default_codec
 from .writes import TermWrites
-
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
 
@@ -1082,7 +1079,7 @@ class _Meter:
         self.started = time.perf_counter()
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 tb: TracebackType | None) -> None:
+                 tb: object) -> None:
         seconds = time.perf_counter() - self.started
         outcome, reason = ("accepted", "") if error is None else _outcome_of(error)
         self.metrics.write(outcome, reason, seconds)
