@@ -769,7 +769,7 @@ class Term:
                       for job_id, error in chunk]
             with _Meter(self._metrics):
                 decisions = self._commit(events)
-                self._metrics.observe_group(1, len(events))  # until writes are grouped
+                self._metrics.observe_group(1, _records(events))  # until writes are grouped
                 refused = _refusal(decisions)
                 if refused is not None:
                     # This chunk is not accepted; the chunks before it were, as separate calls.
@@ -990,7 +990,7 @@ class Term:
             decisions = self._commit(events, guard=guard)
             # One call per transaction until writes are grouped; the grouping write path
             # reports its groups itself (ClientMetrics.observe_group), and this line goes.
-            self._metrics.observe_group(1, len(events))
+            self._metrics.observe_group(1, _records(events))
             refused = _refusal(decisions)
             if refused is not None:
                 error = _rejection(refused)
@@ -1083,6 +1083,11 @@ class _Meter:
         seconds = time.perf_counter() - self.started
         outcome, reason = ("accepted", "") if error is None else _outcome_of(error)
         self.metrics.write(outcome, reason, seconds)
+
+
+def _records(events: list[Event]) -> int:
+    # What a call puts in its transaction: its records and, for several, its CallCommitted.
+    return len(events) + (len(events) > 1)
 
 
 def _outcome_of(error: BaseException) -> tuple[str, str]:

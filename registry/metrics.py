@@ -71,7 +71,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("jobreg_write_group_calls", "histogram", _CLIENT,
                "Write calls per transaction the write path sent (1 until writes are grouped)."),
     MetricSpec("jobreg_write_group_records", "histogram", _CLIENT,
-               "Records the write calls of one sent transaction carried."),
+               "Records the write calls of one sent transaction carried (a call of several "
+               "records with its CallCommitted; reassertions not counted)."),
     MetricSpec("jobreg_epoch", "gauge", _CLIENT,
                "The namespace's current fencing epoch, as this process last read the log."),
     MetricSpec("jobreg_leading", "gauge", _CLIENT,

@@ -279,3 +279,41 @@ def test_the_spark_audit_job_reports_its_batches(spark: Any, connect: Callable[.
     freshness = collector.get_sample_value("jobreg_audit_freshness_seconds", labels)
     assert freshness is not None
     assert after - newest / 1000 <= freshness <= time.time() - newest / 1000
+
+
+def test_concurrent_writes_are_counted_once_each_whatever_their_groups(
+        connect: Callable[..., Registry]) -> None:
+    """Calls made at once on one term (which group commit may put in one transaction): each
+    is counted once as a write and once in the group histograms' sums, whatever the groups."""
+    import threading
+
+    collector = CollectorRegistry()
+    reg = connect("groups", metrics=collector)
+    term = reg.claim_leadership("jm-1")
+    errors: list[BaseException] = []
+
+    def submit(thread: int) -> None:
+        try:
+            for i in range(5):
+                term.submit_many([(f"job-{thread}-{i}-a", b"g"), (f"job-{thread}-{i}-b", b"g")])
+        except BaseException as e:  # noqa: BLE001 - reported by the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=submit, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    labels = {"topic": reg.topic, "namespace": "groups"}
+
+    def value(name: str, **more: str) -> float | None:
+        return collector.get_sample_value(name, {**labels, **more})
+
+    assert value("jobreg_writes_total", outcome="accepted", reason="") == 1 + 40
+    assert value("jobreg_write_duration_seconds_count") == 1 + 40
+    assert value("jobreg_write_group_calls_sum") == 40
+    assert value("jobreg_write_group_records_sum") == 40 * 3  # two records and their commit
+    groups = value("jobreg_write_group_calls_count")
+    assert groups is not None and 1 <= groups <= 40
+    assert value("jobreg_write_group_records_count") == groups
