@@ -298,12 +298,13 @@ class AuditWriter:
         for c in commits:
             if c.end > self._reached.get(c.partition, 0):
                 self._reached[c.partition] = c.end
-        newest = max((c.newest_ms for c in commits if c.newest_ms is not None), default=None)
-        self.metrics.batch(seconds, sum(c.rows for c in commits), newest)
+        # The lag first: a scrape that sees the batch's rows sees the lag it left too.
         if self._ends is not None:
             behind = self._ends.behind(self._reached)
             if behind is not None:
                 self.metrics.behind(behind)
+        newest = max((c.newest_ms for c in commits if c.newest_ms is not None), default=None)
+        self.metrics.batch(seconds, sum(c.rows for c in commits), newest)
 
     write = commit
 
