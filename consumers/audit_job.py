@@ -55,21 +55,25 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from registry.audit.db import AuditError, migrate
-from registry.audit.partition import PartitionWriter, log_history
+from registry.audit.partition import PartitionCommit, PartitionWriter, log_history
 from registry.audit.writer import AuditWriter, follow_plain, run_plain
 from registry.errors import ConfigError, RegistryError
 from registry.image import LogRecord
 from registry.kafka_config import Kafka, java_client_options
 from registry.log import LogReader, topic_partitions
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 __all__ = ["SUMMARY_SCHEMA", "AuditRun", "FoldTask", "StreamFailed", "fold_plan", "root_cause",
            "run_audit"]
 
-SUMMARY_SCHEMA = "partition int, start long, end long, rows long"
-"""What each task returns to the driver: one row per Kafka partition it committed."""
+SUMMARY_SCHEMA = "partition int, start long, end long, rows long, newest long"
+"""What each task returns to the driver: one row per Kafka partition it committed (``newest``:
+the newest log time written, ms, or null)."""
 
 
 @dataclass
@@ -163,9 +167,11 @@ class FoldTask:
                for p, group in itertools.groupby(records, key=lambda r: r.partition)]
         yield pa.RecordBatch.from_pydict(
             {"partition": [c.partition for c in out], "start": [c.start for c in out],
-             "end": [c.end for c in out], "rows": [c.rows for c in out]},
+             "end": [c.end for c in out], "rows": [c.rows for c in out],
+             "newest": [c.newest_ms for c in out]},
             schema=pa.schema([("partition", pa.int32()), ("start", pa.int64()),
-                              ("end", pa.int64()), ("rows", pa.int64())]))
+                              ("end", pa.int64()), ("rows", pa.int64()),
+                              ("newest", pa.int64())]))
 
 
 _EXCEPTION_LINE = re.compile(
@@ -229,19 +235,22 @@ def materialize(url: str, bootstrap: str | Kafka, topic: str, *,
                 mode: Literal["once", "follow"] = "once",
                 stop_event: threading.Event | None = None,
                 on_batch: Callable[[int, int], None] | None = None,
-                timeout: float = 30.0, **spark_options: Any) -> AuditRun:
+                timeout: float = 30.0, metrics: CollectorRegistry | None = None,
+                **spark_options: Any) -> AuditRun:
     """Migrate the database at ``url``, then run the audit job into it: :func:`run_audit`
     (``spark_options`` are its ``interval``, ``max_offsets_per_trigger``, ``source``,
     ``stream``, ``spark``), or with ``engine="plain"`` the same fold and writes without
     Spark (``on_batch`` is then called in ``once`` mode only). The run's
-    :attr:`AuditRun.source` is ``"plain"`` there, and its ``startup`` 0."""
+    :attr:`AuditRun.source` is ``"plain"`` there, and its ``startup`` 0. Each batch is
+    reported to ``metrics`` (a ``prometheus_client.CollectorRegistry``, default
+    ``prometheus_client.REGISTRY``; README "Metrics")."""
     migrate(url)
     if engine == "spark":
         return run_audit(url, bootstrap, topic, mode=mode, stop_event=stop_event,
-                         on_batch=on_batch, timeout=timeout, **spark_options)
+                         on_batch=on_batch, timeout=timeout, metrics=metrics, **spark_options)
     if spark_options:
         raise ConfigError(f"options of the Spark job without Spark: {sorted(spark_options)}")
-    writer = AuditWriter(url, topic)
+    writer = AuditWriter(url, topic, metrics=metrics)
     try:
         started = time.monotonic()
         writer.require_schema()
@@ -274,7 +283,8 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
               on_batch: Callable[[int, int], None] | None = None,
               timeout: float = 30.0, master: str | None = None,
               spark_conf: dict[str, str] | None = None,
-              executor_timeout: float = 120.0) -> AuditRun:
+              executor_timeout: float = 120.0,
+              metrics: CollectorRegistry | None = None) -> AuditRun:
     """Run the audit stream into the database at ``url`` (migrated already).
 
     ``on_batch(batch_id, records)`` is called after each committed batch. In ``follow``
@@ -283,7 +293,8 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
     by :func:`consumers.spark.spark_session` with ``master`` and ``spark_conf``; on a
     cluster the run fails with one line when no executor has registered within
     ``executor_timeout`` seconds (executors that cannot reach the driver are relaunched
-    for ever, and a query would wait for ever).
+    for ever, and a query would wait for ever). Each batch is reported to ``metrics``
+    (default ``prometheus_client.REGISTRY``; README "Metrics").
     """
     from consumers.spark import (
         NoExecutors,
@@ -295,7 +306,7 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
     )
 
     started = time.monotonic()
-    writer = AuditWriter(url, topic, stream=stream)
+    writer = AuditWriter(url, topic, stream=stream, metrics=metrics)
     checkpoint = tempfile.mkdtemp(prefix="jobreg-audit-ckpt-")
     query = None
     try:
@@ -350,12 +361,16 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
 
         def fold_batch(frame: Any, batch_id: int) -> None:
             if on_executors:
+                started = time.perf_counter()
                 summaries = fold_plan(frame, dataclasses.replace(task, batch_id=batch_id),
                                       cores).collect()
                 n = sum(s["rows"] for s in summaries)
                 if summaries:
                     writer.batches += 1
                     writer.rows += n
+                    writer.observe(time.perf_counter() - started, [
+                        PartitionCommit(s["partition"], s["start"], s["end"], s["rows"],
+                                        s["newest"]) for s in summaries])
             else:  # SQLite: one writer; the driver commits partition by partition
                 n = writer.commit(_records(frame), batch_id)
             if on_batch is not None:

@@ -30,6 +30,7 @@ from registry.errors import ConfigError, RegistryError
 if TYPE_CHECKING:
     from registry.forensics import Forensics
     from registry.kafka_config import Kafka
+    from registry.metrics import MetricsServer
 
 __all__ = ["EXIT_DAMAGED", "EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "CliError",
            "main", "registry_errors"]
@@ -1044,11 +1045,16 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
 @click.option("--verbose", "-v", is_flag=True,
               help="On failure, print the whole error (Spark's and Python's traces) after "
                    "the one-line cause.")
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=None, metavar="PORT",
+              help="With --follow: serve the job's metrics (Prometheus) at "
+                   "http://HOST:PORT/metrics while it runs (README \"Metrics\").")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, metavar="HOST",
+              help="The address --metrics-port listens on.")
 @pass_settings
 def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
               max_offsets_per_trigger: int, source: str, plain: bool, master: str | None,
               spark_conf: tuple[str, ...], driver_host: str | None, executor_timeout: float,
-              verbose: bool) -> None:
+              verbose: bool, metrics_port: int | None, metrics_host: str) -> None:
     """Materialize the audit tables from the topic, exactly once (migrates first, once the
     broker has answered)."""
     from sqlalchemy.engine import make_url
@@ -1066,6 +1072,9 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
         conf["spark.driver.host"] = driver_host
     if plain and (conf or master):
         raise click.BadParameter("Spark settings without Spark", param_hint="--plain")
+    if metrics_port is not None and once:
+        raise click.BadParameter("metrics are served while a --follow run lasts",
+                                 param_hint="--metrics-port")
     bootstrap = settings.kafka  # the address and the --command-config properties
     with registry_errors():  # the broker and the topic first: the database is not touched
         topic_partitions(settings.kafka, settings.topic, settings.timeout)  # until they answer
@@ -1082,11 +1091,20 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
     # Ctrl-C, and a container's stop (SIGTERM), end a follow run between batches.
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)} if not once else {}
+    server: MetricsServer | None = None
     try:
         with registry_errors():
             from consumers.audit_job import materialize
 
-            spark = {} if plain else {"interval": interval, "source": source,
+            if metrics_port is not None:
+                from registry.metrics import serve
+
+                server = serve(metrics_port, metrics_host)
+                if not settings.as_json:
+                    click.echo(f"metrics at http://{metrics_host}:{metrics_port}/metrics",
+                               err=True)
+
+            spark: dict[str, Any] = {} if plain else {"interval": interval, "source": source,
                                       "max_offsets_per_trigger": max_offsets_per_trigger,
                                       "master": master, "spark_conf": conf,
                                       "executor_timeout": executor_timeout}
@@ -1111,6 +1129,8 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.stop()
     settings.emit("audit-run", {"db": shown_db, **result},
                   lambda: f"wrote {result['records']:,} records in {result['batches']} "
                           f"batches to {shown_db} ({result['source']}, "

@@ -49,6 +49,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .election import Election
 from .errors import (
@@ -56,6 +58,7 @@ from .errors import (
     ClaimRejected,
     ConfigError,
     Fenced,
+    LeaseExpired,
     OutcomeUnknown,
     RegistryError,
     UnknownJob,
@@ -110,6 +113,7 @@ from .log import (
     check_bootstrap,
     ensure_topic,
 )
+from .metrics import ClientMetrics, metrics_for
 from .placement import check_birth, check_count, check_mapping, verify
 from .recovery import (
     CleanupHook,
@@ -176,7 +180,7 @@ class Registry:
                  fetch_wait_ms: int = 5, inline_limit: int = DEFAULT_INLINE_LIMIT,
                  blob_store: BlobStore | str | os.PathLike[str] | None = None,
                  client_config: Mapping[str, object] | None = None,
-                 pinned: bool = False) -> None:
+                 pinned: bool = False, metrics: CollectorRegistry | None = None) -> None:
         self.bootstrap = check_bootstrap(bootstrap)
         self.kafka = Kafka(self.bootstrap, check_client_config(client_config))
         """Where every Kafka client of this registry connects, with the extra properties."""
@@ -191,8 +195,12 @@ class Registry:
         self._blob_store = blob_store
         self._scoped_store: BlobStore | None = None
         self._codec = codec or default_codec()
+        self.metrics: ClientMetrics = metrics_for(metrics).client(topic, self.namespace)
+        """This namespace's series of the metrics (README "Metrics")."""
         self._log = FoldedLog(LogReader(self.kafka, topic, self.partition,
-                                        fetch_wait_ms=fetch_wait_ms), namespace, self._codec)
+                                        fetch_wait_ms=fetch_wait_ms), namespace, self._codec,
+                              self.metrics)
+        self._log.on_folded = self._note_leading
         self._plain: PlainWriter | None = None
         self._terms: list[Term] = []
         self.started_from = "scratch"
@@ -206,7 +214,8 @@ class Registry:
                 blob_store: BlobStore | str | os.PathLike[str] | None = None,
                 snapshot: str | os.PathLike[str] | None = None,
                 client_config: Mapping[str, object] | None = None,
-                partitions: int | None = None) -> Registry:
+                partitions: int | None = None,
+                metrics: CollectorRegistry | None = None) -> Registry:
         """Connect to ``bootstrap``, create the topic if needed, and fold the namespace's log.
 
         The namespace lives on partition ``crc32(namespace) % partitions``; ``partitions``
@@ -220,6 +229,11 @@ class Registry:
         registry makes (a secured cluster's ``security.protocol``, ``ssl.*``,
         ``sasl.*``; :mod:`registry.kafka_config`); properties jobreg's guarantees rest
         on are refused (:data:`~registry.kafka_config.GUARDED`).
+
+        ``metrics``: the ``prometheus_client.CollectorRegistry`` the client's metrics go to
+        (default ``prometheus_client.REGISTRY``); several clients may share one, each
+        labels its series with its topic and namespace (:mod:`registry.metrics`, README
+        "Metrics").
 
         ``blob_store`` holds graphs larger than ``inline_limit`` (a
         :class:`~registry.blobs.BlobStore`, or a directory / ``file://`` uri;
@@ -251,7 +265,8 @@ class Registry:
                   partitions=info.partitions if partitions is None else partitions,
                   codec=codec, timeout=timeout, fetch_wait_ms=fetch_wait_ms,
                   inline_limit=inline_limit, blob_store=blob_store,
-                  client_config=client_config, pinned=partitions is not None)
+                  client_config=client_config, pinned=partitions is not None,
+                  metrics=metrics)
         if snapshot is not None:
             # The topic's own setting decides; ours only if the broker did not say.
             retention = info.delete_retention_ms
@@ -285,6 +300,7 @@ class Registry:
             why = f"it reaches offset {position - 1}, beyond the end of the log ({end})"
         else:
             self._log.start_at(snap.image)
+            self.metrics.snapshot(stamp)
             self.started_from = f"snapshot {os.fspath(path)} at offset {position - 1}"
             return
         self.started_from = f"scratch (snapshot {os.fspath(path)} not trusted: {why})"
@@ -294,7 +310,11 @@ class Registry:
     def write_snapshot(self, path: str | os.PathLike[str]) -> Path:
         """Write the current image (caught up first) to ``path``, atomically; return the path."""
         with self._log.lock:
-            return write_snapshot(path, self.sync(), topic=self.topic, partition=self.partition)
+            image = self.sync()
+            written = write_snapshot(path, image, topic=self.topic, partition=self.partition)
+            log_time = image.provenance.log_time
+            self.metrics.snapshot(now_ms() if log_time is None else min(log_time, now_ms()))
+            return written
 
     # -- folding -----------------------------------------------------------------
 
@@ -306,6 +326,11 @@ class Registry:
     def image(self) -> Image:
         """The image as last folded (no catching up; see :meth:`sync`)."""
         return self._log.image
+
+    def _note_leading(self, image: Image) -> None:
+        # After every fold: which of this client's terms the log now shows current.
+        for term in self._terms:
+            term._note_leading(image)
 
     # -- reads -------------------------------------------------------------------
 
@@ -455,10 +480,11 @@ class Registry:
 
         For an external election (ZooKeeper, Kubernetes) that has just chosen
         ``contender``. Raises :class:`~registry.errors.ClaimRejected` if
-        another grant got into the log first (the fold's CAS decides).
+        another grant got into the log first (the fold's CAS decides). Counted in
+        ``jobreg_writes_total`` as a write call.
         """
         check_id("contender", contender)
-        with self._log.lock:
+        with _Meter(self.metrics), self._log.lock:
             image = self.sync()
             if self._plain is None:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
@@ -519,6 +545,7 @@ class Registry:
             term = Term(self, grant.epoch, contender)
             term._writes.writer = writer
             self._terms.append(term)
+            self._log.note_leading()
             try:
                 term._start()
             except RegistryError as e:
@@ -551,6 +578,7 @@ class Registry:
         with self._log.lock:
             for term in self._terms:
                 term.close()
+                term._note_leading(None)  # this process holds it no more
             self._terms.clear()
             if self._plain is not None:
                 self._plain.close()
@@ -588,6 +616,8 @@ class Term:
                                   epoch, self.fenced)
         self._groups = GroupCommit(self._run_group)  # concurrent calls share a transaction
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
+        self._metrics = registry.metrics
+        self._leading = False  # counted in jobreg_leading
 
     def __repr__(self) -> str:
         return f"Term(namespace={self.namespace!r}, epoch={self.epoch}, contender={self.contender!r})"
@@ -739,14 +769,15 @@ class Term:
             events = [self._event(JobAdopted, job_id) if error is None else
                       self._event(JobRecoveryFailed, job_id, error=error)
                       for job_id, error in chunk]
-            decisions = self._commit(events)
-            refused = _refusal(decisions)
-            if refused is not None:
-                # This chunk is not accepted; the chunks before it were, as separate calls.
-                rejection = _rejection(refused)
-                rejection.event_ids = tuple(e.event_id for e in events)
-                rejection.recovered = tuple(results)  # type: ignore[attr-defined]
-                raise rejection
+            with _Meter(self._metrics):
+                decisions = self._commit(events)
+                refused = _refusal(decisions)
+                if refused is not None:
+                    # This chunk is not accepted; the chunks before it were, as separate calls.
+                    rejection = _rejection(refused)
+                    rejection.event_ids = tuple(e.event_id for e in events)
+                    rejection.recovered = tuple(results)  # type: ignore[attr-defined]
+                    raise rejection
             for (job_id, error), d in zip(chunk, decisions, strict=True):
                 results.append(RecoveryResult(
                     job_id, "ADOPTED" if error is None else JobStatus.RECOVERY_FAILED, error,
@@ -956,15 +987,30 @@ class Term:
                       expected_epoch=image.epoch, actual_epoch=self.epoch, leader=image.leader)
 
     def _write(self, events: list[Event], *, guard: bool = True) -> list[Receipt]:
-        """Write ``events``; a receipt each, or the first refusal raised."""
-        decisions = self._commit(events, guard=guard)
-        refused = _refusal(decisions)
-        if refused is not None:
-            error = _rejection(refused)
-            error.event_ids = tuple(e.event_id for e in events)
-            raise error
-        return [Receipt(d.offset, self.epoch, d.event_id or "",
-                        d.detail if d.outcome == Outcome.IGNORED else None) for d in decisions]
+        """Write ``events``; a receipt each, or the first refusal raised. Counted in
+        ``jobreg_writes_total`` and ``jobreg_write_duration_seconds`` whatever the outcome."""
+        with _Meter(self._metrics):
+            decisions = self._commit(events, guard=guard)
+            refused = _refusal(decisions)
+            if refused is not None:
+                error = _rejection(refused)
+                error.event_ids = tuple(e.event_id for e in events)
+                raise error
+            return [Receipt(d.offset, self.epoch, d.event_id or "",
+                            d.detail if d.outcome == Outcome.IGNORED else None)
+                    for d in decisions]
+
+    def _note_leading(self, image: Image | None) -> None:
+        """Count this term in ``jobreg_leading`` while ``image`` shows it current (``None``:
+        this process lets it go)."""
+        leading = image is not None and fencing_reason(
+            image.epoch, image.leader, image.revoked, self.epoch, self.contender) is None
+        if leading != self._leading:
+            self._leading = leading
+            if leading:
+                self._metrics.leading.inc()
+            else:
+                self._metrics.leading.dec()
 
     def _commit(self, events: list[Event], *, guard: bool = True) -> list[Decision]:
         """Write ``events`` in one transaction; the fold's decision on each.
@@ -1018,6 +1064,8 @@ class Term:
                 self._send(pairs, encoded=encoded, verdicts=verdicts)
             except RegistryError as e:
                 failure = e
+            if failure is None:  # the group's transaction is in the log
+                self._metrics.observe_group(len(group), sum(len(c.pairs) for c in group))
             if len(verdicts) != len(pairs):  # nothing known of any record
                 verdicts = [(None, ())] * len(pairs)
             # Each call's answer: its decisions once the fold decided all its records
@@ -1056,6 +1104,45 @@ class Term:
     def _send(self, pairs: list[tuple[str, Event]], **kw: Any) -> list[Decision]:
         """Steps 2 and 3 (:meth:`registry.writes.TermWrites.send`): one decision per pair."""
         return self._writes.send(pairs, **kw)
+
+
+class _Meter:
+    """Times one write call and counts its outcome (``jobreg_writes_total``)."""
+
+    __slots__ = ("metrics", "started")
+
+    def __init__(self, metrics: ClientMetrics) -> None:
+        self.metrics = metrics
+        self.started = 0.0
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: object) -> None:
+        seconds = time.perf_counter() - self.started
+        outcome, reason = ("accepted", "") if error is None else _outcome_of(error)
+        self.metrics.write(outcome, reason, seconds)
+
+
+def _records(events: list[Event]) -> int:
+    # What a call puts in its transaction: its records and, for several, its CallCommitted.
+    return len(events) + (len(events) > 1)
+
+
+def _outcome_of(error: BaseException) -> tuple[str, str]:
+    """The (outcome, reason) labels of a write call that raised ``error``."""
+    if isinstance(error, Fenced):
+        return "fenced", error.reason
+    if isinstance(error, WriteRejected):
+        return "refused", error.reason
+    if isinstance(error, LeaseExpired):
+        return "lease_expired", ""
+    if isinstance(error, OutcomeUnknown):
+        return "unknown", ""
+    if isinstance(error, BrokerError):
+        return "broker_error", ""
+    return "error", type(error).__name__
 
 
 def _failure_reason(name: object) -> dict[str, object]:

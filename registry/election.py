@@ -110,6 +110,7 @@ class Election:
         self._lost = threading.Event()
         self._renewer: threading.Thread | None = None
         self._valid_until = 0.0
+        self._due = 0.0  # when the next renewal is due (jobreg_lease_renewal_lateness_seconds)
         self._fenced: Fenced | None = None  # why the term is over, once the renewer learnt it
         self._warned = False  # the renewer reported an unexpected error in this run of failures
         self.term: Term | None = None
@@ -193,6 +194,7 @@ class Election:
         except RegistryError:
             return None  # unreachable or unknown outcome: look again
         self._valid_until = started + _SAFETY * self.lease
+        self._due = started + self.lease / 4
         term.guard_writes(self._guard)
         self.term = term
         self._renewer = threading.Thread(target=self._renew_loop, args=(term,),
@@ -225,12 +227,15 @@ class Election:
                     failures += 1
                     continue
             sent = self._clock()
+            metrics = self.registry.metrics
             try:
                 term.renew_lease()
             except Fenced as e:
+                metrics.renewal("fenced")
                 self._lose(term, e)
                 return
             except Exception as e:  # noqa: BLE001 - the renewer must outlive any failure
+                metrics.renewal("failed")
                 # The broker unreachable, the outcome unknown, a refusal, or an error of a
                 # library: the write path may not have read the log, so read it here and
                 # decide from that. The term is kept unless the log shows it is over.
@@ -241,6 +246,8 @@ class Election:
                 continue
             failures, self._warned = 0, False
             self._valid_until = sent + _SAFETY * self.lease
+            metrics.renewal("renewed", sent - self._due)
+            self._due = sent + period
             wait = period
 
     def _read_log(self, term: Term, failures: int) -> str:

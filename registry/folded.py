@@ -10,12 +10,13 @@ and a write of the same client never fold at once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .events import Event
 from .fold import bulk, fold_batches
 from .image import Decision, Image, LogRecord, Outcome
 from .log import LogReader
+from .metrics import ClientMetrics
 from .wire import Codec
 
 __all__ = ["FoldedLog"]
@@ -24,8 +25,13 @@ __all__ = ["FoldedLog"]
 class FoldedLog:
     """A reader of one partition and the image of one namespace folded from it."""
 
-    def __init__(self, reader: LogReader, namespace: str, codec: Codec) -> None:
+    def __init__(self, reader: LogReader, namespace: str, codec: Codec,
+                 metrics: ClientMetrics | None = None) -> None:
         self.reader = reader
+        self.metrics = metrics
+        """Where the fold's counts, the epoch and the lag are reported (``None``: nowhere)."""
+        self.on_folded: Callable[[Image], None] | None = None
+        """Called with the image after every fold (the client notes which terms lead)."""
         self.codec = codec
         self.lock = threading.RLock()
         self.image = Image.empty(namespace)
@@ -45,11 +51,28 @@ class FoldedLog:
                     and d.outcome != Outcome.PENDING:
                 waiting[d.event_id] = d
 
+        metrics = self.metrics
         with self.lock, bulk():
-            for batch in batches:  # one image per batch, so a failure keeps what was folded
-                self.image = fold_batches([batch], self.image, self.codec,
-                                          note if waiting else None, known=known,
-                                          members=self._members)
+            try:
+                for batch in batches:  # one image per batch, so a failure keeps what was folded
+                    before = self.image
+                    self.image = fold_batches([batch], before, self.codec,
+                                              note if waiting else None, known=known,
+                                              members=self._members)
+                    if metrics is not None:
+                        _count(metrics, before, self.image)
+            finally:
+                if metrics is not None:
+                    metrics.epoch.set(self.image.epoch)
+                    metrics.log_lag.set(self.reader.lag())
+                if self.on_folded is not None:
+                    self.on_folded(self.image)
+
+    def note_leading(self) -> None:
+        """Call :attr:`on_folded` with the image as it is (a term was just granted)."""
+        with self.lock:
+            if self.on_folded is not None:
+                self.on_folded(self.image)
 
     def sync(self, timeout: float) -> Image:
         """Fold every record committed before this call; return the image."""
@@ -90,3 +113,44 @@ class FoldedLog:
         """Leave the broker."""
         with self.lock:
             self.reader.close()
+
+
+def _added(old: tuple[Decision, ...], new: tuple[Decision, ...]) -> tuple[Decision, ...]:
+    """The decisions a fold step appended to one of the image's kept lists (which keep the
+    newest :data:`~registry.rules.HISTORY_KEPT`: a step of more refusals than that reports
+    the kept ones)."""
+    if new is old:
+        return ()
+    if not old:
+        return new
+    last = old[-1]
+    for i in range(len(new) - 1, -1, -1):
+        if new[i] is last:  # the lists share the decisions they keep
+            return new[i + 1:]
+    return new
+
+
+def _count(metrics: ClientMetrics, before: Image, after: Image) -> None:
+    """Count the records one fold step refused, ignored and quarantined, each once: a
+    record of this namespace that another client of the process (or this one, reading a
+    span again) counted already is not counted again."""
+    if after.rejected is before.rejected and after.ignored is before.ignored \
+            and after.quarantined is before.quarantined:
+        return  # the common step: every record accepted
+    start = before.provenance.last_offset
+    claimed = metrics.claim_folded(start, after.provenance.last_offset)
+    if claimed >= after.provenance.last_offset:
+        return
+
+    def fresh(kept: tuple[Decision, ...]) -> tuple[Decision, ...] | list[Decision]:
+        # A call refused at its commit refuses its earlier records too, at their offsets:
+        # in a step counted whole they all count.
+        return kept if claimed <= start else [d for d in kept if d.offset > claimed]
+
+    for d in fresh(_added(before.rejected, after.rejected)):
+        metrics.refused(d.reason or "")
+    ignored = len(fresh(_added(before.ignored, after.ignored)))
+    if ignored:
+        metrics.ignored(ignored)
+    for d in fresh(_added(before.quarantined, after.quarantined)):
+        metrics.quarantined(d.reason or "")

@@ -669,6 +669,20 @@ class LogReader:
             return None
         return high
 
+    def lag(self) -> int:
+        """Offsets between :attr:`position` and the end of the partition as this reader's
+        last fetch reported it (librdkafka's cached watermark: no request), 0 once a read
+        saw the end or took its writer's records as the last ones. Metrics only: it says
+        nothing about records appended since the last fetch."""
+        if self._eof or (self._known_end is not None and self._known_end >= self.position):
+            return 0
+        try:
+            _low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), cached=True)
+        except (KafkaException, RuntimeError):  # RuntimeError: closed
+            return 0
+        return max(0, high - self.position) if high is not None else 0
+
     def read_until(self, offset: int, timeout: float) -> Iterable[list[LogRecord]]:
         """Yield batches until a record at or past ``offset`` was read, and then, while
         nothing follows the record at ``offset``, until the end of the partition was seen

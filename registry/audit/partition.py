@@ -87,6 +87,8 @@ class PartitionCommit:
     start: int
     end: int
     rows: int
+    newest_ms: int | None = None
+    """The newest log time (ms) of the records written (``None``: none, or none stamped)."""
 
 
 def _table(model: Any) -> Any:
@@ -246,7 +248,9 @@ class PartitionWriter:
             _CACHE.move_to_end(key)
             while len(_CACHE) > CACHE_PARTITIONS:
                 _CACHE.popitem(last=False)
-        return PartitionCommit(partition, start, end, len(rows.records))
+        newest = max((t for r in rows.records if (t := r.get("log_time")) is not None),
+                     default=None)
+        return PartitionCommit(partition, start, end, len(rows.records), newest)
 
     def _refold(self, partition: int, start: int, ns: str, why: str,
                 refolded: list[AuditProjection]) -> bytes:

@@ -23,8 +23,10 @@ the same jobs and terms. Any difference is listed.
 from __future__ import annotations
 
 import functools
+import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -32,6 +34,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from ..image import Decision, LogRecord, Outcome, TermInfo
 from ..kafka_config import Kafka
 from ..log import LogReader, topic_partitions
+from ..metrics import AuditMetrics, metrics_for
 from .db import AuditError, current_revision, engine_for, read_engine
 from .models import (
     AuditCheckpoint,
@@ -43,6 +46,7 @@ from .models import (
     AuditTerm,
 )
 from .partition import (
+    PartitionCommit,
     PartitionWriter,
     _table,
     begin_run,
@@ -51,6 +55,9 @@ from .partition import (
     write_snapshots,
 )
 from .projection import REFOLD_CHUNK, AuditProjection
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 __all__ = ["AuditWriter", "Pipeline", "check", "check_dumps", "follow_plain",
            "log_reaches", "run_plain"]
@@ -76,12 +83,81 @@ def log_reaches(bootstrap: str | Kafka, topic: str, partition: int, next_offset:
         reader.close()
 
 
+class LogEnds:
+    """How far the audit database is behind the log (the audit lag), asked of the broker
+    with one read_committed consumer kept for the run."""
+
+    def __init__(self, bootstrap: str | Kafka, topic: str, timeout: float) -> None:
+        from confluent_kafka import Consumer
+
+        self.topic = topic
+        # A metric only: a broker that does not answer soon delays the next batch no longer.
+        self.timeout = min(timeout, 5.0)
+        self._consumer = Consumer(Kafka.of(bootstrap).settings({}, {
+            "group.id": f"jobreg-audit-lag-{uuid.uuid4()}",  # required; never used
+            "enable.auto.commit": False, "enable.partition.eof": True,
+            "isolation.level": "read_committed", "fetch.wait.max.ms": 10}))
+
+    def behind(self, reached: dict[int, int]) -> int | None:
+        """Offsets from ``reached`` (partition -> first offset not reflected) to each
+        partition's end (its last stable offset), summed; ``None`` if the broker did not
+        say. A span that holds no record (a transaction's commit marker after the last
+        record reflected) counts 0, and ``reached`` moves past it."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        total = 0
+        try:
+            meta = self._consumer.list_topics(self.topic, timeout=self.timeout).topics
+            found = meta.get(self.topic)
+            partitions = 0 if found is None or found.error is not None else \
+                len(found.partitions)
+            for p in range(partitions):
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.timeout, cached=False)
+                start = reached.get(p, 0)
+                if high <= start:
+                    continue
+                if not self._holds_record(p, start, high):
+                    reached[p] = high
+                    continue
+                total += high - start
+        except KafkaException:
+            return None
+        return total
+
+    def _holds_record(self, partition: int, start: int, end: int) -> bool:
+        """Whether a read_committed read of ``[start, end)`` returns a record (unsure:
+        ``True``)."""
+        from confluent_kafka import KafkaError, TopicPartition
+
+        self._consumer.assign([TopicPartition(self.topic, partition, start)])
+        deadline = time.monotonic() + self.timeout
+        try:
+            while (left := deadline - time.monotonic()) > 0:
+                m = self._consumer.poll(min(left, 0.5))
+                if m is None:
+                    continue
+                err = m.error()
+                if err is None:
+                    offset = m.offset()
+                    return offset is None or offset < end
+                if err.code() == KafkaError._PARTITION_EOF:
+                    return False  # the end came before any record
+            return True
+        finally:
+            self._consumer.unassign()
+
+    def close(self) -> None:
+        """Leave the broker."""
+        self._consumer.close()
+
+
 class AuditWriter:
     """Commits batches of one topic's records into an audit database, exactly once, per
-    partition (see the module docstring)."""
+    partition (see the module docstring). Each batch is reported to :attr:`metrics`."""
 
     def __init__(self, url: str, topic: str, *, stream: str = "audit",
-                 readonly: bool = False) -> None:
+                 readonly: bool = False, metrics: CollectorRegistry | None = None) -> None:
         self.url = url
         self.topic = topic
         self.stream = stream
@@ -95,6 +171,10 @@ class AuditWriter:
         self.batches = 0
         self.rows = 0
         self._partitions: PartitionWriter | None = None
+        self.metrics: AuditMetrics = metrics_for(metrics).audit(stream, topic)
+        """This stream's series of the metrics (README "Metrics")."""
+        self._reached: dict[int, int] = {}  # partition -> first offset not reflected
+        self._ends: LogEnds | None = None  # made by catch_up (it has the broker)
 
     # -- start ---------------------------------------------------------------------
 
@@ -142,9 +222,15 @@ class AuditWriter:
                 raise log_ahead(self.topic, partition, next_offset, reached)
         self.generation = generation
         self.next_offsets = done
+        self._reached = dict(done)
         self._partitions = PartitionWriter(self.url, self.topic, generation,
                                            stream=self.stream, engine=self.engine,
                                            history=log_history(bootstrap, self.topic, timeout))
+        if self._ends is None:
+            self._ends = LogEnds(bootstrap, self.topic, timeout)
+            behind = self._ends.behind(self._reached)
+            if behind is not None:
+                self.metrics.behind(behind)
         r = _table(AuditRecord)
         with self._conn() as conn:
             count: int = conn.execute(select(func.count()).select_from(r).where(
@@ -194,17 +280,33 @@ class AuditWriter:
         """Fold and commit ``records`` (any partitions, each in offset order): one
         transaction per partition (:meth:`PartitionWriter.write`); return the record rows
         written (records already in the database are skipped)."""
+        started = time.perf_counter()
         by_partition: dict[int, list[LogRecord]] = {}
         for r in records:
             by_partition.setdefault(r.partition, []).append(r)
         writer = self.partition_writer()
-        n = 0
-        for partition, batch in sorted(by_partition.items()):
-            n += writer.write(partition, batch, batch_id).rows
+        commits = [writer.write(partition, batch, batch_id)
+                   for partition, batch in sorted(by_partition.items())]
+        n = sum(c.rows for c in commits)
         if by_partition:
             self.batches += 1
             self.rows += n
+            self.observe(time.perf_counter() - started, commits)
         return n
+
+    def observe(self, seconds: float, commits: Sequence[PartitionCommit]) -> None:
+        """Report a batch committed in ``seconds`` as ``commits`` to :attr:`metrics`: its
+        duration, rows, newest record, and the lag it leaves (asked of the broker)."""
+        for c in commits:
+            if c.end > self._reached.get(c.partition, 0):
+                self._reached[c.partition] = c.end
+        # The lag first: a scrape that sees the batch's rows sees the lag it left too.
+        if self._ends is not None:
+            behind = self._ends.behind(self._reached)
+            if behind is not None:
+                self.metrics.behind(behind)
+        newest = max((c.newest_ms for c in commits if c.newest_ms is not None), default=None)
+        self.metrics.batch(seconds, sum(c.rows for c in commits), newest)
 
     write = commit
 
@@ -227,7 +329,10 @@ class AuditWriter:
                                              t.c.topic == self.topic))
 
     def close(self) -> None:
-        """Release the database connections."""
+        """Release the database connections (and the broker's)."""
+        if self._ends is not None:
+            self._ends.close()
+            self._ends = None
         self.engine.dispose()
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from registry import OutcomeUnknown
 from registry.errors import BrokerError, CodecError, Fenced, WriteRejected
@@ -104,7 +105,8 @@ def _decisions(reg) -> dict[str, str]:
 
 def test_concurrent_calls_share_one_transaction_and_each_gets_its_own_receipts(
         connect, monkeypatch) -> None:
-    reg = connect()
+    collector = CollectorRegistry()
+    reg = connect(metrics=collector)
     term = reg.claim_leadership("jm-1")
     held = Held(term, monkeypatch)
     out = held.run(lambda: term.submit("job-0", b"g"),
@@ -112,6 +114,11 @@ def test_concurrent_calls_share_one_transaction_and_each_gets_its_own_receipts(
                    lambda: term.submit_many([("many-a", b"a"), ("many-b", b"b")]))
     assert held.groups == [["job-0"], ["job-1", "job-2", "job-3", "job-4", "many-a"]]
     assert held.transactions == 2  # one per group
+    labels = {"topic": reg.topic, "namespace": reg.namespace}
+    sample = collector.get_sample_value
+    assert sample("jobreg_write_group_calls_count", labels) == 2  # the groups, as metrics
+    assert sample("jobreg_write_group_calls_sum", labels) == 6
+    assert sample("jobreg_write_group_records_sum", labels) == 1 + 4 + 3  # many-a, -b, commit
     decided = _decisions(reg)
     for receipt in out[:5]:
         assert decided[receipt.event_id] == Outcome.ACCEPTED and receipt.epoch == term.epoch
