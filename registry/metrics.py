@@ -69,7 +69,7 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("jobreg_write_duration_seconds", "histogram", _CLIENT,
                "Seconds a write call took, from the call to its answer (any outcome)."),
     MetricSpec("jobreg_write_group_calls", "histogram", _CLIENT,
-               "Write calls per transaction the write path sent (1 until writes are grouped)."),
+               "Write calls per transaction the write path sent (calls made at once share one)."),
     MetricSpec("jobreg_write_group_records", "histogram", _CLIENT,
                "Records the write calls of one sent transaction carried (a call of several "
                "records with its CallCommitted; reassertions not counted)."),
