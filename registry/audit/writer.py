@@ -25,8 +25,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, delete, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from ..extras import needs
+
+with needs("audit", "the audit database (registry.audit)"):
+    from sqlalchemy import Engine, delete, func, select
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..image import LogRecord, Outcome
 from ..kafka_config import Kafka

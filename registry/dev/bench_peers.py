@@ -66,6 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from registry.extras import require
+
 __all__ = ["STORES", "WRITERS", "Concurrent", "PeerStartError", "PeersError", "PeersFigures",
            "StoreFigures", "bench_peers", "format_peers", "missing_peers"]
 
@@ -451,7 +453,7 @@ def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: 
 
 
 def _start_etcd(work: Path, progress: _Progress) -> tuple[_Server, int, StoreFigures]:
-    import httpx
+    httpx = require("httpx", "peers", "jobreg bench peers")
 
     binary = _etcd_binary()
     assert binary is not None
@@ -485,7 +487,7 @@ def _start_etcd(work: Path, progress: _Progress) -> tuple[_Server, int, StoreFig
 
 
 def _etcd_fsyncs(port: int) -> int | None:
-    import httpx
+    httpx = require("httpx", "peers", "jobreg bench peers")
 
     try:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
@@ -572,7 +574,7 @@ async def _etcd_concurrent(leader: _EtcdLeader, writers: int, calls: int) -> Con
 
 async def _etcd_workload(port: int, submits: int, calls: int, writer_levels: tuple[int, ...],
                          jobs: int, f: StoreFigures, progress: _Progress) -> None:
-    import aetcd
+    aetcd = require("aetcd", "peers", "jobreg bench peers")
 
     options = {"grpc.max_receive_message_length": 512 * 2**20,  # one range read of all graphs
                "grpc.max_send_message_length": 2 * BATCH_REQUEST_BYTES}
@@ -748,7 +750,7 @@ class _ZkLeader:
 
 
 def _kazoo(port: int) -> Any:
-    from kazoo.client import KazooClient
+    KazooClient = require("kazoo.client", "peers", "jobreg bench peers").KazooClient  # noqa: N806
 
     zk = KazooClient(hosts=f"127.0.0.1:{port}", timeout=15.0)
     zk.start(timeout=30)
