@@ -67,7 +67,7 @@ peers: $(BIN)/.installed
 	    echo "warning: $$name is missing; bench peers skips it (apt-get install $$name)"; \
 	  fi; done
 	@$(BIN)/python -c 'import kazoo, aetcd' 2>/dev/null || \
-	  $(BIN)/python -m pip install --quiet -e '.[peers]'
+	  $(BIN)/python -m pip install --quiet -c $(LOCK) -e '.[peers]'
 	$(BIN)/jobreg bench peers
 
 clean:

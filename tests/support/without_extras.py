@@ -29,7 +29,7 @@ refused: list[str] = []
 
 
 class _Blocker(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):  # noqa: ANN001 - the finder protocol
+    def find_spec(self, name, path=None, target=None):
         if name.partition(".")[0] in BLOCKED:
             refused.append(name)
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
