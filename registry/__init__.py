@@ -6,7 +6,6 @@ Start at :class:`Registry` (read the registry, claim leadership) and
 """
 
 import logging
-from importlib.metadata import PackageNotFoundError, version
 
 from .blobs import BlobStore, FileBlobStore
 from .client import DEFAULT_INLINE_LIMIT, Receipt, Registry, Term
@@ -49,13 +48,18 @@ def __getattr__(name: str):
         from .dev.broker import EmbeddedBroker
 
         return EmbeddedBroker
+    # Read from the installed metadata on first use: importlib.metadata is a fifth of
+    # `import registry`'s time (README "Install"), and a coordinator rarely asks.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("jobreg")
+        except PackageNotFoundError:  # running from a source tree that is not installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-try:
-    __version__ = version("jobreg")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "CleanupResult",
