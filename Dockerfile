@@ -10,12 +10,15 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /opt/jobreg
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY registry ./registry
 COPY consumers ./consumers
 COPY schemas ./schemas
 COPY migrations ./migrations
-RUN pip install --no-cache-dir .
+# The parts the image runs (README "Install": the audit job on Spark, the HTML report, a
+# schema registry codec), at the versions requirements.lock pins: the lock is a constraint
+# here, so its test tools are not installed.
+RUN pip install --no-cache-dir -c requirements.lock '.[spark,report,schemaregistry]'
 
 # Spark's own Kafka connector, fetched once at build time into the Ivy cache, so the
 # `kafka` source is on the classpath when the job starts (no download at run time).

@@ -1,10 +1,13 @@
 # Two entry points for people (see README): `make demo` and `make test`.
-# Both create the virtualenv .venv and install jobreg into it first.
+# Both create the virtualenv .venv and install jobreg into it first, every dependency at the
+# version requirements.lock pins (`make lock` writes it from pyproject.toml's ranges).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+LOCK   := requirements.lock
+UV     := uv==0.13.9
 
-.PHONY: demo test lint bench clean system peers
+.PHONY: demo test lint bench clean system peers lock
 
 # System packages the tests use: Debian's chromium (the incident report opens in it).
 # Installed when missing and we may (root with apt-get, as on CI); else a warning.
@@ -18,11 +21,24 @@ system:
 	    echo "warning: chromium is missing; the report test fails (apt-get install chromium)"; \
 	  fi; }
 
-$(BIN)/.installed: pyproject.toml
+# The lock first (exact versions, nothing resolved here), then jobreg itself without
+# dependencies: the lock holds every one of them (tests/unit/test_install.py checks).
+$(BIN)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e '.[test]'
 	touch $@
+
+# Resolve pyproject.toml's ranges (the base install and the `test` extra, which takes in
+# every other extra but `peers`) for Python 3.11 into $(LOCK). Versions the lock already
+# pins stay unless the ranges exclude them; `make lock ARGS=--upgrade` takes the newest.
+# uv runs from its own virtualenv, so a stale .venv does not matter here.
+lock:
+	@[ -x $(VENV)-lock/bin/uv ] || { $(PYTHON) -m venv $(VENV)-lock && \
+	  $(VENV)-lock/bin/python -m pip install --quiet '$(UV)'; }
+	$(VENV)-lock/bin/uv pip compile --quiet --python-version 3.11 --extra test \
+	  --custom-compile-command 'make lock' $(ARGS) -o $(LOCK) pyproject.toml
 
 demo: $(BIN)/.installed
 	$(BIN)/jobreg demo
@@ -52,8 +68,8 @@ peers: $(BIN)/.installed
 	    echo "warning: $$name is missing; bench peers skips it (apt-get install $$name)"; \
 	  fi; done
 	@$(BIN)/python -c 'import kazoo, aetcd' 2>/dev/null || \
-	  $(BIN)/python -m pip install --quiet -e '.[peers]'
+	  $(BIN)/python -m pip install --quiet -c $(LOCK) -e '.[peers]'
 	$(BIN)/jobreg bench peers
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .ruff_cache *.egg-info
+	rm -rf $(VENV) $(VENV)-lock .pytest_cache .hypothesis .ruff_cache *.egg-info

@@ -18,7 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pyspark.sql import DataFrame, SparkSession
+from registry.extras import needs
+
+with needs("spark", "the Spark audit job (consumers.spark)"):
+    from pyspark.sql import DataFrame, SparkSession
 
 from registry.errors import ConfigError
 from registry.kafka_config import Kafka, java_client_options

@@ -21,7 +21,10 @@ from __future__ import annotations
 import importlib
 import sys
 
-from pyspark.daemon import manager
+from registry.extras import needs
+
+with needs("spark", "the Spark worker daemon (consumers.spark_daemon)"):
+    from pyspark.daemon import manager
 
 #: What the daemon imports before it forks (psycopg: SQLAlchemy imports its driver only
 #: when an engine is made).

@@ -6,7 +6,6 @@ Start at :class:`Registry` (read the registry, claim leadership) and
 """
 
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from .blobs import BlobStore, FileBlobStore
@@ -27,6 +26,7 @@ from .errors import (
     ElectionTimeout,
     Fenced,
     LeaseExpired,
+    MissingExtra,
     NamespaceMoved,
     OutcomeUnknown,
     RegistryError,
@@ -45,20 +45,25 @@ if TYPE_CHECKING:
     from .dev.broker import EmbeddedBroker
 else:
     # Not seen by type checkers: a module __getattr__ would type every misspelt name.
-    def __getattr__(name: str) -> type:
+    def __getattr__(name: str) -> object:
         # The embedded broker is development tooling (registry.dev); it stays importable
         # from here without the runtime importing the dev floor until someone asks for it.
         if name == "EmbeddedBroker":
             from .dev.broker import EmbeddedBroker
 
             return EmbeddedBroker
+        # Read from the installed metadata on first use: importlib.metadata is a fifth of
+        # `import registry`'s time (README "Install"), and a coordinator rarely asks.
+        if name == "__version__":
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                found = version("jobreg")
+            except PackageNotFoundError:  # running from a source tree that is not installed
+                found = "0+unknown"
+            globals()["__version__"] = found
+            return found
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-try:
-    __version__ = version("jobreg")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "CleanupResult",
@@ -93,6 +98,7 @@ __all__ = [
     "LeaderView",
     "LeaseExpired",
     "LogRecord",
+    "MissingExtra",
     "Outcome",
     "OutcomeUnknown",
     "Receipt",

@@ -61,7 +61,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 from .errors import BlobCorrupt, BlobError, BlobMissing, ConfigError, RegistryError
 from .events import GraphRef
@@ -479,6 +478,8 @@ def _path_from_file_uri(uri: str) -> str:
         raise ConfigError(f"not a file:// uri: {uri!r}")
     if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
         raise ConfigError(f"unsupported file uri {uri!r}: only file:///absolute/path")
+    from urllib.request import url2pathname  # here: it imports http.client and email
+
     path = url2pathname(parts.path)
     if not os.path.isabs(path):
         raise ConfigError(f"file uri {uri!r} does not name an absolute path")

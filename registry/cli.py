@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from registry.audit.queries import NAMED_QUERIES, NamedQuery
-from registry.errors import ConfigError, RegistryError
+from registry.errors import ConfigError, MissingExtra, RegistryError
 
 if TYPE_CHECKING:
     from registry.forensics import Forensics
@@ -77,7 +77,8 @@ EPILOG = (
     "cannot be written or that --force would have to replace; an audit database that does not "
     "exist, is not an audit database or refuses a statement, or a PostgreSQL login that can "
     "do more than read; audit check differences, audit resurrections rows; a program the "
-    "command needs that is not installed, such as the broker binary); 2 bad usage: what was "
+    "command needs that is not installed, such as the broker binary, or an extra of jobreg "
+    "such as jobreg[audit] (the line names the pip install)); 2 bad usage: what was "
     "typed is wrong (unknown option, malformed job id, time, --bootstrap (it must be "
     "HOST:PORT[,HOST:PORT...]) or --command-config, no --bootstrap nor --from-file where the "
     "log is needed, a file named that does not exist or does not fit (a --from-file of "
@@ -209,7 +210,19 @@ def _time_option(ctx: click.Context, param: click.Parameter, value: str | None) 
         raise click.BadParameter(str(e)) from None
 
 
-@click.group(epilog=EPILOG)
+class _Main(click.Group):
+    """The ``jobreg`` group: a command whose part of jobreg needs an extra that is not
+    installed (:class:`~registry.errors.MissingExtra`, wherever the command imports it) ends
+    in the one line that names the extra, exit code 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MissingExtra as e:
+            raise CliError(str(e)) from e
+
+
+@click.group(cls=_Main, epilog=EPILOG)
 @click.version_option(package_name="jobreg", prog_name="jobreg")
 @click.option("--bootstrap", envvar="JOBREG_BOOTSTRAP", metavar="HOST:PORT",
               help="Kafka bootstrap servers of the registry log. [env: JOBREG_BOOTSTRAP]")
@@ -1057,9 +1070,11 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
               verbose: bool, metrics_port: int | None, metrics_host: str) -> None:
     """Materialize the audit tables from the topic, exactly once (migrates first, once the
     broker has answered)."""
-    from sqlalchemy.engine import make_url
-
+    from registry.extras import needs
     from registry.log import topic_partitions
+
+    with needs("audit", "jobreg audit run"):
+        from sqlalchemy.engine import make_url
 
     _need_bootstrap(settings)
     conf: dict[str, str] = {}

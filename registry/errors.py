@@ -18,6 +18,8 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
     ├── BlobError              a job graph in the blob store is missing or corrupt
     │   ├── BlobMissing            no blob under that reference
     │   └── BlobCorrupt            the blob's size or sha256 does not match its reference
+    ├── MissingExtra           a part of jobreg whose optional dependencies (an extra such as
+    │                          ``jobreg[audit]``) are not installed
     ├── LeaseExpired           this leader's lease may have run out elsewhere: it must not write
     ├── UnknownJob             a command names a job the registry has never seen
     ├── OutcomeUnknown         a write's fate could not be read back from the log in time
@@ -68,6 +70,7 @@ __all__ = [
     "ElectionTimeout",
     "Fenced",
     "LeaseExpired",
+    "MissingExtra",
     "NamespaceMoved",
     "OutcomeUnknown",
     "RegistryError",
@@ -90,6 +93,18 @@ class RegistryError(Exception):
 
 class ConfigError(RegistryError, ValueError):
     """A bad argument, a malformed identifier or an invalid configuration."""
+
+
+class MissingExtra(RegistryError, ImportError):
+    """A part of jobreg needs an extra that is not installed (``pip install 'jobreg[audit]'``).
+
+    Also an :class:`ImportError`, so code that probes for an optional part with
+    ``try: import ... except ImportError`` keeps working. ``extra`` is the extra's name.
+    """
+
+    def __init__(self, message: str, *, extra: str, name: str | None = None) -> None:
+        super().__init__(message, name=name)
+        self.extra = extra
 
 
 class NamespaceMoved(ConfigError):

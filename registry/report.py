@@ -102,7 +102,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-import jinja2
+from .extras import needs
+
+with needs("report", "the HTML report (jobreg report)"):
+    import jinja2
 
 from .errors import ConfigError, UnknownJob
 from .events import GraphRef, JobStatus

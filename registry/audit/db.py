@@ -55,13 +55,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import sqlalchemy
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.util.exc import CommandError
-from sqlalchemy import URL, Connection, Engine, event, make_url, pool, text
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError, StatementError
+from ..extras import needs
+
+with needs("audit", "the audit database (registry.audit)"):
+    import sqlalchemy
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.util.exc import CommandError
+    from sqlalchemy import URL, Connection, Engine, event, make_url, pool, text
+    from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError, StatementError
 
 from ..errors import ConfigError, RegistryError
 

@@ -26,19 +26,22 @@ metadata. Migrations are frozen: they do not import this module.
 
 from __future__ import annotations
 
-from sqlalchemy import (
-    BigInteger,
-    Boolean,
-    CheckConstraint,
-    Index,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Text,
-    false,
-)
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from ..extras import needs
+
+with needs("audit", "the audit database (registry.audit)"):
+    from sqlalchemy import (
+        BigInteger,
+        Boolean,
+        CheckConstraint,
+        Index,
+        Integer,
+        LargeBinary,
+        MetaData,
+        String,
+        Text,
+        false,
+    )
+    from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from ..events import JobStatus
 from ..image import Outcome

@@ -44,8 +44,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, select, update
-from sqlalchemy.exc import DBAPIError
+from ..extras import needs
+
+with needs("audit", "the audit database (registry.audit)"):
+    from sqlalchemy import Connection, Engine, select, update
+    from sqlalchemy.exc import DBAPIError
 
 from ..image import LogRecord
 from .db import AuditError, engine_for

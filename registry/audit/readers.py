@@ -39,8 +39,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sqlalchemy import URL, Connection, text
-from sqlalchemy.exc import DBAPIError
+from ..extras import needs
+
+with needs("audit", "the audit database (registry.audit)"):
+    from sqlalchemy import URL, Connection, text
+    from sqlalchemy.exc import DBAPIError
 
 from ..errors import ConfigError
 from .db import READER_ROLE, AuditError, _connected, _db_message, _parse, _shown, engine_for

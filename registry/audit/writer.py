@@ -28,8 +28,11 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Engine, delete, func, select
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from ..extras import needs
+
+with needs("audit", "the audit database (registry.audit)"):
+    from sqlalchemy import Engine, delete, func, select
+    from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from ..image import Decision, LogRecord, Outcome, TermInfo
 from ..kafka_config import Kafka

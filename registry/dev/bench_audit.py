@@ -32,7 +32,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
+from registry.extras import needs
+
+with needs("audit", "jobreg bench audit"):
+    from sqlalchemy import select
 
 from registry.audit.db import migrate
 from registry.audit.models import AuditProgress

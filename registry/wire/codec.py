@@ -67,9 +67,12 @@ class _Reader:
 
 
 def _registry_schema(schema_str: str) -> Any:
-    # Imported here: the schema registry client pulls in an HTTP stack that a
-    # catalog-only deployment never needs.
-    from confluent_kafka.schema_registry import Schema
+    # Imported here: the schema registry client pulls in an HTTP stack (the
+    # 'schemaregistry' extra) that a catalog-only deployment never needs.
+    from ..extras import needs
+
+    with needs("schemaregistry", "a Codec with a schema registry"):
+        from confluent_kafka.schema_registry import Schema
 
     return Schema(schema_str, "AVRO")
 

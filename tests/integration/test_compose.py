@@ -226,6 +226,11 @@ def test_the_image_installs_the_package_and_bakes_in_the_connector() -> None:
         assert f"COPY {folder} ./{folder}" in docker
     assert SERVICES["audit"]["environment"]["JOBREG_SPARK_PACKAGES"] in docker
     assert 'ENTRYPOINT ["jobreg"]' in docker
+    # The base install has no Spark nor database (issue 30): the image names the extras it
+    # runs, at the lock's versions.
+    assert "COPY pyproject.toml README.md requirements.lock ./" in docker
+    assert "RUN pip install --no-cache-dir -c requirements.lock '.[spark,report,schemaregistry]'" \
+        in docker
 
 
 # -- docker-compose.secure.yml: TLS + SASL/SCRAM (issue 13) ------------------------------------
