@@ -1125,11 +1125,6 @@ class _Meter:
         self.metrics.write(outcome, reason, seconds)
 
 
-def _records(events: list[Event]) -> int:
-    # What a call puts in its transaction: its records and, for several, its CallCommitted.
-    return len(events) + (len(events) > 1)
-
-
 def _outcome_of(error: BaseException) -> tuple[str, str]:
     """The (outcome, reason) labels of a write call that raised ``error``."""
     if isinstance(error, Fenced):
