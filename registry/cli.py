@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import click
 
 from registry.audit.queries import NAMED_QUERIES, NamedQuery
-from registry.errors import ConfigError, MissingExtra, RegistryError
+from registry.errors import BrokerError, ConfigError, MissingExtra, RegistryError
 
 if TYPE_CHECKING:
     from registry.forensics import Forensics
@@ -345,29 +345,88 @@ pass_settings = click.make_pass_decorator(Settings)
     "--port",
     type=click.IntRange(1, 65535),
     default=None,
-    help="Port to listen on (127.0.0.1 only). Default: a free port.",
+    help="Port to listen on (127.0.0.1 only). Default: a free port. With --kafka, the first "
+         "node's port (the others take the next ones).",
 )
 @click.option(
     "--log-file",
     type=click.Path(dir_okay=False, writable=True),
     default=None,
-    help="Append the broker's output to this file. Default: a temporary file removed on stop.",
+    help="Append the broker's output to this file. Default: a temporary file removed on stop. "
+         "Embedded broker only.",
 )
-def broker(port: int | None, log_file: str | None) -> None:
-    """Run an embedded Kafka broker (Tansu) in the foreground until Ctrl-C.
+@click.option("--kafka", "use_kafka", is_flag=True,
+              help="Run Apache Kafka (KRaft, from Maven Central's jars, fetched once with "
+                   "mvn into ~/.cache/jobreg) instead of the embedded broker.")
+@click.option("--nodes", type=click.IntRange(1, 9), default=1, show_default=True,
+              help="With --kafka: how many nodes (3: replication 3, min.insync.replicas 2).")
+@click.option("--dir", "directory", type=click.Path(file_okay=False, writable=True),
+              default=None,
+              help="With --kafka: keep the nodes' data and logs here (default: a temporary "
+                   "directory removed on stop).")
+def broker(port: int | None, log_file: str | None, use_kafka: bool, nodes: int,
+           directory: str | None) -> None:
+    """Run a Kafka broker for development in the foreground until Ctrl-C.
 
-    For development and tests only: it listens on 127.0.0.1 and keeps everything
-    in memory, so all topics and records are lost when it stops.
+    By default the embedded broker (Tansu): it listens on 127.0.0.1 and keeps everything
+    in memory, so all topics and records are lost when it stops. With --kafka, Apache
+    Kafka in KRaft mode, one node or --nodes of them, on 127.0.0.1.
     """
-    from registry.dev.broker import EmbeddedBroker, find_tansu_binary
-
-    with registry_errors():  # not installed: the machine's error, not a usage error
-        binary = find_tansu_binary()
-
+    if not use_kafka:
+        if nodes != 1:
+            raise click.BadParameter("the embedded broker has one node; --nodes needs --kafka",
+                                     param_hint="--nodes")
+        if directory is not None:
+            raise click.BadParameter("the embedded broker keeps nothing on disk; --dir needs "
+                                     "--kafka", param_hint="--dir")
+    elif log_file is not None:
+        raise click.BadParameter("Kafka's nodes log into their own directories (--dir); "
+                                 "--log-file is for the embedded broker",
+                                 param_hint="--log-file")
     stop_requested = threading.Event()
 
     def request_stop(signum: int, frame: object) -> None:
         stop_requested.set()
+
+    if use_kafka:
+        from registry.dev.kafka import KAFKA_VERSION, KafkaCluster
+
+        ports = [port + i for i in range(nodes)] if port is not None else None
+        if ports is not None and ports[-1] > 65535:
+            raise click.BadParameter(f"{nodes} nodes from port {port} go past 65535",
+                                     param_hint="--port")
+        cluster = KafkaCluster(nodes, directory=directory, ports=ports,
+                               progress=lambda line: click.echo(line, err=True))
+        previous = {sig: signal.signal(sig, request_stop)
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            with registry_errors():
+                cluster.start()
+                try:
+                    replicated = (", replication 3, min.insync.replicas 2" if nodes >= 3
+                                  else "")
+                    click.echo(f"Apache Kafka {KAFKA_VERSION} (KRaft, {nodes} node(s)"
+                               f"{replicated})")
+                    click.echo(f"bootstrap: {cluster.bootstrap}")
+                    click.echo("Ctrl-C to stop")
+                    while not stop_requested.wait(0.5):
+                        for node in cluster.nodes:
+                            if not node.is_running():
+                                raise BrokerError(f"Kafka node {node.node_id} exited; its "
+                                                  f"log is in {node.logs}")
+                    click.echo("stopping...", err=True)
+                finally:
+                    cluster.stop()
+                click.echo("stopped", err=True)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return
+
+    from registry.dev.broker import EmbeddedBroker, find_tansu_binary
+
+    with registry_errors():  # not installed: the machine's error, not a usage error
+        binary = find_tansu_binary()
 
     # Handlers go in before the broker starts: a SIGTERM with the default action
     # would end this process without stopping the broker.

@@ -1,10 +1,20 @@
 """Shared fixtures: one broker per test session, a fresh topic per test.
 
-The session's broker is an embedded one (Tansu on 127.0.0.1), or the Kafka cluster named by
-``$JOBREG_TEST_BOOTSTRAP`` (``HOST:PORT[,HOST:PORT...]``). Against a cluster, tests marked
-``embedded_only`` (they start, stop, freeze or proxy a broker of their own, or test the
-embedded broker itself) are skipped with the reason "needs the embedded broker"; every other
-test runs there, each on topics of its own.
+The session's broker (``broker``) is, by ``$JOBREG_TEST_BROKER``:
+
+* ``embedded`` (the default): Tansu on 127.0.0.1, started here;
+* ``kafka``: Apache Kafka (one KRaft node from Maven Central's jars,
+  :class:`registry.dev.kafka.KafkaCluster`), started here on free loopback ports;
+
+or, when ``$JOBREG_TEST_BOOTSTRAP`` (``HOST:PORT[,HOST:PORT...]``) is set, that Kafka
+cluster, left as it is. On any broker but the embedded one, tests marked ``embedded_only``
+(they start, stop, freeze or proxy a broker of their own, or test the embedded broker
+itself) are skipped with the reason "needs the embedded broker"; every other test runs
+there, each on topics of its own.
+
+Tests of Apache Kafka itself (marker ``kafka``) ask for ``kafka`` (one node: the session's
+broker when that is Kafka) or ``kafka3`` (a three-node cluster, replication 3,
+``min.insync.replicas=2``), whatever the session's broker.
 """
 
 from __future__ import annotations
@@ -31,10 +41,12 @@ with warnings.catch_warnings():
 
     SchemaRegistryClient.new_client({"url": "mock://warm-up"})
 
+from support.brokers import test_broker_kind  # noqa: E402
 from support.pg import pg_db, postgres_cluster, postgres_url  # noqa: E402,F401  (PostgreSQL fixtures)
 from support.sparkfixture import spark  # noqa: E402,F401  (one local SparkSession per run)
 
 from registry import ConfigError, EmbeddedBroker, Registry
+from registry.dev.kafka import KAFKA_VERSION, KafkaCluster
 from registry.log import check_bootstrap
 
 # CI explores the same examples on every run (a fixed seed per test), so that whether a
@@ -44,6 +56,7 @@ settings.register_profile("ci", derandomize=True)
 settings.load_profile(os.environ.get("JOBREG_HYPOTHESIS_PROFILE", "default"))
 
 TEST_BOOTSTRAP = "JOBREG_TEST_BOOTSTRAP"
+TEST_BROKER = "JOBREG_TEST_BROKER"
 EMBEDDED_ONLY = "needs the embedded broker"
 
 
@@ -60,19 +73,24 @@ def _test_bootstrap() -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     _test_bootstrap()  # a malformed value stops the run before any test
+    test_broker_kind()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     bootstrap = _test_bootstrap()
-    if bootstrap is None:
-        return "broker: embedded (Tansu on 127.0.0.1)"
-    return f"broker: {bootstrap} (${TEST_BOOTSTRAP}); embedded_only tests are skipped"
+    if bootstrap is not None:
+        return f"broker: {bootstrap} (${TEST_BOOTSTRAP}); embedded_only tests are skipped"
+    if test_broker_kind() == "kafka":
+        return (f"broker: Apache Kafka {KAFKA_VERSION}, one node on 127.0.0.1 "
+                f"(${TEST_BROKER}=kafka); embedded_only tests are skipped")
+    return "broker: embedded (Tansu on 127.0.0.1)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _test_bootstrap() is None:
+    if test_broker_kind() == "embedded":
         return
-    skip = pytest.mark.skip(reason=f"{EMBEDDED_ONLY} (${TEST_BOOTSTRAP} is set)")
+    why = f"${TEST_BOOTSTRAP} is set" if _test_bootstrap() else f"${TEST_BROKER}=kafka"
+    skip = pytest.mark.skip(reason=f"{EMBEDDED_ONLY} ({why})")
     for item in items:
         if item.get_closest_marker("embedded_only") is not None:
             item.add_marker(skip)
@@ -100,17 +118,45 @@ def _check_reachable(bootstrap: str, timeout: float = 15.0) -> None:
         del admin
 
 
+Broker = EmbeddedBroker | KafkaCluster | ExternalBroker
+
+
 @pytest.fixture(scope="session")
-def broker() -> Iterator[EmbeddedBroker | ExternalBroker]:
-    """Tansu on a free 127.0.0.1 port, stopped (by its pid) when the session ends; or, when
-    ``$JOBREG_TEST_BOOTSTRAP`` is set, that Kafka cluster (left as it is)."""
+def broker() -> Iterator[Broker]:
+    """The session's broker (module docstring): Tansu or one Apache Kafka node on free
+    127.0.0.1 ports, stopped (by pid) when the session ends; or ``$JOBREG_TEST_BOOTSTRAP``'s
+    cluster, left as it is."""
     bootstrap = _test_bootstrap()
     if bootstrap is not None:
         _check_reachable(bootstrap)
         yield ExternalBroker(bootstrap)
         return
+    if test_broker_kind() == "kafka":
+        with KafkaCluster(nodes=1) as k:
+            yield k
+        return
     with EmbeddedBroker() as b:
         yield b
+
+
+@pytest.fixture(scope="session")
+def kafka(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    """One Apache Kafka node (KRaft) on free 127.0.0.1 ports for the session: the session's
+    broker when that is Kafka, else one of its own, stopped when the session ends."""
+    if test_broker_kind() == "kafka" and _test_bootstrap() is None:
+        yield request.getfixturevalue("broker")
+        return
+    with KafkaCluster(nodes=1) as k:
+        yield k
+
+
+@pytest.fixture(scope="session")
+def kafka3() -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes (replication 3, ``min.insync.replicas=2``, unclean leader
+    election off) on free 127.0.0.1 ports for the session. A test that kills, freezes or
+    cuts off a node brings it back before it ends (:meth:`KafkaCluster.restart`)."""
+    with KafkaCluster(nodes=3) as k:
+        yield k
 
 
 def _delete_topic(bootstrap: str, topic: str) -> None:
@@ -134,7 +180,7 @@ def topic() -> Iterator[str]:
 
 
 @pytest.fixture
-def connect(broker: EmbeddedBroker | ExternalBroker, topic: str,
+def connect(broker: Broker, topic: str,
             tmp_path) -> Iterator[Callable[..., Registry]]:
     """Factory: ``connect(namespace="prod")`` -> a Registry on this test's topic, closed afterwards.
 

@@ -513,15 +513,13 @@ class KafkaCluster:
             raise BrokerStartError("cannot find free ports on 127.0.0.1")
 
         self.nodes = []
+        for port in self._requested_ports or ():
+            if _port_taken(port):
+                raise BrokerStartError(f"port {port} on 127.0.0.1 is taken: choose "
+                                       "another or leave the ports to jobreg")
+            taken.add(port)
         for i in range(self.size):
-            if self._requested_ports is not None:
-                port = self._requested_ports[i]
-                if _port_taken(port):
-                    raise BrokerStartError(f"port {port} on 127.0.0.1 is taken: choose "
-                                           "another or leave the ports to jobreg")
-                taken.add(port)
-            else:
-                port = fresh()
+            port = self._requested_ports[i] if self._requested_ports is not None else fresh()
             directory = root / f"node-{i + 1}"
             if directory.exists():
                 shutil.rmtree(directory)

@@ -23,12 +23,12 @@ lie ahead.
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 
 import pytest
 from confluent_kafka import Producer
+from support.brokers import on_embedded
 
 from registry.errors import OutcomeUnknown
 from registry.image import Outcome
@@ -136,7 +136,7 @@ def test_a_write_held_past_its_patience_is_unknown_and_says_which_offset_holds_i
     assert set(reg.jobs()) == {"before", "late"}
 
 
-ON_EMBEDDED = not os.environ.get("JOBREG_TEST_BOOTSTRAP", "").strip()
+ON_EMBEDDED = on_embedded()
 
 
 @pytest.mark.xfail(ON_EMBEDDED, strict=False, raises=OutcomeUnknown, reason=(
