@@ -62,6 +62,7 @@ __all__ = [
     "no_broker",
     "PlainWriter",
     "TopicConfig",
+    "TRANSACTION_TIMEOUT_MS",
     "TopicInfo",
     "TransactionFailed",
     "TransactionalWriter",
@@ -864,13 +865,36 @@ class _Delivery:
             self.stamps.append(ts if ts_type != 0 else None)
 
 
+TRANSACTION_TIMEOUT_MS = 15_000
+"""``transaction.timeout.ms`` of a leader's producer: how long Kafka lets a transaction stay
+open before its coordinator aborts it (and fences the producer).
+
+A transaction left open (its leader killed between produce and commit) holds the last stable
+offset of its partition, which other namespaces share: no read_committed reader, their
+leaders' read-backs included, reads past its first record until it ends. A claim of the dead
+leader's namespace ends it at once (it fences the id before its grant); if none comes, Kafka
+aborts it between this timeout and this timeout plus the broker's
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default). A held
+write gives up (``OutcomeUnknown``) half a duplicate window (30 s) after it was first sent
+(README "Compaction", assumption 5), so 15 s + 10 s ends the hold before then, where Kafka's
+60 s default did not (measured: README "What differs", tests/integration/
+test_kafka_fencing.py). A healthy transaction lasts one commit, bounded by the client's
+``timeout`` (10 s by default); one that outlives this is aborted by the broker, and the
+write reads the log as for any failed transaction."""
+
+
 class TransactionalWriter:
-    """The leader's producer: every write is one transaction on the namespace's partition."""
+    """The leader's producer: every write is one transaction on the namespace's partition.
+
+    ``transaction_timeout_ms``: its ``transaction.timeout.ms`` (default
+    :data:`TRANSACTION_TIMEOUT_MS`, read when the writer is made)."""
 
     def __init__(self, bootstrap: str | Kafka, topic: str, namespace: str, partition: int,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, *, transaction_timeout_ms: int | None = None) -> None:
         self.topic, self.partition = topic, partition
         self._timeout = timeout
+        if transaction_timeout_ms is None:
+            transaction_timeout_ms = TRANSACTION_TIMEOUT_MS
         self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
             "transactional.id": transactional_id(topic, namespace),
             # Nothing leaves before commit_transaction flushes, and a flush ignores
@@ -879,7 +903,7 @@ class TransactionalWriter:
             # sent its own while earlier ones were in flight (a group of 64 records: 30 ms
             # a transaction on the embedded broker; 3.3 ms now).
             "linger.ms": 1000,
-            "transaction.timeout.ms": 60_000,
+            "transaction.timeout.ms": transaction_timeout_ms,
         }))
         try:
             _warm_up(self._producer, timeout, topic)
