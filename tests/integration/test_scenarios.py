@@ -11,7 +11,15 @@ import threading
 import pytest
 from support.brokers import on_embedded
 
-from registry import BrokerError, ClaimRejected, Fenced, JobStatus, Registry, UnknownJob, WriteRejected
+from registry import (
+    BrokerError,
+    ClaimRejected,
+    Fenced,
+    JobStatus,
+    Registry,
+    UnknownJob,
+    WriteRejected,
+)
 from registry.codec import encode
 from registry.events import (
     GraphRef,
