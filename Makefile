@@ -43,12 +43,20 @@ lock:
 demo: $(BIN)/.installed
 	$(BIN)/jobreg demo
 
+# `make test` runs in parts, each timed: the checks, the whole suite on the embedded broker
+# (with the tests of Apache Kafka itself, marker `kafka`, which start their own nodes), then
+# the integration suite again on one Apache Kafka node (JOBREG_TEST_BROKER=kafka; tests
+# marked embedded_only are skipped there, each with its reason). Kafka's jars are fetched
+# once from Maven Central into ~/.cache/jobreg (registry/dev/kafka.py).
+TIMED = $(PYTHON) -c 'import subprocess, sys, time; t = time.monotonic(); rc = subprocess.call(sys.argv[2:]); print(f"== {sys.argv[1]}: {time.monotonic() - t:.0f} s, exit {rc}", flush=True); sys.exit(rc)'
+
 test: $(BIN)/.installed system
-	$(BIN)/ruff check registry consumers tests
-	$(BIN)/lint-imports
-	$(BIN)/mypy
-	$(BIN)/jobreg catalog --check
-	$(BIN)/pytest -q
+	@$(TIMED) "ruff" $(BIN)/ruff check registry consumers tests
+	@$(TIMED) "import contracts" $(BIN)/lint-imports
+	@$(TIMED) "mypy" $(BIN)/mypy
+	@$(TIMED) "schema catalog" $(BIN)/jobreg catalog --check
+	@$(TIMED) "pytest, embedded broker" $(BIN)/pytest -q
+	@JOBREG_TEST_BROKER=kafka $(TIMED) "pytest, Apache Kafka" $(BIN)/pytest -q -m "not kafka" tests/integration
 
 bench: $(BIN)/.installed
 	$(BIN)/jobreg bench core

@@ -22,7 +22,7 @@ from registry.errors import BrokerError, Fenced, WriteRejected
 from registry.events import JobCancelled, new_event_id, now_ms
 from registry.image import Outcome
 from registry.keys import job_key
-from registry.log import TransactionalWriter, TransactionFailed, write_raw
+from registry.log import TransactionalWriter, TransactionFailed, ensure_topic, write_raw
 
 
 def _zombie_cancel(reg, job_id: str, epoch: int, writer: str) -> int:
@@ -385,6 +385,7 @@ def test_a_commit_that_times_out_leaves_its_records_in_doubt(broker, topic, paus
 @pytest.mark.integration
 def test_a_fenced_producers_records_are_not_in_doubt(broker, topic) -> None:
     """A producer fenced before it sent: its records' reports say they were never sent."""
+    ensure_topic(broker.bootstrap, topic)  # Kafka creates no topic on a produce (Tansu does)
     writer = TransactionalWriter(broker.bootstrap, topic, "fenced", 0)
     writer.write([("fenced/job/warm", b"w")])
     successor = TransactionalWriter(broker.bootstrap, topic, "fenced", 0)
@@ -403,6 +404,7 @@ def test_closing_a_producer_fenced_mid_transaction_returns(broker, topic) -> Non
     """Its records appended, then fenced: the embedded broker drops the connection when it
     ends the transaction and librdkafka retries for ever; the close is bounded all the same
     (before: it never returned)."""
+    ensure_topic(broker.bootstrap, topic)  # Kafka creates no topic on a produce (Tansu does)
     writer = TransactionalWriter(broker.bootstrap, topic, "mid", 0, timeout=1.0)
     writer.write([("mid/job/warm", b"w")])
     producer = writer._producer

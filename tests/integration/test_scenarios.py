@@ -9,8 +9,17 @@ from __future__ import annotations
 import threading
 
 import pytest
+from support.brokers import on_embedded
 
-from registry import ClaimRejected, Fenced, JobStatus, Registry, UnknownJob, WriteRejected
+from registry import (
+    BrokerError,
+    ClaimRejected,
+    Fenced,
+    JobStatus,
+    Registry,
+    UnknownJob,
+    WriteRejected,
+)
 from registry.codec import encode
 from registry.events import (
     GraphRef,
@@ -206,10 +215,14 @@ def test_corrupt_records_are_quarantined_and_everyone_keeps_working(connect) -> 
     t = reg.claim_leadership("jm-1")
     t.submit("job-a", graph=b"a")
     raw(reg, job_key("q", "job-a"), b"\x00\x00\x00\x00\x01garbage")
-    raw(reg, None, b"\xff not even a header")
+    if on_embedded():
+        raw(reg, None, b"\xff not even a header")
+    else:  # Kafka refuses a record without a key on a compacted topic (README, What differs)
+        with pytest.raises(BrokerError, match="INVALID_RECORD"):
+            raw(reg, None, b"\xff not even a header")
     raw(reg, "q/job/job-a/lock", b"")
     t.submit("job-b", graph=b"b")  # the leader keeps writing, and settles job-a's keys
-    assert [d.reason for d in reg.quarantined()] == ["undecodable"] * 3
+    assert [d.reason for d in reg.quarantined()] == ["undecodable"] * (3 if on_embedded() else 2)
     assert set(reg.jobs()) == {"job-a", "job-b"}
     assert not reg.sync().unsettled
     assert [d.event_type for d in reg.timeline("job-a")][-2:] == ["JobReasserted"] * 2
