@@ -854,6 +854,9 @@ _NOT_APPENDED = frozenset({
 })
 
 
+_LATE_REPORTS_S = 0.2  # how long a failed transaction waits for its records' reports
+
+
 class _Delivery:
     """Delivery reports of one write. A record can be confirmed without an offset: the
     idempotent producer's retry of a record the broker already had comes back as a success
@@ -861,9 +864,10 @@ class _Delivery:
     records are, and the caller must read the log (``missing_offsets``). ``refused``
     counts the reports that say their record was not appended (:data:`_NOT_APPENDED`)."""
 
-    __slots__ = ("error", "missing_offsets", "offsets", "refused", "stamps")
+    __slots__ = ("error", "missing_offsets", "offsets", "refused", "reports", "stamps")
 
     def __init__(self) -> None:
+        self.reports = 0  # every report, whatever it says
         self.offsets: list[int] = []
         self.stamps: list[int | None] = []
         self.error: KafkaError | None = None
@@ -871,6 +875,7 @@ class _Delivery:
         self.refused = 0
 
     def __call__(self, err: KafkaError | None, msg: Any) -> None:  # msg: a Message
+        self.reports += 1
         if err is not None:
             self.error = err
             if err.code() in _NOT_APPENDED:
@@ -955,8 +960,16 @@ class TransactionalWriter:
                     fatal = True
             # The reports librdkafka holds now (an abort's purge, a fenced producer's):
             # each says appended (an offset), not appended, or nothing yet (in doubt).
+            # librdkafka purges a fenced producer's unsent records in a thread of its own,
+            # so their reports ("not sent") may come a moment after the error: wait for
+            # them briefly, or they count in doubt and make the answer unknown where
+            # Fenced is exact (tests/integration/test_kafka_fencing.py). Reports that do
+            # not come (records in flight to a broker that stopped answering) stay in doubt.
+            deadline = time.monotonic() + _LATE_REPORTS_S
             with contextlib.suppress(KafkaException):
                 p.poll(0)
+                while delivery.reports < produced and time.monotonic() < deadline:
+                    p.poll(0.01)
             in_doubt = produced - len(delivery.offsets) - delivery.refused
             raise TransactionFailed(f"transaction failed: {err.name()} ({err.str()})",
                                     fatal=fatal, appended=tuple(delivery.offsets),

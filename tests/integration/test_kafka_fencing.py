@@ -130,6 +130,52 @@ def test_a_zombie_is_refused_by_the_broker_and_its_call_is_fenced(on_kafka) -> N
             if d.event_id in caught.value.event_ids] == []
 
 
+class _LateReports:
+    """Stands in for a leader's producer whose delivery reports come one poll late: a report
+    librdkafka serves on a poll is handed to the writer on the next poll that may wait. As
+    when librdkafka purges a fenced producer's unsent records in its own thread and the
+    writer's first look at the reports comes before theirs."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._late: list[tuple[Any, Any, Any]] = []
+
+    def produce(self, *args: Any, on_delivery: Any = None, **kwargs: Any) -> None:
+        def late(err: Any, msg: Any) -> None:
+            self._late.append((on_delivery, err, msg))
+
+        self._real.produce(*args, on_delivery=late, **kwargs)
+
+    def poll(self, timeout: float = -1) -> int:
+        served = self._real.poll(timeout)
+        if timeout:  # a poll that may wait: what came before is handed over now
+            late, self._late = self._late, []
+            for callback, err, msg in late:
+                if callback is not None:
+                    callback(err, msg)
+        return int(served)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+def test_a_zombie_whose_reports_come_late_is_still_answered_fenced(on_kafka) -> None:
+    """The fenced producer's records were never sent (AddPartitionsToTxn refused), and
+    librdkafka says so in their delivery reports: the writer waits for them (briefly) instead
+    of counting the records in doubt, which made the answer OutcomeUnknown where Fenced is
+    exact."""
+    old = on_kafka()
+    term = old.claim_leadership("jm-old")
+    term.submit("job-a", b"a")
+    assert term._writes.writer is not None
+    term._writes.writer._producer = _LateReports(term._writes.writer._producer)
+    on_kafka().claim_leadership("jm-new")
+    with pytest.raises(Fenced) as caught:
+        term.cancel("job-a")
+    failed = _cause(caught.value)
+    assert (failed.fatal, failed.appended, failed.in_doubt) == (True, (), 0)
+
+
 class _ClaimBeforeCommit:
     """Stands in for a leader's producer: its records are sent and appended, then another
     client claims the namespace (fencing the producer's transactional id), then it commits."""
