@@ -59,6 +59,7 @@ from .errors import (
     ConfigError,
     Fenced,
     LeaseExpired,
+    NotAuthorized,
     OutcomeUnknown,
     RegistryError,
     UnknownJob,
@@ -519,12 +520,17 @@ class Registry:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
             self._log.waiting[grant.event_id] = None
             try:
+                offset: int | None = None
                 try:
                     offset = self._plain.write(
                         self.topic, self.partition,
                         [(record_key(grant).encode(), self._codec.encode(grant))])[0]
                     self._log.read_until(offset, self.timeout)
                 except BrokerError as e:
+                    if isinstance(e, NotAuthorized) and offset is None:
+                        # The grant itself was refused, so not appended: not accepted.
+                        e.event_ids = (grant.event_id,)
+                        raise
                     try:
                         self.sync()  # the grant may have landed: read, don't guess
                     except BrokerError as lost:
