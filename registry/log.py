@@ -944,8 +944,9 @@ class TransactionNotAuthorized(TransactionFailed, NotAuthorized):
 
     def __init__(self, refused: NotAuthorized, *, fatal: bool, appended: tuple[int, ...] = (),
                  in_doubt: int = 0) -> None:
-        TransactionFailed.__init__(self, str(refused), fatal=fatal, appended=appended,
-                                   in_doubt=in_doubt)
+        # Not TransactionFailed.__init__: its super() is NotAuthorized's in this class.
+        BrokerError.__init__(self, str(refused))
+        self.fatal, self.appended, self.in_doubt = fatal, appended, in_doubt
         self.operation, self.resource_type = refused.operation, refused.resource_type
         self.resource, self.code = refused.resource, refused.code
 
