@@ -68,6 +68,7 @@ __all__ = [
     "TopicConfig",
     "TopicInfo",
     "TransactionFailed",
+    "TransactionNotAuthorized",
     "TransactionalWriter",
     "check_bootstrap",
     "ensure_topic",
@@ -333,10 +334,18 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
                 raise BrokerError(f"could not create topic {topic!r} on {bootstrap}: "
                                   f"{e.args[0].str()}") from e
         meta = _list_topics(admin, bootstrap, timeout)
-        if topic not in meta.topics:  # created, or there already, but hidden from us
+        # Kafka answers CreateTopics once its controller made the topic; the broker lists it
+        # a moment later. It never lists a topic the user may not describe.
+        deadline = time.monotonic() + timeout
+        while topic not in meta.topics:
             hidden = _hidden_topic(admin, topic, timeout)
-            raise hidden or BrokerError(f"topic {topic!r} on {bootstrap} was created but the "
-                                        "broker does not list it")
+            if hidden is not None:
+                raise hidden
+            if time.monotonic() > deadline:
+                raise BrokerError(f"topic {topic!r} on {bootstrap} was created but the "
+                                  f"broker did not list it within {timeout:g} s")
+            time.sleep(0.05)
+            meta = _list_topics(admin, bootstrap, timeout)
     partitions = len(meta.topics[topic].partitions)
     try:
         described = admin.describe_configs([ConfigResource("topic", topic)])
@@ -1106,6 +1115,7 @@ class PlainWriter:
         self._timeout = timeout
         self._bootstrap = str(bootstrap)
         self._kafka = Kafka.of(bootstrap)
+        self._refusal: NotAuthorized | None = None
         self._producer = _client(Producer, self._kafka.settings(_CLIENT_DEFAULTS, {
             "enable.idempotence": True,
             "linger.ms": 0,
@@ -1121,6 +1131,8 @@ class PlainWriter:
         """Write raw ``(key, value)`` records; return their offsets, or raise BrokerError.
         ``timestamp``: the producer's stamp (ms) instead of its clock's; a ``LogAppendTime``
         topic replaces it with the broker's on Kafka (the embedded broker keeps it)."""
+        if self._refusal is not None:  # its producer id was refused: it cannot write
+            raise self._refusal
         delivery = _Delivery()
         stamp = {} if timestamp is None else {"timestamp": timestamp}
         try:
@@ -1128,17 +1140,22 @@ class PlainWriter:
                 self._producer.produce(topic, value=value, key=key, partition=partition,
                                        on_delivery=delivery, **stamp)
         except (KafkaException, BufferError) as e:
-            raise self._refused(e, topic) or BrokerError(
-                f"could not send to {topic}[{partition}]: {e}") from e
+            # A producer whose fatal error (its producer id refused) was not served yet
+            # refuses with _FATAL; serving its events raises the error itself (once).
+            raise self._refused(e, topic) or self._refused(self._served(), topic) or \
+                BrokerError(f"could not send to {topic}[{partition}]: {e}") from e
         try:
             left = self._producer.flush(self._timeout)
         except (KafkaException, SystemError) as e:
-            # A fatal error (the producer id refused) is raised from the flush serving the
-            # delivery reports, as the cause of a SystemError when it lands in one.
+            # A fatal error is raised from the flush serving the delivery reports, as the
+            # cause of a SystemError when it lands in one.
             raise self._refused(e, topic) or BrokerError(
                 f"write to {topic}[{partition}] at {self._bootstrap} failed: "
                 f"{kafka_error_of(e) or e}") from e
         refused = self._refused(delivery.error, topic)
+        if refused is None and delivery.error is not None \
+                and delivery.error.code() == KafkaError._PURGE_QUEUE:
+            refused = self._refused(self._served(), topic)  # purged by the fatal error
         if refused is not None:
             raise refused
         if delivery.missing_offsets:
@@ -1153,7 +1170,19 @@ class PlainWriter:
 
     def _refused(self, error: KafkaError | BaseException | None,
                   topic: str) -> NotAuthorized | None:
-        return not_authorized(self._kafka, error, "WRITE", "topic", topic)
+        refused = not_authorized(self._kafka, error, "WRITE", "topic", topic)
+        err = error if isinstance(error, KafkaError) else kafka_error_of(error)
+        if refused is not None and err is not None and err.fatal():
+            self._refusal = refused  # confluent-kafka raises a fatal error only once
+        return refused
+
+    def _served(self) -> BaseException | None:
+        """What serving the producer's events raises now (a fatal error not yet raised)."""
+        try:
+            self._producer.poll(0)
+        except (KafkaException, SystemError) as e:
+            return e
+        return None
 
     def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has now (a metadata request on this producer's

@@ -18,6 +18,9 @@ Spark is left out here: the audit job on Spark with SASL runs against the proxy
 from __future__ import annotations
 
 import re
+import socket
+import ssl
+import struct
 import subprocess
 import sys
 import threading
@@ -40,7 +43,7 @@ from support.kafka_security import SecuredKafka, acl, grant, secured_kafka
 from registry import AuthenticationFailed, NotAuthorized, OutcomeUnknown, Registry
 from registry.forensics import Forensics
 from registry.kafka_config import Kafka, load_properties
-from registry.log import TopicConfig, ensure_topic, transactional_id, write_raw
+from registry.log import PlainWriter, TopicConfig, ensure_topic, transactional_id, write_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -130,6 +133,60 @@ def _names(error: NotAuthorized, operation: str, kind: str, resource: str, user:
     assert "\n" not in text, text
     assert f"user {user!r} is not authorized: {operation} on {kind} {resource!r}" in text, text
     assert (error.operation, error.resource_type, error.resource) == (operation, kind, resource)
+
+
+# -- the listeners ----------------------------------------------------------------------------
+
+def test_no_listener_is_plaintext_and_the_controllers_wants_a_certificate(secured) -> None:
+    """Clients and brokers on SASL_SSL, the controller listener on TLS with client
+    certificates: a client with the CA but no certificate of its own gets no answer there,
+    and a plaintext client gets none on the client listener."""
+    node = secured.cluster.nodes[0]
+    settings = secured.cluster.node_config(node)
+    protocols = dict(p.split(":") for p in settings["listener.security.protocol.map"].split(","))
+    assert protocols == {"CONTROLLER": "SSL", "SASL_SSL": "SASL_SSL", "BROKER": "SASL_SSL"}
+    assert "PLAINTEXT" not in settings["listeners"]
+    assert settings["listener.name.controller.ssl.client.auth"] == "required"
+    assert "ANONYMOUS" not in settings["super.users"]
+    assert _kafka_answers_plaintext(node.port) is False
+    assert _kafka_answers_tls(node.controller_port, secured.certs.ca) is False
+
+
+def _api_versions_request() -> bytes:
+    body = struct.pack(">hhih", 18, 0, 1, -1)  # ApiVersions v0, correlation 1, no client id
+    return struct.pack(">i", len(body)) + body
+
+
+def _answered(sock: socket.socket) -> bool:
+    """Whether the peer answers ApiVersions in the Kafka protocol (a size, then our
+    correlation id); a TLS listener answers plaintext with an alert, which is not that."""
+    sock.sendall(_api_versions_request())
+    try:
+        head = b""
+        while len(head) < 8:
+            more = sock.recv(8 - len(head))
+            if not more:
+                return False
+            head += more
+    except (OSError, ssl.SSLError):
+        return False
+    size, correlation = struct.unpack(">ii", head)
+    return 0 < size < 1 << 20 and correlation == 1
+
+
+def _kafka_answers_plaintext(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        return _answered(sock)
+
+
+def _kafka_answers_tls(port: int, ca: Path) -> bool:
+    context = ssl.create_default_context(cafile=str(ca))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname="localhost") as sock:
+                return _answered(sock)
+        except (OSError, ssl.SSLError):
+            return False
 
 
 # -- the roles at work --------------------------------------------------------------------------
@@ -239,6 +296,16 @@ def test_the_audit_user_is_refused_every_write_in_one_line(secured) -> None:
                       timeout=TIMEOUT)
         raw_s = time.monotonic() - started
         _names(raw.value, "WRITE", "topic", TOPIC, "audit")
+        # The same producer again (the grants' is kept by the client): confluent-kafka raises
+        # a fatal error once; the writer remembers it.
+        writer = PlainWriter(_kafka(secured, "audit"), TIMEOUT, TOPIC)
+        try:
+            for _ in range(2):
+                with pytest.raises(NotAuthorized) as again:
+                    writer.write(TOPIC, reg.partition, [(b"refused/job/z", b"x")])
+                _names(again.value, "WRITE", "topic", TOPIC, "audit")
+        finally:
+            writer.close()
         assert claim_s < TIMEOUT / 2 and raw_s < TIMEOUT / 2, (claim_s, raw_s)
         print(f"\nrefused: claim in {claim_s:.2f} s: {claim.value}\n"
               f"refused: raw write in {raw_s:.2f} s: {raw.value}")
