@@ -22,7 +22,10 @@ What it does, in order:
    like the embedded broker (``setpriv --pdeathsig KILL`` on Linux, so a node dies with the
    process that started it, even one killed with SIGKILL), listening on 127.0.0.1 only.
 4. **Ready.** It waits until every node answers the Kafka protocol with the cluster id it
-   was formatted with and the cluster's metadata lists every node.
+   was formatted with and the cluster's metadata lists every node. A cluster without its
+   PLAINTEXT client listener (``plaintext=False``: security on every listener, as
+   ``tests/support/kafka_security.py`` runs it) is asked through its first listener with the
+   administrator's ``client_config`` (DescribeCluster, then Metadata).
 5. **Stop.** SIGTERM to each node it started, by its pid, then SIGKILL after a bound; the
    directories it made are deleted unless the caller gave one.
 
