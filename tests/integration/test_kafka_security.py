@@ -51,7 +51,7 @@ JOBREG = [sys.executable, "-m", "registry.cli"]
 TOPIC = "jobreg"
 TXN_PREFIX = transactional_id(TOPIC, "")  # "jobreg.jobreg.": every namespace's id
 PASSWORDS = {"creator": "creator-pw-1", "jobreg": "coordinator-pw-1", "audit": "audit-pw-1",
-             "nobody": "nobody-pw-1", "revoked": "revoked-pw-1"}
+             "nobody": "nobody-pw-1", "revoked": "revoked-pw-1", "reader": "reader-pw-1"}
 WRONG = "wr0ng-Pw-never-shown"
 ENV = {"PATH": "/usr/bin:/bin"}
 TIMEOUT = 60.0  # what the clients are given: a refusal must come long before it
@@ -82,7 +82,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
     the creator (not the coordinator) with jobreg's settings."""
     with secured_kafka(tmp_path_factory.mktemp("kafka-security"), PASSWORDS) as kafka:
         grant(kafka, [*_bindings("creator", "creator"), *_bindings("jobreg", "jobreg"),
-                      *_bindings("audit", "audit"), *_bindings("revoked", "jobreg")])
+                      *_bindings("audit", "audit"), *_bindings("revoked", "jobreg"),
+                      acl("reader", T, TOPIC, AclOperation.READ)])
         ensure_topic(_kafka(kafka, "creator"), TOPIC, TopicConfig(partitions=2), TIMEOUT)
         yield kafka
 
@@ -336,6 +337,26 @@ def test_a_user_without_acls_is_refused_in_one_line(secured, tmp_path) -> None:
         assert "user 'nobody' is not authorized: DESCRIBE on topic 'jobreg'" in line, line
         print(f"\n{' '.join(command[:2])}: {line.strip()}")
     assert not db.exists()
+
+
+def test_read_alone_serves_forensics_and_the_audit_job_but_not_connect(secured,
+                                                                        tmp_path) -> None:
+    """DESCRIBE_CONFIGS in the audit reader's row is for Registry.connect's topic check."""
+    from consumers.audit_job import materialize
+
+    reg = _connect(secured, "jobreg", "read-only")
+    try:
+        reg.claim_leadership("jm-1").submit("j", b"g")
+    finally:
+        reg.close()
+    kafka = _kafka(secured, "reader")
+    forensics = Forensics.from_broker(kafka, TOPIC, "read-only", TIMEOUT)
+    assert [d.job_id for d in forensics.timeline("j")] == ["j"]
+    run = materialize(f"sqlite:///{tmp_path / 'audit.db'}", kafka, TOPIC, engine="plain")
+    assert run.records > 0
+    with pytest.raises(NotAuthorized) as e:
+        _connect(secured, "reader", "read-only")
+    _names(e.value, "DESCRIBE_CONFIGS", "topic", TOPIC, "reader")
 
 
 def test_a_reader_without_read_is_refused_at_once(secured) -> None:
