@@ -17,6 +17,7 @@ Spark is left out here: the audit job on Spark with SASL runs against the proxy
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import ssl
@@ -38,9 +39,10 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
-from support.kafka_security import SecuredKafka, acl, grant, secured_kafka
+from support.kafka_security import SecuredKafka, acl, grant, secured_cluster, secured_kafka
 
 from registry import AuthenticationFailed, NotAuthorized, OutcomeUnknown, Registry
+from registry.errors import BrokerError, BrokerStartError
 from registry.forensics import Forensics
 from registry.kafka_config import Kafka, load_properties
 from registry.log import PlainWriter, TopicConfig, ensure_topic, transactional_id, write_raw
@@ -151,6 +153,41 @@ def test_no_listener_is_plaintext_and_the_controllers_wants_a_certificate(secure
     assert "ANONYMOUS" not in settings["super.users"]
     assert _kafka_answers_plaintext(node.port) is False
     assert _kafka_answers_tls(node.controller_port, secured.certs.ca) is False
+
+
+def test_a_plaintext_controller_listener_would_need_anonymous_as_a_super_user(
+        tmp_path) -> None:
+    """Its peers (the node's own controller client: registration, heartbeats) are
+    User:ANONYMOUS; without it among the super users the node cannot register. (With it,
+    anyone reaching that port would be a super user: hence SSL with certificates above.)
+    Waits for the refusal in the node's log, then kills the node (by its pid)."""
+    secured = secured_cluster(tmp_path, {}, controller="PLAINTEXT", startup_timeout=300)
+    outcome: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            secured.cluster.start()
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            outcome.append(e)
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    log = tmp_path / "kafka" / "node-1" / "logs" / "server.log"
+    refused = ("Unable to register broker 1 because the controller returned error "
+               "CLUSTER_AUTHORIZATION_FAILED")
+    deadline = time.monotonic() + 300
+    try:
+        while not (log.exists() and refused in log.read_text(errors="replace")):
+            assert starting.is_alive(), outcome
+            assert time.monotonic() < deadline, "the node never tried to register"
+            time.sleep(0.2)
+    finally:
+        while starting.is_alive():
+            with contextlib.suppress(BrokerError):
+                secured.cluster.kill(1)
+            starting.join(1)
+    assert len(outcome) == 1 and isinstance(outcome[0], BrokerStartError), outcome
+    secured.cluster.stop()
 
 
 def _api_versions_request() -> bytes:

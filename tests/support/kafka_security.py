@@ -68,10 +68,12 @@ class SecuredKafka:
                             **self.client_config("admin")})
 
 
-def broker_config(certs: Certs, broker_password: str) -> dict[str, str]:
-    """The settings every node gets over :class:`KafkaCluster`'s defaults."""
+def broker_config(certs: Certs, broker_password: str,
+                  controller: str = "SSL") -> dict[str, str]:
+    """The settings every node gets over :class:`KafkaCluster`'s defaults; ``controller``:
+    the controller listener's protocol (``PLAINTEXT`` only to show what it would need)."""
     jaas_client = f'{_SCRAM_MODULE} required username="broker" password="{broker_password}";'
-    return {
+    settings = {
         "inter.broker.listener.name": BROKER_LISTENER,
         "sasl.enabled.mechanisms": MECHANISM,
         "sasl.mechanism.inter.broker.protocol": MECHANISM,
@@ -89,10 +91,13 @@ def broker_config(certs: Certs, broker_password: str) -> dict[str, str]:
         "ssl.client.auth": "none",
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "allow.everyone.if.no.acl.found": "false",
-        # The controller listener: TLS both ways, the peer named by its certificate.
-        "listener.name.controller.ssl.client.auth": "required",
-        "super.users": ";".join(f"User:{u}" for u in (*SUPER_USERS, CONTROLLER_PRINCIPAL)),
+        "super.users": ";".join(f"User:{u}" for u in SUPER_USERS),
     }
+    if controller == "SSL":
+        # The controller listener: TLS both ways, the peer named by its certificate.
+        settings["listener.name.controller.ssl.client.auth"] = "required"
+        settings["super.users"] += f";User:{CONTROLLER_PRINCIPAL}"
+    return settings
 
 
 def _keystore(certs: Certs) -> Path:
@@ -102,23 +107,32 @@ def _keystore(certs: Certs) -> Path:
     return path
 
 
-@contextmanager
-def secured_kafka(directory: Path, users: dict[str, str]) -> Iterator[SecuredKafka]:
-    """One Kafka node secured as the module docstring says, with the SCRAM ``users``
-    (``broker`` and ``admin`` are added), stopped on exit."""
+def secured_cluster(directory: Path, users: dict[str, str], *, controller: str = "SSL",
+                    startup_timeout: float = 90.0) -> SecuredKafka:
+    """One Kafka node secured as the module docstring says, not started yet, with the SCRAM
+    ``users`` (``broker`` and ``admin`` are added). ``controller``: the controller listener's
+    protocol (:func:`broker_config`)."""
     certs = make_certs(directory)
     passwords = {"broker": "broker-pw-0", "admin": "admin-pw-0", **users}
     admin_login = {"security.protocol": "SASL_SSL", "sasl.mechanism": MECHANISM,
                    "sasl.username": "admin", "sasl.password": passwords["admin"],
                    "ssl.ca.location": str(certs.ca)}
     cluster = KafkaCluster(nodes=1, directory=directory / "kafka",
-                           config=broker_config(certs, passwords["broker"]), scram=passwords,
+                           config=broker_config(certs, passwords["broker"], controller),
+                           scram=passwords, startup_timeout=startup_timeout,
                            listeners=[f"{CLIENT_LISTENER}:SASL_SSL",
                                       f"{BROKER_LISTENER}:SASL_SSL"],
                            plaintext=False, client_config=admin_login,
-                           controller_protocol="SSL")
-    with cluster:
-        yield SecuredKafka(cluster, certs, passwords)
+                           controller_protocol=controller)
+    return SecuredKafka(cluster, certs, passwords)
+
+
+@contextmanager
+def secured_kafka(directory: Path, users: dict[str, str]) -> Iterator[SecuredKafka]:
+    """:func:`secured_cluster`, started, and stopped on exit."""
+    secured = secured_cluster(directory, users)
+    with secured.cluster:
+        yield secured
 
 
 def acl(user: str, resource: ResourceType, name: str, operation: AclOperation,
