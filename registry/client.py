@@ -252,8 +252,11 @@ class Registry:
         lies beyond the end of the log (another topic, or a wiped broker).
 
         Raises :class:`~registry.errors.BrokerError` if the broker does not
-        answer within ``timeout`` seconds, :class:`~registry.errors.ConfigError`
-        for a malformed namespace, an unusable topic or an unreadable snapshot.
+        answer within ``timeout`` seconds (:class:`~registry.errors.AuthenticationFailed`
+        at once for a refused login, :class:`~registry.errors.NotAuthorized` for a missing
+        ACL: DESCRIBE, READ and DESCRIBE_CONFIGS on the topic, CREATE to create it),
+        :class:`~registry.errors.ConfigError` for a malformed namespace, an unusable topic
+        or an unreadable snapshot.
         """
         check_id("namespace", namespace)
         check_id("topic", topic)
