@@ -44,7 +44,8 @@ _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 @dataclass(frozen=True)
 class SecuredKafka:
-    """A running :class:`KafkaCluster` with security on, and how to log in to it."""
+    """A :class:`KafkaCluster` with security on (running inside :func:`secured_kafka`), and
+    how to log in to it."""
 
     cluster: KafkaCluster
     certs: Certs
