@@ -367,6 +367,7 @@ def paused_broker(broker):
 
 
 @pytest.mark.integration
+@pytest.mark.embedded_only("freezes the session's broker with SIGSTOP")
 def test_a_commit_that_times_out_leaves_its_records_in_doubt(broker, topic, paused_broker
                                                             ) -> None:
     """No delivery report, no offset: the writer cannot say the records were not appended."""
