@@ -17,7 +17,7 @@ JOBREG = [sys.executable, "-m", "registry.cli"]
 
 
 @pytest.mark.integration
-@pytest.mark.embedded_only  # it starts its own embedded broker
+@pytest.mark.embedded_only("`jobreg bench roundtrips` starts its own embedded broker")
 def test_a_tiny_run_prints_every_write_at_every_size() -> None:
     proc = subprocess.run([*JOBREG, "bench", "roundtrips", "--writes", "10", "--rounds", "2",
                            "--sizes", "1,8", "--long-batches", "100"],
