@@ -1490,7 +1490,7 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
             click.echo("\nfirst violation of each rule:")
             for line in examples:
                 click.echo(f"  {line}")
-    if any(s["violation_count"] for s in summaries):
+    if any(s["violation_count"] or s.get("runner_error") for s in summaries):
         raise SystemExit(EXIT_ERROR)
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
+import struct
 import time
 from typing import Any
 
@@ -26,7 +28,7 @@ from registry.dev.torture.netsplit import NodeNetwork, unavailable
 from registry.errors import BrokerError
 
 __all__ = ["FAULT_SETTINGS", "TXN_TOPIC", "CampaignCluster", "coordinator_partition",
-           "java_string_hash"]
+           "java_string_hash", "node_view"]
 
 TXN_TOPIC = "__transaction_state"
 
@@ -63,6 +65,52 @@ def coordinator_partition(transactional_id: str, partitions: int) -> int:
     """
     h = java_string_hash(transactional_id)
     return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def node_view(host: str, port: int, topic: str, timeout: float = 2.0
+              ) -> dict[int, tuple[int, int]]:
+    """What the broker at ``host:port`` itself says leads each partition of ``topic``:
+    ``{partition: (leader, leader_epoch)}``, from a Metadata request (v8) sent to that
+    broker alone. A client library cannot ask one broker: it sends metadata requests to
+    whichever it likes, and a deposed leader's view is what the nemesis needs to see.
+
+    :raises OSError: no answer; ``ValueError``: a reply that is not Metadata v8.
+    """
+    from registry.dev.broker import _request, _skip_string, _unpack
+
+    name = topic.encode()
+    body = struct.pack(">ih", 1, len(name)) + name + b"\x00\x00\x00"
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        try:
+            reply = _request(sock, 3, 8, 7, body)
+            offset = 4  # throttle_time_ms
+            (brokers,) = _unpack(">i", reply, offset)
+            offset += 4
+            for _ in range(brokers):  # node_id, host, port, rack
+                offset = _skip_string(reply, offset + 4) + 4
+                offset = _skip_string(reply, offset)
+            offset = _skip_string(reply, offset) + 4  # cluster_id, controller_id
+            (topics,) = _unpack(">i", reply, offset)
+            offset += 4
+            view: dict[int, tuple[int, int]] = {}
+            for _ in range(topics):
+                offset = _skip_string(reply, offset + 2) + 1  # error, name, is_internal
+                (parts,) = _unpack(">i", reply, offset)
+                offset += 4
+                for _ in range(parts):
+                    _err, index, leader, epoch = _unpack(">hiii", reply, offset)
+                    offset += 14
+                    for _ in range(3):  # replicas, isr, offline replicas
+                        (n,) = _unpack(">i", reply, offset)
+                        offset += 4 + 4 * max(n, 0)
+                    view[index] = (leader, epoch)
+                offset += 4  # topic_authorized_operations
+        except Exception as e:  # noqa: BLE001 - the protocol error is private to broker.py
+            if isinstance(e, OSError):
+                raise
+            raise ValueError(f"not a Metadata v8 reply from {host}:{port}: {e}") from e
+    return view
 
 
 class CampaignCluster:
@@ -187,6 +235,20 @@ class CampaignCluster:
         part = coordinator_partition(transactional_id, len(found.partitions))
         leader: int = found.partitions[part].leader
         return leader
+
+    def agrees(self, node_id: int, topic: str, timeout: float = 2.0) -> bool:
+        """Node ``node_id`` names the same leader and leader epoch for every partition of
+        ``topic`` as another running node does: a deposed leader has learned that it was."""
+        mine = self.kafka.node(node_id)
+        others = [n for n in self.kafka.nodes if n.node_id != node_id and n.is_running()]
+        if not others or not mine.is_running():
+            return False
+        try:
+            view = node_view(mine.host, mine.port, topic, timeout)
+            theirs = node_view(others[0].host, others[0].port, topic, timeout)
+        except (OSError, ValueError):
+            return False
+        return bool(view) and view == theirs
 
     def whole(self, topics: list[str], timeout: float = 5.0) -> bool:
         """Every node is running, listed in the metadata, and in the ISR of every partition

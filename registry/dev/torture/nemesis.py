@@ -29,7 +29,9 @@ Faults (``kind`` in ``nemesis.jsonl`` and the counts of ``summary.json``):
     :mod:`registry.dev.torture.netsplit`).
 
   A node fault is two lines (``phase`` start and end; the end says how long the node took
-  to come back); ``roles`` names what the struck node was (leader of the run's partitions,
+  to come back, and ``learned_at`` when it named the same partition leaders as the other
+  nodes: a leader deposed while cut off or paused serves its stale log to clients until
+  then); ``roles`` names what the struck node was (leader of the run's partitions,
   coordinator of its namespaces);
 * ``zombie`` (``sub``: ``stale_epoch``, ``future_epoch``, ``wrong_writer``,
   ``revoked_term``, ``forged_grant``): a job event or a grant written straight to the
@@ -358,8 +360,17 @@ class Nemesis:
             return False
         roles = self._roles()
         action = kind.rpartition("_")[2]  # kill, pause, restart, cut
-        v = self._victim()
-        in_flight = self._in_write(*v, wait=1.5) if v is not None else 0
+        # Only a namespace's leader writes: look at each worker in turn for 1.5 s in all.
+        with self._pause_lock:
+            running = {p: pid for p, pid in self.workers.running().items()
+                       if pid not in self._paused}
+        order = self.rng.sample(sorted(running), len(running))
+        v, in_flight = None, 0
+        for name in order:
+            v = (name, running[name])
+            in_flight = self._in_write(*v, wait=1.5 / max(1, len(order)))
+            if in_flight:
+                break
         ns = self._last_invoke.get("ns") if in_flight else None
         if ns not in self.namespaces:
             ns = self.rng.choice(sorted(self.namespaces))
@@ -401,8 +412,18 @@ class Nemesis:
                     self.cluster.heal_cut(node)
             except Exception as e:  # noqa: BLE001 - on record; the runner heals the cluster
                 error = f"{type(e).__name__}: {e}"[:300]
-            self._record(kind=kind, phase="end", node=node,
-                         back_after=round(time.monotonic() - began, 2), error=error)
+            back = time.monotonic() - began
+            # Until the node knows who leads now, a client whose metadata still names it
+            # may read its stale log: the checker needs when that ended (``learned_at``).
+            learned_at = None
+            deadline = time.monotonic() + 60
+            while error is None and time.monotonic() < deadline:
+                if self.cluster.agrees(node, self.topic):
+                    learned_at = time.time()
+                    break
+                time.sleep(0.05)
+            self._record(kind=kind, phase="end", node=node, back_after=round(back, 2),
+                         learned_at=learned_at, error=error)
 
         self._node_thread = threading.Thread(target=end, name=f"nemesis-{kind}", daemon=True)
         self._node_thread.start()

@@ -30,6 +30,7 @@ Needs root and iproute2's ``ip`` (:func:`unavailable` says why not, in one line)
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import os
 import random
@@ -135,6 +136,7 @@ class NodeNetwork:
         except BaseException:
             self.close()
             raise
+        atexit.register(self.close)  # a campaign that ends abruptly leaves no namespace
         return self
 
     def cut(self, index: int) -> None:
@@ -177,6 +179,9 @@ class NodeNetwork:
     def close(self) -> None:
         """Delete the host veth and every namespace this object made (their veths go with
         them). Idempotent; the node processes must have ended first."""
+        atexit.unregister(self.close)
+        if not self._made:
+            return
         subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
         for name in reversed(self._made):
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)

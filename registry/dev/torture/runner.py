@@ -340,6 +340,7 @@ def run_once(config: CampaignConfig, index: int, seed: int,
         "ops": report.stats.get("ops", {}), "ops_by_f": report.stats.get("ops_by_f", {}),
         "records": report.stats.get("records", 0),
         "concurrency": report.stats.get("concurrency", {}),
+        "deposed": report.stats.get("deposed", {}),
         "violations": dict(Counter(v.rule for v in report.violations)),
         "violation_count": len(report.violations), "notes": report.notes,
     }
@@ -546,7 +547,19 @@ def campaign(config: CampaignConfig, progress: Callable[[str], None] | None = No
                 slot.cluster = None
                 cluster.stop()
                 cluster = cluster_of_slot()
-            s = run_once(config, i, seed, cluster=cluster)
+            try:
+                s = run_once(config, i, seed, cluster=cluster)
+            except Exception as e:  # noqa: BLE001 - on record, the campaign goes on
+                # A run that could not finish (a cluster that would not come back, a read
+                # that failed) judges nothing: it is counted apart, never as a clean run.
+                say(f"run {i + 1}/{config.runs} seed {seed}: RUNNER ERROR "
+                    f"{type(e).__name__}: {e}")
+                slot.cluster = None
+                cluster.stop()
+                return {"seed": seed, "run": i, "dir": "", "runner_error":
+                        f"{type(e).__name__}: {e}"[:500], "nemesis": {}, "ops": {},
+                        "violations": {}, "violation_count": 0, "wall_seconds": 0.0,
+                        "startup_seconds": 0.0, "notes": []}
         else:
             s = run_once(config, i, seed)
         ops = s["ops"]
@@ -579,6 +592,8 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
     """The campaign's table: violations by rule, faults by kind, operations by outcome."""
     from registry.render import table
 
+    failed = [s for s in summaries if s.get("runner_error")]
+    summaries = [s for s in summaries if not s.get("runner_error")]
     rules: Counter[str] = Counter()
     runs_with: Counter[str] = Counter()
     faults: Counter[str] = Counter()
@@ -610,12 +625,24 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
               f"fenced {overlap['fenced']}, "
               f"unknown {overlap['unknown']}, cut by a kill {overlap['cut']}; revokes "
               f"{overlap['revokes']}); at most {in_flight} in flight at once"]
+    windows = sum((s.get("deposed") or {}).get("windows", 0) for s in summaries)
+    if windows:
+        pairs = sum((s.get("deposed") or {}).get("pairs_not_compared", 0) for s in summaries)
+        lines += ["", f"deposed-leader windows (Kafka: a leader cut off or paused until a "
+                  f"follower led, up to when it learned): {windows}; read/acknowledgement "
+                  f"pairs inside one, not compared: {pairs}"]
     errors = [n for s in summaries for n in s.get("notes", []) if n.startswith("CHECKER ERROR")]
     if errors:
         lines += ["", *errors]
+    if failed:
+        lines += ["", f"{len(failed)} run(s) did not finish (not judged, not counted above):",
+                  *(f"  seed {s['seed']}: {s['runner_error']}" for s in failed)]
     walls = [s["wall_seconds"] for s in summaries]
-    lines += ["", f"wall time per run: {min(walls):.1f}-{max(walls):.1f} s "
-              f"(start-up {max(s['startup_seconds'] for s in summaries):.1f} s at most)"]
+    if walls:
+        brokers = sorted({s.get("broker", "embedded") for s in summaries})
+        lines += ["", f"broker: {', '.join(brokers)}; wall time per run: {min(walls):.1f}-"
+                  f"{max(walls):.1f} s, mean {sum(walls) / len(walls):.1f} s (start-up "
+                  f"{max(s['startup_seconds'] for s in summaries):.1f} s at most)"]
     return "\n".join(lines)
 
 
