@@ -271,7 +271,9 @@ def _deposed_windows(cfg: dict[str, Any], nemesis: list[dict[str, Any]]
     from the leader it believes in, with no quorum check: a read is linearizable only
     while one node leads. A window runs from the fault's start to the moment the node named
     the same leaders as the others (``learned_at`` in the fault's end line; the end of the
-    run if it never did). The embedded broker is one node: no windows.
+    run if it never did); a fault after which every partition the node led kept its leader
+    epoch (``deposed`` false: shorter than the session timeout) makes none. The embedded
+    broker is one node: no windows.
     """
     if cfg.get("broker") != "kafka":
         return {}
@@ -285,7 +287,7 @@ def _deposed_windows(cfg: dict[str, Any], nemesis: list[dict[str, Any]]
             open_[(kind, n["node"])] = n
             continue
         start = open_.pop((kind, n["node"]), None)
-        if start is None:
+        if start is None or n.get("deposed") is False:  # no partition it led changed hands
             continue
         end = n.get("learned_at") or float(cfg.get("deadline") or 0) + 3600
         for role in start.get("roles") or []:

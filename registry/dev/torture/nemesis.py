@@ -386,6 +386,7 @@ class Nemesis:
         if not nodes:
             return False
         node = self.rng.choice(sorted(nodes))
+        before = self._leader_epochs(node)
         if action == "kill" or action == "restart":
             seconds = self.rng.uniform(0.2, 2.0 if action == "kill" else 1.0) * self.lease
             self.cluster.kill(node)
@@ -422,12 +423,36 @@ class Nemesis:
                     learned_at = time.time()
                     break
                 time.sleep(0.05)
+            after = self._leader_epochs(None, avoid=node)
+            # Deposed: a partition it led got a new leader epoch meanwhile (None: unknown).
+            deposed = None if before is None or after is None else any(
+                after.get(p) != before.get(p) for p in before)
             self._record(kind=kind, phase="end", node=node, back_after=round(back, 2),
-                         learned_at=learned_at, error=error)
+                         learned_at=learned_at, error=error, deposed=deposed,
+                         leader_epochs={str(p): [before.get(p), after.get(p)]
+                                        for p in before} if before and after else None)
 
         self._node_thread = threading.Thread(target=end, name=f"nemesis-{kind}", daemon=True)
         self._node_thread.start()
         return True
+
+    def _leader_epochs(self, node: int | None, avoid: int | None = None
+                       ) -> dict[int, int] | None:
+        """The leader epoch of each of the run's partitions that ``node`` leads (every one
+        of them if ``None``), as the first node other than ``avoid`` that answers says (a
+        struck node may not know yet); ``None``: none answered."""
+        from registry.dev.torture.cluster import node_view
+
+        for n in self.cluster.kafka.nodes:
+            if not n.is_running() or n.node_id == avoid:
+                continue
+            try:
+                view = node_view(n.host, n.port, self.topic, self.timeout)
+            except (OSError, ValueError):
+                continue
+            return {p: view[p][1] for p in set(self.namespaces.values())
+                    if p in view and (node is None or view[p][0] == node)}
+        return None
 
     def _leader_kill(self) -> bool:
         return self._node_fault("leader_kill")

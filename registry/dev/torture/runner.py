@@ -670,6 +670,7 @@ def check_folder(path: str | Path, progress: Callable[[str], None] | None = None
             "startup_seconds": 0.0}
         summary.update(ops=report.stats.get("ops", {}), notes=report.notes,
                        concurrency=report.stats.get("concurrency", {}),
+                       deposed=report.stats.get("deposed", {}),
                        violations=dict(Counter(v.rule for v in report.violations)),
                        violation_count=len(report.violations))
         total += len(report.violations)
