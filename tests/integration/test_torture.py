@@ -84,6 +84,47 @@ def test_the_checker_names_violations_made_of_two_threads_calls(synthetic, tmp_p
     assert any(line.get("thread") for v in found for line in v.history), found
 
 
+def _as_kafka_run_with_a_cut(run: Path, *, deposed: bool | None, roles: list[str]) -> None:
+    """Make ``run`` a Kafka run whose every history line falls inside one cut of a node
+    with ``roles`` (the planted read and the acknowledgement it misses among them), its end
+    line saying ``deposed``."""
+    cfg = json.loads((run / "run.json").read_text())
+    cfg["broker"] = "kafka"
+    (run / "run.json").write_text(json.dumps(cfg))
+    times = [json.loads(x)["time"] for h in (run / "history").glob("*.jsonl")
+             for x in h.read_text().splitlines() if x.strip()]
+    start, learned = min(times) - 0.01, max(times) + 0.01
+    with (run / "nemesis.jsonl").open("a") as out:
+        out.write(json.dumps({"time": start, "kind": "node_cut", "phase": "start", "node": 3,
+                              "seconds": 4.0, "roles": roles}) + "\n")
+        out.write(json.dumps({"time": learned, "kind": "node_cut", "phase": "end", "node": 3,
+                              "learned_at": learned, "deposed": deposed}) + "\n")
+
+
+@pytest.mark.parametrize("rule", ["acked_write_lost", "stale_read"])
+def test_a_read_and_an_acknowledgement_both_within_a_deposed_leaders_window_are_not_compared(
+        synthetic, tmp_path, rule) -> None:
+    """On Kafka, a leader deposed while cut off serves its stale log until it learns (the
+    campaign's finding): a read and an acknowledgement both in that window of the partition
+    are not compared, and counted; a cut after which the partition kept its leader epoch, a
+    cut of a node that led no partition of the run, and the same lines on the embedded
+    broker are judged as always."""
+    part = json.loads((synthetic / "run.json").read_text())["partitions"]
+    copy, _ = plant(synthetic, rule, tmp_path / "plain")
+    assert [v for v in check(copy).violations if v.rule == rule]
+    roles = [f"leader:{p}" for p in sorted(set(part.values()))]
+    copy, _ = plant(synthetic, rule, tmp_path / "deposed")
+    _as_kafka_run_with_a_cut(copy, deposed=True, roles=roles)
+    report = check(copy)
+    assert not [v for v in report.violations if v.rule == rule]
+    assert report.stats["deposed"]["windows"] == 1
+    assert report.stats["deposed"]["pairs_not_compared"] >= 1
+    for name, deposed, who in (("kept", False, roles), ("follower", True, ["coordinator:x"])):
+        copy, _ = plant(synthetic, rule, tmp_path / name)
+        _as_kafka_run_with_a_cut(copy, deposed=deposed, roles=who)
+        assert [v for v in check(copy).violations if v.rule == rule], name
+
+
 def test_torture_cli_checks_a_folder_and_exits_1_on_a_violation(synthetic, tmp_path) -> None:
     clean = subprocess.run([*JOBREG, "torture", "--check", str(synthetic)],
                            capture_output=True, text=True, timeout=120)
