@@ -11,6 +11,18 @@ a fresh fetch, and reads until that fetch reports end-of-partition
 (``enable.partition.eof``). The fetch is issued after ``sync`` was called, so
 everything committed before the call is folded when it returns.
 
+Except right after a leader change on Kafka: a follower learns the high watermark
+from its next fetch, so a new leader may start with one below the old leader's, and
+its fetches end there until the other in-sync replicas have fetched from it; a
+read_committed fetch then ends before records already acknowledged and read through
+the old leader (the campaign on three nodes, issue 34: a read 0.1 s after a failover
+missed a cancel). Kafka's ListOffsets refuses such a leader's answer
+(OFFSET_NOT_AVAILABLE, KIP-207) until its high watermark has reached the start of its
+term. So on a cluster of several brokers an end of partition is taken only once a
+ListOffsets answer (read_committed: the last stable offset) says nothing lies past it
+(a round trip more per read); one broker (the embedded one, a single Kafka node) has no
+leader to change, and its ends are taken as they come.
+
 A writer's own records need not be read back (:meth:`LogReader.take_own`): when
 the reader knows the log to the very offset where the writer's transaction
 begins, nothing can lie between, and the records the writer sent, at the
@@ -463,6 +475,7 @@ class LogReader:
         write whose records lie at or after it cannot be confirmed until it moves."""
         self._moved = False  # the position moved without the consumer (take_own)
         self._probe: Consumer | None = None  # made by the first take_own
+        self._several_brokers: bool | None = None  # asked by the first _end_confirmed
 
     def _settings(self, fetch_wait_ms: int, reset: str) -> dict[str, Any]:
         return self.kafka.settings(_CLIENT_DEFAULTS, {
@@ -788,9 +801,45 @@ class LogReader:
                     if per_progress:
                         deadline = time.monotonic() + timeout
                     yield batch
+                if until is None or self.position <= until:
+                    self._doubt_end(min(1.0, max(0.01, left)))
         finally:
             self._restore_wait()
             self._pause()
+
+    def _doubt_end(self, timeout: float) -> None:
+        """After a poll: an end of partition it reported that is not confirmed
+        (:meth:`_end_confirmed`) is forgotten, and a fresh fetch from our position asked for
+        after a moment (a new leader behind its term, or records appended since)."""
+        if not self._eof or self._end_confirmed(timeout):
+            return
+        self._eof = False
+        self._known_end = None
+        time.sleep(0.02)
+        with contextlib.suppress(KafkaException):
+            self._consumer.seek(TopicPartition(self.topic, self.partition, self.position))
+
+    def _end_confirmed(self, timeout: float) -> bool:
+        """Whether the end of partition a fetch reported (:attr:`stable_end`, past a commit
+        marker that follows our position) is the partition's (see the module docstring): a
+        ListOffsets answer at or below it; ``False`` if the leader cannot answer yet
+        (Kafka's OFFSET_NOT_AVAILABLE while a new leader's high watermark is behind the
+        start of its term) or says more lies ahead."""
+        if self._several_brokers is None:
+            try:  # once per reader: one broker has no leader to change
+                meta = self._consumer.list_topics(self.topic, timeout=timeout)
+                self._several_brokers = len(meta.brokers) > 1
+            except KafkaException:
+                return False
+        if not self._several_brokers:
+            return True
+        reported = max(self.position, self.stable_end or 0)
+        try:
+            _low, stable = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), timeout=timeout, cached=False)
+        except KafkaException:
+            return False
+        return stable is None or stable <= reported
 
     def _restore_wait(self) -> None:
         """After a read: the configured fetch wait again, so that syncs at the end of the
