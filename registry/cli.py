@@ -1420,6 +1420,14 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="Folder of the runs: histories, log, verdicts, violations, summaries.")
 @click.option("--parallel", type=click.IntRange(1, 8), default=1, show_default=True,
               help="Runs at a time (each with its own broker and folder).")
+@click.option("--broker", "torture_broker", type=click.Choice(["embedded", "kafka"]),
+              default="embedded", show_default=True,
+              help="embedded: Tansu behind a fault proxy (broker pauses, network cuts); "
+                   "kafka: three Apache Kafka nodes started here (replication 3, "
+                   "min.insync.replicas 2; leader and transaction coordinator kills and "
+                   "pauses, node restarts, a node cut off from the others), one cluster "
+                   "per --parallel slot, reused by its runs with a fresh topic each.")
+@click.option("--kafka", "torture_kafka", is_flag=True, help="Short for --broker kafka.")
 @click.option("--bootstrap", "torture_bootstrap", metavar="HOST:PORT", callback=_host_port,
               help="Run against this Kafka instead of an embedded broker (client-side "
                    "faults only; a fresh topic per run, whose deletion is asked afterwards).")
@@ -1431,10 +1439,11 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @pass_settings
 def torture(settings: Settings, seed: int, runs: int, seconds: float, processes: int,
             writers: int, namespaces: int, lease: float, out_dir: str, parallel: int,
-            torture_bootstrap: str | None, check_dir: str | None, selftest: bool) -> None:
+            torture_broker: str, torture_kafka: bool, torture_bootstrap: str | None,
+            check_dir: str | None, selftest: bool) -> None:
     """The fault campaign: coordinator processes (each of --writers threads calling its Term
     at once) under a nemesis (pauses, kills, a paused broker, network cuts, zombie writes,
-    garbage, duplicates), then an independent checker over their histories and the log. A progress line per run on stderr, a summary table
+    garbage, duplicates; on --kafka, node kills, pauses, restarts and cuts), then an independent checker over their histories and the log. A progress line per run on stderr, a summary table
     on stdout.
 
     Exits 1 if any run broke a rule (or, with --selftest, if a planted violation was not
@@ -1446,6 +1455,12 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
 
     def progress(msg: str) -> None:
         click.echo(msg, err=True)
+
+    if torture_kafka:
+        torture_broker = "kafka"
+    if torture_broker == "kafka" and torture_bootstrap is not None:
+        raise CliError("--kafka starts its own cluster: give --bootstrap or --kafka, not both",
+                       EXIT_USAGE)
 
     if selftest:
         from registry.dev.torture.selftest import selftest as run_selftest
@@ -1475,7 +1490,7 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
             config = runner.CampaignConfig(
                 seed=seed, runs=runs, seconds=seconds, processes=processes,
                 writers=writers, namespaces=namespaces, lease=lease, out=Path(out_dir),
-                bootstrap=torture_bootstrap, parallel=parallel)
+                bootstrap=torture_bootstrap, parallel=parallel, broker=torture_broker)
             summaries = runner.campaign(config, progress)
     if settings.as_json:
         click.echo(json.dumps({"format": "jobreg.torture/1", "runs": summaries}, indent=2,
@@ -1487,7 +1502,7 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
             click.echo("\nfirst violation of each rule:")
             for line in examples:
                 click.echo(f"  {line}")
-    if any(s["violation_count"] for s in summaries):
+    if any(s["violation_count"] or s.get("runner_error") for s in summaries):
         raise SystemExit(EXIT_ERROR)
 
 

@@ -272,10 +272,14 @@ class KafkaNode:
     directory: pathlib.Path
     extra_listeners: dict[str, int] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"
+    """The address every listener of the node binds and advertises."""
+    netns: str | None = None
+    """The network namespace the node runs in (``ip netns exec``), or ``None``: this one."""
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def log_dir(self) -> pathlib.Path:
@@ -332,6 +336,11 @@ class KafkaCluster:
         (``PLAINTEXT``, or ``SSL`` with its ``listener.name.controller.ssl.*`` in
         ``config``; SCRAM cannot serve it: the credentials live in the metadata the
         controllers serve).
+    :param hosts: each node's address (default ``127.0.0.1``), and
+    :param netns: the network namespace each node runs in (``None``: this one). A fault
+        campaign puts each node in a namespace of its own, on that namespace's address, so
+        that it can cut one node off from the others (:mod:`registry.dev.torture.netsplit`);
+        the caller makes and removes the namespaces.
     """
 
     def __init__(self, nodes: int = 1, *, directory: str | os.PathLike[str] | None = None,
@@ -341,7 +350,9 @@ class KafkaCluster:
                  scram: Mapping[str, str] | None = None,
                  listeners: Sequence[str] = (), plaintext: bool = True,
                  client_config: Mapping[str, str] | None = None,
-                 controller_protocol: str = "PLAINTEXT") -> None:
+                 controller_protocol: str = "PLAINTEXT",
+                 hosts: Sequence[str] | None = None,
+                 netns: Sequence[str | None] | None = None) -> None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise ConfigError(f"nodes must be a positive int, got {nodes!r}")
         if ports is not None:
@@ -350,6 +361,11 @@ class KafkaCluster:
             for p in ports:
                 if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
                     raise ConfigError(f"port must be an int in 1..65535, got {p!r}")
+        for given, what in ((hosts, "hosts"), (netns, "netns")):
+            if given is not None and len(given) != nodes:
+                raise ConfigError(f"{len(given)} {what} given for {nodes} node(s)")
+        self._hosts = list(hosts) if hosts is not None else ["127.0.0.1"] * nodes
+        self._netns = list(netns) if netns is not None else [None] * nodes
         if not startup_timeout > 0:
             raise ConfigError(f"startup_timeout must be positive, got {startup_timeout!r}")
         self.size = nodes
@@ -389,7 +405,7 @@ class KafkaCluster:
 
     def listener_bootstrap(self, name: str) -> str:
         """``bootstrap.servers`` of the extra listener ``name`` (e.g. ``SASL_SSL``)."""
-        return ",".join(f"127.0.0.1:{n.extra_listeners[name]}" for n in self.nodes)
+        return ",".join(f"{n.host}:{n.extra_listeners[name]}" for n in self.nodes)
 
     @property
     def pids(self) -> list[int | None]:
@@ -402,19 +418,19 @@ class KafkaCluster:
 
     def node_config(self, node: KafkaNode) -> dict[str, str]:
         """The broker settings of ``node``: jobreg's defaults, then the caller's ``config``."""
-        voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
+        voters = ",".join(f"{n.node_id}@{n.host}:{n.controller_port}" for n in self.nodes)
         replicas = str(min(self.size, 3))
         min_isr = "2" if self.size >= 3 else "1"
-        listeners = [f"CONTROLLER://127.0.0.1:{node.controller_port}"]
+        listeners = [f"CONTROLLER://{node.host}:{node.controller_port}"]
         advertised = []
         protocols = [f"CONTROLLER:{self._controller_protocol}"]
         if self._plaintext:
-            listeners.insert(0, f"PLAINTEXT://127.0.0.1:{node.port}")
-            advertised.append(f"PLAINTEXT://127.0.0.1:{node.port}")
+            listeners.insert(0, f"PLAINTEXT://{node.host}:{node.port}")
+            advertised.append(f"PLAINTEXT://{node.host}:{node.port}")
             protocols.insert(0, "PLAINTEXT:PLAINTEXT")
         for name, port in node.extra_listeners.items():
-            listeners.append(f"{name}://127.0.0.1:{port}")
-            advertised.append(f"{name}://127.0.0.1:{port}")
+            listeners.append(f"{name}://{node.host}:{port}")
+            advertised.append(f"{name}://{node.host}:{port}")
             protocols.append(f"{name}:{self._listeners[name]}")
         settings = {
             "process.roles": "broker,controller",
@@ -598,7 +614,8 @@ class KafkaCluster:
             if not self._plaintext:  # clients bootstrap to the first listener named
                 extra[next(iter(self._listeners))] = port
             node = KafkaNode(node_id=i + 1, port=port, controller_port=fresh(),
-                             directory=directory, extra_listeners=extra)
+                             directory=directory, extra_listeners=extra,
+                             host=self._hosts[i], netns=self._netns[i])
             self.nodes.append(node)
         for node in self.nodes:
             lines = [f"{k}={v}" for k, v in self.node_config(node).items()]
@@ -629,11 +646,14 @@ class KafkaCluster:
 
     def _spawn(self, node: KafkaNode) -> None:
         console = open(node.directory / "console.log", "ab")  # noqa: SIM115 - the child keeps it
+        # `ip netns exec` execs the JVM in place: the pid, and the parent-death signal set
+        # before it, stay the node's.
+        inside = ["ip", "netns", "exec", node.netns] if node.netns is not None else []
         try:
             node.proc = _popen(
-                _with_parent_death_signal(self._java_argv(
+                _with_parent_death_signal([*inside, *self._java_argv(
                     node, "kafka.Kafka", str(node.directory / "server.properties"),
-                    heap=self._heap)),
+                    heap=self._heap)]),
                 stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
                 start_new_session=True)
         except OSError as e:
@@ -669,7 +689,7 @@ class KafkaCluster:
                     f"Kafka node {node.node_id} (pid {node.proc.pid}) did not answer on "
                     f"{node.bootstrap} within {self._startup_timeout:g} s{said}", node))
             try:
-                found = (_probe_cluster_id(("127.0.0.1", node.port), timeout=1.0)
+                found = (_probe_cluster_id((node.host, node.port), timeout=1.0)
                          if admin is None else _described_cluster_id(admin))
             except (OSError, _ProtocolError, _NotYet):
                 time.sleep(0.2)

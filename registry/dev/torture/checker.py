@@ -252,6 +252,53 @@ class _Run:
             self.finals[ns] = json.loads(final.read_text()) if final.exists() else None
         self.zombies = {n["event_id"]: n for n in self.nemesis
                         if n.get("kind") == "zombie" and "event_id" in n}
+        self.deposed = _deposed_windows(self.cfg, self.nemesis)
+        self.deposed_pairs = 0  # read/acknowledgement pairs _reads left uncompared
+
+
+_DEPOSING = ("node_cut", "leader_pause", "coordinator_pause")
+
+
+def _deposed_windows(cfg: dict[str, Any], nemesis: list[dict[str, Any]]
+                     ) -> dict[int, list[tuple[float, float]]]:
+    """On Kafka's nodes: per partition, the times during which a deposed leader may have
+    served its stale log to readers.
+
+    A leader cut off from the other nodes, or paused, longer than the broker session
+    timeout loses its partitions to a follower; clients whose metadata still names it keep
+    fetching from it, and it answers from its own log (its high watermark stops where its
+    term did) until it learns from the controller that it leads no more. Kafka serves reads
+    from the leader it believes in, with no quorum check: a read is linearizable only
+    while one node leads. A window runs from the fault's start to the moment the node named
+    the same leaders as the others (``learned_at`` in the fault's end line; the end of the
+    run if it never did); a fault after which every partition the node led kept its leader
+    epoch (``deposed`` false: shorter than the session timeout) makes none. The embedded
+    broker is one node: no windows.
+    """
+    if cfg.get("broker") != "kafka":
+        return {}
+    windows: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    open_: dict[tuple[str, int], dict[str, Any]] = {}
+    for n in nemesis:
+        kind = n.get("kind")
+        if kind not in _DEPOSING:
+            continue
+        if n.get("phase") == "start":
+            open_[(kind, n["node"])] = n
+            continue
+        start = open_.pop((kind, n["node"]), None)
+        if start is None or n.get("deposed") is False:  # no partition it led changed hands
+            continue
+        end = n.get("learned_at") or float(cfg.get("deadline") or 0) + 3600
+        for role in start.get("roles") or []:
+            if role.startswith("leader:"):
+                windows[int(role.split(":")[1])].append((float(start["time"]), float(end)))
+    for (_kind, _node), start in open_.items():  # a fault the run's end cut short
+        for role in start.get("roles") or []:
+            if role.startswith("leader:"):
+                windows[int(role.split(":")[1])].append(
+                    (float(start["time"]), float(cfg.get("deadline") or 0) + 3600))
+    return dict(windows)
 
 
 def check(run_dir: str | Path) -> Report:
@@ -509,6 +556,18 @@ def _failed_and_atomic(run: _Run, out: list[Violation], notes: list[str]) -> Non
 
 
 def _reads(run: _Run, out: list[Violation], notes: list[str]) -> None:
+    """A read shows every acknowledgement that completed before it was invoked; except, on
+    Kafka, an acknowledgement that completed while the partition's leader was deposed
+    (:func:`_deposed_windows`) is not compared with a read invoked in the same window: the
+    read may have been served by the deposed leader. Those pairs are counted."""
+
+    def deposed(ns: str, acked_at: float, read_at: float) -> bool:
+        for start, end in run.deposed.get(int(run.cfg["partitions"][ns]), ()):
+            if start <= acked_at and read_at <= end:
+                run.deposed_pairs += 1
+                return True
+        return False
+
     acked: dict[str, list[tuple[float, int, Op]]] = defaultdict(list)  # ns -> (t1, epoch, op)
     submits: dict[str, list[tuple[float, str, Op]]] = defaultdict(list)
     ends: dict[str, list[tuple[float, str, Op]]] = defaultdict(list)
@@ -527,7 +586,8 @@ def _reads(run: _Run, out: list[Violation], notes: list[str]) -> None:
             continue
         if op.f == "leader":
             seen = int((op.value or {}).get("epoch", 0))
-            before = [(e, o) for t, e, o in acked[op.ns] if t < op.t0 and e > seen]
+            before = [(e, o) for t, e, o in acked[op.ns] if t < op.t0 and e > seen
+                      and not deposed(op.ns, t, op.t0)]
             if before:
                 e, o = max(before, key=lambda x: x[0])
                 out.append(Violation("stale_read", f"a read of {op.ns} invoked after epoch {e} "
@@ -536,12 +596,12 @@ def _reads(run: _Run, out: list[Violation], notes: list[str]) -> None:
             continue
         jobs = (op.value or {}).get("jobs") or {}
         for t, job, o in submits[op.ns]:
-            if t < op.t0 and job not in jobs:
+            if t < op.t0 and job not in jobs and not deposed(op.ns, t, op.t0):
                 out.append(Violation("acked_write_lost", f"job {job!r} was acknowledged before "
                                      f"a read of {op.ns} that does not show it", op.ns,
                                      history=o.lines() + op.lines()))
         for t, job, o in ends[op.ns]:
-            if t < op.t0 and jobs.get(job) not in TERMINAL:
+            if t < op.t0 and jobs.get(job) not in TERMINAL and not deposed(op.ns, t, op.t0):
                 out.append(Violation("resurrection", f"job {job!r} was ended before a read of "
                                      f"{op.ns} that shows it {jobs.get(job)}", op.ns,
                                      history=o.lines() + op.lines()))
@@ -794,6 +854,8 @@ def _stats(run: _Run) -> dict[str, Any]:
     return {"ops": dict(ops), "ops_by_f": {f: dict(c) for f, c in sorted(by_f.items())},
             "concurrency": _concurrency(run),
             "faults": dict(faults), "records": sum(outcomes.values()),
+            "deposed": {"windows": sum(len(w) for w in run.deposed.values()),
+                        "pairs_not_compared": run.deposed_pairs},
             "outcomes": dict(outcomes), "fencing_refusals": sum(
                 1 for m in run.models.values() for v in m.verdicts
                 if v.reason in FENCING_REASONS)}

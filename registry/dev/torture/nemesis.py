@@ -13,6 +13,26 @@ Faults (``kind`` in ``nemesis.jsonl`` and the counts of ``summary.json``):
   runner started);
 * ``net_cut`` / ``net_blackhole``: the fault proxy between every client and the embedded
   broker resets or stalls every connection for 0.1-1.0 leases;
+* On Apache Kafka's three nodes (a :class:`~registry.dev.torture.cluster.CampaignCluster`),
+  one node fault at a time, each begun only while the cluster is whole (every node up and
+  in every ISR), aimed while a worker's write is in flight when one comes within 1.5 s
+  (``in_write`` in the line; ``ns`` the namespace of that write, or a random one):
+
+  - ``leader_kill`` / ``leader_pause``: SIGKILL (restarted 0.2-2 leases later,
+    :meth:`KafkaCluster.restart`) or SIGSTOP (0.3-2.5 leases) the node leading the
+    namespace's partition;
+  - ``coordinator_kill`` / ``coordinator_pause``: the same to the transaction coordinator of
+    the namespace's transactional id (the leader of its ``__transaction_state`` partition);
+  - ``node_restart``: SIGKILL any node and restart it 0.2-1 leases later;
+  - ``node_cut``: cut a node (the partition's leader half of the time) off from the other
+    nodes for 0.5-3 leases; clients still reach it (only with network namespaces,
+    :mod:`registry.dev.torture.netsplit`).
+
+  A node fault is two lines (``phase`` start and end; the end says how long the node took
+  to come back, and ``learned_at`` when it named the same partition leaders as the other
+  nodes: a leader deposed while cut off or paused serves its stale log to clients until
+  then); ``roles`` names what the struck node was (leader of the run's partitions,
+  coordinator of its namespaces);
 * ``zombie`` (``sub``: ``stale_epoch``, ``future_epoch``, ``wrong_writer``,
   ``revoked_term``, ``forged_grant``): a job event or a grant written straight to the
   topic with a plain producer, bypassing the client, that the fold must refuse;
@@ -62,8 +82,11 @@ class Nemesis:
     def __init__(self, rng: random.Random, *, workers: Workers, bootstrap: str, topic: str,
                  namespaces: dict[str, int], lease: float, log_path: Path,
                  broker: Any = None, proxy: Any = None, interval: tuple[float, float] = (0.3, 1.2),
-                 timeout: float = 1.0, writers: int = 1) -> None:
+                 timeout: float = 1.0, writers: int = 1, cluster: Any = None) -> None:
         self.rng = rng
+        self.cluster = cluster  # a CampaignCluster: Kafka node faults
+        self._node_thread: threading.Thread | None = None
+        self._last_invoke: dict[str, Any] = {}
         self.writers = writers
         self.workers = workers
         self.bootstrap, self.topic = bootstrap, topic
@@ -110,6 +133,8 @@ class Nemesis:
             self._record(kind="resume", phase="end", pid=pid, process=who, at_stop=True)
         if self.proxy is not None:
             self.proxy.heal()
+        if self._node_thread is not None:  # it ends its fault at once: the stop is set
+            self._node_thread.join(180)
         for reg in self._regs.values():
             with contextlib.suppress(Exception):
                 reg.close()
@@ -131,8 +156,20 @@ class Nemesis:
         if self.proxy is not None:
             kinds["net_cut"] = 0.5
             kinds["net_blackhole"] = 0.5
+        if self.cluster is not None:
+            # One node fault at a time, each lasting seconds: while one is on, another
+            # kind is drawn, so the other faults keep their rate.
+            node_kinds = {"leader_kill": 2.0, "leader_pause": 1.5, "coordinator_kill": 1.5,
+                          "coordinator_pause": 1.2, "node_restart": 0.8}
+            if self.cluster.can_cut:
+                node_kinds["node_cut"] = 2.0
+            kinds.update(node_kinds)
         while not self._stop.wait(self.rng.uniform(*self.interval)):
             kind = self.rng.choices(list(kinds), weights=list(kinds.values()))[0]
+            if kind in self._NODE_KINDS and self._node_thread is not None \
+                    and self._node_thread.is_alive():
+                others = {k: w for k, w in kinds.items() if k not in self._NODE_KINDS}
+                kind = self.rng.choices(list(others), weights=list(others.values()))[0]
             try:
                 done = getattr(self, f"_{kind}")()
             except Exception as e:  # the broker is paused or cut: try another fault later
@@ -244,6 +281,7 @@ class Nemesis:
                          x.get("type") == "invoke" and x.get("f") in self._WRITES}
                 open_ -= {x.get("op") for x in lines if x.get("type") != "invoke"}
                 if len(open_) >= need:
+                    self._last_invoke = line
                     return len(open_)
             time.sleep(0.002)
         return 0
@@ -292,6 +330,147 @@ class Nemesis:
 
     def _net_blackhole(self) -> bool:
         return self._interrupt("blackhole")
+
+    # -- Kafka node faults ------------------------------------------------------------
+
+    _NODE_KINDS = frozenset({"leader_kill", "leader_pause", "coordinator_kill",
+                             "coordinator_pause", "node_restart", "node_cut"})
+
+    def _roles(self) -> dict[int, list[str]]:
+        """What each node is now: the leader of the run's partitions, the coordinator of
+        its namespaces' transactional ids."""
+        from registry.log import transactional_id
+
+        roles: dict[int, list[str]] = {}
+        for part in sorted(set(self.namespaces.values())):
+            roles.setdefault(self.cluster.leader_of(self.topic, part), []).append(
+                f"leader:{part}")
+        for ns in sorted(self.namespaces):
+            node = self.cluster.coordinator_of(transactional_id(self.topic, ns))
+            if node is not None:
+                roles.setdefault(node, []).append(f"coordinator:{ns}")
+        return roles
+
+    def _node_fault(self, kind: str) -> bool:
+        """One node fault (module docstring): pick the node, wait for a write in flight,
+        strike; a thread ends the fault later."""
+        if self._node_thread is not None and self._node_thread.is_alive():
+            return False
+        if not self.cluster.whole([self.topic], timeout=self.timeout):
+            return False
+        roles = self._roles()
+        action = kind.rpartition("_")[2]  # kill, pause, restart, cut
+        # Only a namespace's leader writes: look at each worker in turn for 1.5 s in all.
+        with self._pause_lock:
+            running = {p: pid for p, pid in self.workers.running().items()
+                       if pid not in self._paused}
+        order = self.rng.sample(sorted(running), len(running))
+        v, in_flight = None, 0
+        for name in order:
+            v = (name, running[name])
+            in_flight = self._in_write(*v, wait=1.5 / max(1, len(order)))
+            if in_flight:
+                break
+        ns = self._last_invoke.get("ns") if in_flight else None
+        if ns not in self.namespaces:
+            ns = self.rng.choice(sorted(self.namespaces))
+        if kind.startswith("leader") or (kind == "node_cut" and self.rng.random() < 0.5):
+            want = f"leader:{self.namespaces[ns]}"
+        elif kind.startswith("coordinator"):
+            want = f"coordinator:{ns}"
+        else:
+            want = ""
+        nodes = [n for n, r in roles.items() if n > 0 and (not want or want in r)]
+        if not want:
+            nodes = self.cluster.node_ids()
+        if not nodes:
+            return False
+        node = self.rng.choice(sorted(nodes))
+        before = self._leader_epochs(node)
+        if action == "kill" or action == "restart":
+            seconds = self.rng.uniform(0.2, 2.0 if action == "kill" else 1.0) * self.lease
+            self.cluster.kill(node)
+        elif action == "pause":
+            seconds = self.rng.uniform(0.3, 2.5) * self.lease
+            self.cluster.pause(node)
+        else:
+            seconds = self.rng.uniform(0.5, 3.0) * self.lease
+            self.cluster.cut(node)
+        self._record(kind=kind, phase="start", node=node, seconds=seconds, ns=ns,
+                     in_write=in_flight, roles=roles.get(node, []),
+                     process=v[0] if v is not None and in_flight else None)
+
+        def end() -> None:
+            self._stop.wait(seconds)
+            began = time.monotonic()
+            error = None
+            try:
+                if action in ("kill", "restart"):
+                    self.cluster.restart(node)
+                elif action == "pause":
+                    self.cluster.resume(node)
+                else:
+                    self.cluster.heal_cut(node)
+            except Exception as e:  # noqa: BLE001 - on record; the runner heals the cluster
+                error = f"{type(e).__name__}: {e}"[:300]
+            back = time.monotonic() - began
+            # Until the node knows who leads now, a client whose metadata still names it
+            # may read its stale log: the checker needs when that ended (``learned_at``).
+            learned_at = None
+            deadline = time.monotonic() + 60
+            while error is None and time.monotonic() < deadline:
+                if self.cluster.agrees(node, self.topic):
+                    learned_at = time.time()
+                    break
+                time.sleep(0.05)
+            after = self._leader_epochs(None, avoid=node)
+            # Deposed: a partition it led got a new leader epoch meanwhile (None: unknown).
+            deposed = None if before is None or after is None else any(
+                after.get(p) != before.get(p) for p in before)
+            self._record(kind=kind, phase="end", node=node, back_after=round(back, 2),
+                         learned_at=learned_at, error=error, deposed=deposed,
+                         leader_epochs={str(p): [before.get(p), after.get(p)]
+                                        for p in before} if before and after else None)
+
+        self._node_thread = threading.Thread(target=end, name=f"nemesis-{kind}", daemon=True)
+        self._node_thread.start()
+        return True
+
+    def _leader_epochs(self, node: int | None, avoid: int | None = None
+                       ) -> dict[int, int] | None:
+        """The leader epoch of each of the run's partitions that ``node`` leads (every one
+        of them if ``None``), as the first node other than ``avoid`` that answers says (a
+        struck node may not know yet); ``None``: none answered."""
+        from registry.dev.torture.cluster import node_view
+
+        for n in self.cluster.kafka.nodes:
+            if not n.is_running() or n.node_id == avoid:
+                continue
+            try:
+                view = node_view(n.host, n.port, self.topic, self.timeout)
+            except (OSError, ValueError):
+                continue
+            return {p: view[p][1] for p in set(self.namespaces.values())
+                    if p in view and (node is None or view[p][0] == node)}
+        return None
+
+    def _leader_kill(self) -> bool:
+        return self._node_fault("leader_kill")
+
+    def _leader_pause(self) -> bool:
+        return self._node_fault("leader_pause")
+
+    def _coordinator_kill(self) -> bool:
+        return self._node_fault("coordinator_kill")
+
+    def _coordinator_pause(self) -> bool:
+        return self._node_fault("coordinator_pause")
+
+    def _node_restart(self) -> bool:
+        return self._node_fault("node_restart")
+
+    def _node_cut(self) -> bool:
+        return self._node_fault("node_cut")
 
     # -- log faults -------------------------------------------------------------------
 

@@ -2,9 +2,13 @@
 
 One run (:func:`run_once`), in this order:
 
-1. start an embedded broker (Tansu, in memory, 127.0.0.1) behind the fault proxy, unless
-   a ``bootstrap`` is given (then no broker or network faults: only client-side ones);
-2. create a fresh topic ``torture-<seed>-<random>`` and write ``run.json``;
+1. start an embedded broker (Tansu, in memory, 127.0.0.1) behind the fault proxy; or, with
+   ``broker="kafka"``, take Apache Kafka's three nodes
+   (:class:`~registry.dev.torture.cluster.CampaignCluster`, one per parallel slot of a
+   campaign, reused by its runs and made whole before each); or, given a ``bootstrap``,
+   that Kafka (then no broker or network faults: only client-side ones);
+2. create a fresh topic ``torture-<seed>-<random>`` (replication factor 3 on the three
+   nodes) and write ``run.json``;
 3. start the workers (:mod:`registry.dev.torture.worker`) and the nemesis
    (:mod:`registry.dev.torture.nemesis`); write a snapshot of each namespace midway;
 4. at the time bound: stop the nemesis (everything paused resumes, the network heals),
@@ -64,17 +68,28 @@ class CampaignConfig:
     inline_limit: int = 1024
     fault_interval: tuple[float, float] = (0.3, 1.2)
     parallel: int = 1
+    broker: str = "embedded"
+    """``embedded`` (Tansu behind the fault proxy) or ``kafka`` (three Apache Kafka nodes,
+    node faults); ignored when ``bootstrap`` is given."""
 
 
-def gc_grace(lease: float, timeout: float, *, embedded: bool) -> float:
+BROKERS = ("embedded", "kafka")
+
+
+def gc_grace(lease: float, timeout: float, *, broker: str) -> float:
     """The blob GC grace the workers use: longer than a blob's put can precede its submit's
     record landing here (README "Job graphs": ``grace`` must exceed it), and no longer.
 
-    That time is the longest pause the nemesis gives a worker (2.5 leases) and the broker
-    or the network (1.2 leases, only on the embedded broker), plus a submit's own time
-    (up to four sends of two timeouts each, with backoff), plus a second.
+    That time is the longest pause the nemesis gives a worker (2.5 leases), plus how long
+    the broker side may hold a record it was sent: on the embedded broker a pause and a
+    network fault (1.2 leases each); on Kafka's three nodes the longest node fault (a cut
+    of 3 leases) plus the broker session timeout (3 s: then a new leader or transaction
+    coordinator takes over and ends what the struck node held); on a given bootstrap
+    nothing. Plus a submit's own time (up to four sends of two timeouts each, with
+    backoff), plus a second.
     """
-    return 2.5 * lease + (2.4 * lease if embedded else 0) + 4 * (2 * timeout + 0.25) + 1.0
+    hold = {"embedded": 2.4 * lease, "kafka": 3.0 * lease + 3.0}.get(broker, 0.0)
+    return 2.5 * lease + hold + 4 * (2 * timeout + 0.25) + 1.0
 
 
 class _Workers:
@@ -193,14 +208,19 @@ def _free_run_dir(base: Path, index: int, seed: int) -> Path:
 
 
 def run_once(config: CampaignConfig, index: int, seed: int,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """One run of the campaign (see the module docstring); returns its summary."""
+             progress: Callable[[str], None] | None = None,
+             cluster: Any = None) -> dict[str, Any]:
+    """One run of the campaign (see the module docstring); returns its summary.
+
+    ``cluster``: with ``config.broker == "kafka"``, a started
+    :class:`~registry.dev.torture.cluster.CampaignCluster` to use (made whole first, left
+    running); ``None`` starts one for this run and stops it after."""
     from registry.dev.broker import EmbeddedBroker
     from registry.dev.torture.checker import check
     from registry.dev.torture.nemesis import Nemesis
     from registry.dev.torture.proxy import FaultProxy
     from registry.keys import partition_for
-    from registry.log import ensure_topic
+    from registry.log import TopicConfig, ensure_topic
 
     say = progress or (lambda _m: None)
     began = time.monotonic()
@@ -208,13 +228,25 @@ def run_once(config: CampaignConfig, index: int, seed: int,
     for sub in ("history", "snapshots", "final", "decisions", "dump", "blobs", "logs"):
         (run_dir / sub).mkdir()
     rng = random.Random(seed)
-    embedded = config.bootstrap is None
+    kind = "external" if config.bootstrap is not None else config.broker
+    embedded = kind == "embedded"
     timeout = config.lease / 2
     broker = proxy = None
+    own_cluster = None
     nemesis = workers = None
     observers: dict[str, Any] = {}
+    topic_config = TopicConfig()
     try:
-        if embedded:
+        if kind == "kafka":
+            from registry.dev.torture.cluster import CampaignCluster
+
+            if cluster is None:
+                cluster = own_cluster = CampaignCluster().start()
+            else:
+                cluster.heal()
+            bootstrap = cluster.bootstrap
+            topic_config = TopicConfig(replication_factor=3)
+        elif embedded:
             if config.proxy:
                 proxy = FaultProxy(None).start()
                 broker = EmbeddedBroker(advertised_port=proxy.port,
@@ -224,20 +256,23 @@ def run_once(config: CampaignConfig, index: int, seed: int,
                 broker = EmbeddedBroker(log_file=run_dir / "logs" / "broker.log").start()
             bootstrap = broker.bootstrap
         else:
+            cluster = None
             assert config.bootstrap is not None  # not embedded: a bootstrap was given
             bootstrap = config.bootstrap
         topic = f"torture-{seed}-{uuid.uuid4().hex[:8]}"
-        info = ensure_topic(bootstrap, topic, timeout=10.0)
+        info = ensure_topic(bootstrap, topic, topic_config, timeout=10.0)
         names = list(NAMESPACES[:config.namespaces])
         partitions = {ns: partition_for(ns, info.partitions) for ns in names}
         startup = time.monotonic() - began
         cfg: dict[str, Any] = {
             "seed": seed, "run": index, "bootstrap": bootstrap, "embedded": embedded,
+            "broker": kind, "replication_factor": topic_config.replication_factor,
+            "node_cut": bool(cluster is not None and cluster.can_cut),
             "proxy": proxy is not None, "topic": topic, "namespaces": names,
             "partitions": partitions, "processes": config.processes,
             "writers": config.writers, "lease": config.lease,
             "timeout": timeout, "inline_limit": config.inline_limit,
-            "gc_grace": gc_grace(config.lease, timeout, embedded=embedded),
+            "gc_grace": gc_grace(config.lease, timeout, broker=kind),
             "blob_dir": str((run_dir / "blobs").resolve()), "seconds": config.seconds,
             "started": time.time(), "deadline": time.time() + config.seconds,
             "op_pause": [0.01, 0.06],
@@ -252,7 +287,8 @@ def run_once(config: CampaignConfig, index: int, seed: int,
                           bootstrap=bootstrap, topic=topic, namespaces=partitions,
                           lease=config.lease, log_path=run_dir / "nemesis.jsonl",
                           broker=broker, proxy=proxy, interval=config.fault_interval,
-                          timeout=timeout, writers=config.writers).start()
+                          timeout=timeout, writers=config.writers,
+                          cluster=cluster).start()
         snapshot_at = time.time() + config.seconds * rng.uniform(0.4, 0.7)
         snapped = False
         while time.time() < cfg["deadline"]:
@@ -284,7 +320,9 @@ def run_once(config: CampaignConfig, index: int, seed: int,
             broker.stop()
         if proxy is not None:
             proxy.stop()
-    if not embedded:
+        if own_cluster is not None:
+            own_cluster.stop()
+    if not embedded and own_cluster is None:
         _delete_topic(bootstrap, topic)
     say("checking")
     report = check(run_dir)
@@ -292,7 +330,8 @@ def run_once(config: CampaignConfig, index: int, seed: int,
                                                         default=str))
     summary = {
         "seed": seed, "run": index, "dir": str(run_dir), "topic": topic,
-        "bootstrap": "embedded" if embedded else bootstrap, "seconds": config.seconds,
+        "bootstrap": "embedded" if embedded else bootstrap, "broker": kind,
+        "seconds": config.seconds,
         "processes": config.processes, "writers": config.writers, "namespaces": names,
         "lease": config.lease,
         "gc_grace": cfg["gc_grace"], "startup_seconds": round(startup, 2),
@@ -301,6 +340,7 @@ def run_once(config: CampaignConfig, index: int, seed: int,
         "ops": report.stats.get("ops", {}), "ops_by_f": report.stats.get("ops_by_f", {}),
         "records": report.stats.get("records", 0),
         "concurrency": report.stats.get("concurrency", {}),
+        "deposed": report.stats.get("deposed", {}),
         "violations": dict(Counter(v.rule for v in report.violations)),
         "violation_count": len(report.violations), "notes": report.notes,
     }
@@ -458,11 +498,16 @@ def _diagnose_start(bootstrap: str, topic: str, partition: int, path: Path) -> d
 def _delete_topic(bootstrap: str, topic: str) -> None:
     from confluent_kafka.admin import AdminClient
 
+    # The client is held until the answer: a temporary one was destroyed before it sent
+    # the request, and every run's topic stayed (found on Kafka's three nodes, where 30
+    # runs' topics made each failover move hundreds of partitions).
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     try:
-        futures = AdminClient({"bootstrap.servers": bootstrap}).delete_topics([topic])
-        futures[topic].result(10)
+        admin.delete_topics([topic], operation_timeout=10)[topic].result(15)
     except Exception:
         pass  # the run's topic stays; its name says what it is
+    finally:
+        del admin
 
 
 def campaign(config: CampaignConfig, progress: Callable[[str], None] | None = None
@@ -476,13 +521,52 @@ def campaign(config: CampaignConfig, progress: Callable[[str], None] | None = No
     Path(config.out).mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
     done: list[int] = [0, 0]  # runs ended, violations so far
+    kafka = config.bootstrap is None and config.broker == "kafka"
+    slot = threading.local()  # on Kafka: each parallel slot's cluster, reused by its runs
+    clusters: list[Any] = []
+
+    def cluster_of_slot() -> Any:
+        from registry.dev.torture.cluster import CampaignCluster
+
+        if getattr(slot, "cluster", None) is None:
+            say("starting Apache Kafka (3 nodes) for "
+                f"{threading.current_thread().name}")
+            slot.cluster = CampaignCluster().start()
+            with lock:
+                clusters.append(slot.cluster)
+        return slot.cluster
 
     def one(i: int) -> dict[str, Any]:
         seed = config.seed + i
         say(f"run {i + 1}/{config.runs} seed {seed}: {config.processes} processes of "
             f"{config.writers} writer thread(s), {config.namespaces} namespaces, "
             f"{config.seconds:g} s ...")
-        s = run_once(config, i, seed)
+        if kafka:
+            from registry.errors import BrokerError
+
+            cluster = cluster_of_slot()
+            try:
+                cluster.heal()
+            except BrokerError as e:  # a cluster that cannot be made whole is replaced
+                say(f"run {i + 1} seed {seed}: {e}; a fresh cluster")
+                slot.cluster = None
+                cluster.stop()
+                cluster = cluster_of_slot()
+            try:
+                s = run_once(config, i, seed, cluster=cluster)
+            except Exception as e:  # noqa: BLE001 - on record, the campaign goes on
+                # A run that could not finish (a cluster that would not come back, a read
+                # that failed) judges nothing: it is counted apart, never as a clean run.
+                say(f"run {i + 1}/{config.runs} seed {seed}: RUNNER ERROR "
+                    f"{type(e).__name__}: {e}")
+                slot.cluster = None
+                cluster.stop()
+                return {"seed": seed, "run": i, "dir": "", "runner_error":
+                        f"{type(e).__name__}: {e}"[:500], "nemesis": {}, "ops": {},
+                        "violations": {}, "violation_count": 0, "wall_seconds": 0.0,
+                        "startup_seconds": 0.0, "notes": []}
+        else:
+            s = run_once(config, i, seed)
         ops = s["ops"]
         with lock:
             done[0] += 1
@@ -494,11 +578,15 @@ def campaign(config: CampaignConfig, progress: Callable[[str], None] | None = No
                 f"{s['wall_seconds']:.1f} s -> {s['dir']}")
         return s
 
-    if config.parallel <= 1:
-        summaries = [one(i) for i in range(config.runs)]
-    else:
-        with ThreadPoolExecutor(config.parallel, thread_name_prefix="torture-run") as pool:
-            summaries = list(pool.map(one, range(config.runs)))
+    try:
+        if config.parallel <= 1:
+            summaries = [one(i) for i in range(config.runs)]
+        else:
+            with ThreadPoolExecutor(config.parallel, thread_name_prefix="torture-run") as pool:
+                summaries = list(pool.map(one, range(config.runs)))
+    finally:
+        for c in clusters:
+            c.stop()
     (Path(config.out) / "campaign.json").write_text(json.dumps(
         {"config": {**asdict(config), "out": str(config.out)}, "runs": summaries}, indent=2,
         default=str))
@@ -509,6 +597,8 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
     """The campaign's table: violations by rule, faults by kind, operations by outcome."""
     from registry.render import table
 
+    failed = [s for s in summaries if s.get("runner_error")]
+    summaries = [s for s in summaries if not s.get("runner_error")]
     rules: Counter[str] = Counter()
     runs_with: Counter[str] = Counter()
     faults: Counter[str] = Counter()
@@ -540,12 +630,24 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
               f"fenced {overlap['fenced']}, "
               f"unknown {overlap['unknown']}, cut by a kill {overlap['cut']}; revokes "
               f"{overlap['revokes']}); at most {in_flight} in flight at once"]
+    windows = sum((s.get("deposed") or {}).get("windows", 0) for s in summaries)
+    if windows:
+        pairs = sum((s.get("deposed") or {}).get("pairs_not_compared", 0) for s in summaries)
+        lines += ["", f"deposed-leader windows (Kafka: a leader cut off or paused until a "
+                  f"follower led, up to when it learned): {windows}; read/acknowledgement "
+                  f"pairs inside one, not compared: {pairs}"]
     errors = [n for s in summaries for n in s.get("notes", []) if n.startswith("CHECKER ERROR")]
     if errors:
         lines += ["", *errors]
+    if failed:
+        lines += ["", f"{len(failed)} run(s) did not finish (not judged, not counted above):",
+                  *(f"  seed {s['seed']}: {s['runner_error']}" for s in failed)]
     walls = [s["wall_seconds"] for s in summaries]
-    lines += ["", f"wall time per run: {min(walls):.1f}-{max(walls):.1f} s "
-              f"(start-up {max(s['startup_seconds'] for s in summaries):.1f} s at most)"]
+    if walls:
+        brokers = sorted({s.get("broker", "embedded") for s in summaries})
+        lines += ["", f"broker: {', '.join(brokers)}; wall time per run: {min(walls):.1f}-"
+                  f"{max(walls):.1f} s, mean {sum(walls) / len(walls):.1f} s (start-up "
+                  f"{max(s['startup_seconds'] for s in summaries):.1f} s at most)"]
     return "\n".join(lines)
 
 
@@ -573,6 +675,7 @@ def check_folder(path: str | Path, progress: Callable[[str], None] | None = None
             "startup_seconds": 0.0}
         summary.update(ops=report.stats.get("ops", {}), notes=report.notes,
                        concurrency=report.stats.get("concurrency", {}),
+                       deposed=report.stats.get("deposed", {}),
                        violations=dict(Counter(v.rule for v in report.violations)),
                        violation_count=len(report.violations))
         total += len(report.violations)
