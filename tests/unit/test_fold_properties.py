@@ -10,7 +10,7 @@ from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.histories import DAY, SETTINGS, build, histories, long_history_ops, op
+from support.histories import DAY, SETTINGS, build, histories, long_history_ops
 from support.model import CONTENDERS, JOBS, NS, TOPIC, Sim, compact, visible
 
 from registry.codec import encode
