@@ -24,14 +24,20 @@ log) does, the comparison the property test makes. After pass 4 the segment file
 are read: no tombstone, no aborted record, and every marker left has a batch of its
 transaction left (Kafka's rule), every empty batch is its producer's last (kept for fencing).
 
-The records keep the history's own timestamps (``CreateTime``), so fold rule 1's windows
-are the model's. ``min.compaction.lag.ms`` is 0 here, so what the cleaner may clean does not
-wait on time; ``segment.ms`` is longer than any history, and Kafka rolls a segment when a
-record's timestamp is ``segment.ms`` past the segment's first one: a roll record stamped far
-ahead closes the segment after each part (the active segment is never cleaned).
+The records keep the history's own timestamps (``CreateTime``, moved to now by whole
+duplicate windows), so fold rule 1's windows are the model's. ``min.compaction.lag.ms`` is 0
+here, so what the cleaner may clean does not wait on time; ``segment.ms`` is longer than any
+history, and Kafka rolls a segment when a record's timestamp is ``segment.ms`` past the
+segment's first one: a roll record stamped far ahead closes the segment after each part (the
+active segment is never cleaned). Two layouts run: a segment per part (nothing is cleaned
+while a part is written, so it is read back whole first), and segments of 2 KiB
+(``internal.segment.bytes``, Kafka's test-only setting), where the cleaner also cleans while
+the parts are written, up to wherever a segment ends or a transaction is still open, and
+cleans many segments in one pass.
 
 ``JOBREG_KAFKA_COMPACTION_HISTORIES`` (default 200) short histories and
-``JOBREG_KAFKA_COMPACTION_LONG`` (default 4; building one takes the model seconds) long ones (250 to 400 ops) run, at most
+``JOBREG_KAFKA_COMPACTION_LONG`` (default 4, one of them hypothesis' trivial first draw;
+building one takes the model seconds) long ones (250 to 400 ops) run in each layout, at most
 :data:`PER_TOPIC` per topic.
 """
 
@@ -76,6 +82,9 @@ PER_TOPIC = 250
 DAY_MS = 24 * 3600 * 1000
 SEGMENT_MS = 7 * DAY_MS
 DELETE_RETENTION_MS = 1000
+# Most histories fit in one such segment, the long ones span dozens; the largest write (one
+# transaction, 1.4 KiB) and a roll record (half of it) must fit in one.
+SMALL_SEGMENT_BYTES = 2048
 CLEANER_BACKOFF_MS = 100
 TOPIC_CONFIG = {
     "cleanup.policy": "compact",
@@ -106,10 +115,11 @@ def cleaner_kafka() -> KafkaCluster:
 
 @dataclass
 class History:
-    """One history on its partition: its ops, the simulated log, and where it is cut."""
+    """One history on its partition: its ops, its log (stamps moved to now), how it is
+    written and where it is cut."""
 
     ops: list[tuple]
-    sim: BrokerSim
+    log: list[Rec]
     units: list[Unit]
     cut: int  # units [0, cut) before the first pass, the rest after it
     model: list[Rec]  # the model's compacted log, with the offsets Kafka gave the records
@@ -123,25 +133,34 @@ def _say(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
 
 
-def _histories() -> list[tuple[list[tuple], BrokerSim]]:
+@pytest.fixture(scope="module")
+def drawn() -> list[tuple[list[tuple], BrokerSim]]:
+    """The histories, drawn and built once for both layouts of segments."""
     ops = draw_ops(HISTORIES) + draw_ops(LONG, long_history_ops)
+    assert len(ops) >= HISTORIES  # hypothesis drew them all
     return [(o, build_on_broker(o)) for o in ops]
 
 
 @pytest.mark.timeout(600 + 3 * (HISTORIES + 20 * LONG))
-def test_kafka_cleaner_keeps_the_answer(cleaner_kafka: KafkaCluster, tmp_path) -> None:
+@pytest.mark.parametrize("segment_bytes", [None, SMALL_SEGMENT_BYTES],
+                         ids=["segment-per-part", "small-segments"])
+def test_kafka_cleaner_keeps_the_answer(cleaner_kafka: KafkaCluster, drawn, segment_bytes,
+                                        tmp_path) -> None:
     """Every drawn history, through Kafka's cleaner four times: the model's records and the
-    fold's answer (see the module docstring)."""
-    drawn = _histories()
-    assert len(drawn) >= HISTORIES  # hypothesis drew them all
+    fold's answer (see the module docstring). With ``small-segments`` the topic rolls a
+    segment every 2 KiB (``internal.segment.bytes``), so the cleaner also cleans while the
+    histories are written, wherever a segment ends or a transaction is open, and cleans
+    many segments at once."""
     problems: list[str] = []
     stats: Counter[str] = Counter()
     started = time.monotonic()
     for first in range(0, len(drawn), PER_TOPIC):
         chunk = drawn[first:first + PER_TOPIC]
-        _run_topic(cleaner_kafka, f"cleaner-{first}", chunk, problems, stats)
+        _run_topic(cleaner_kafka, f"cleaner-{segment_bytes or 'whole'}-{first}", chunk,
+                   problems, stats, segment_bytes)
     stats["seconds"] = round(time.monotonic() - started)
-    print(f"\nKafka cleaner: {len(drawn)} histories, {dict(stats)}")
+    print(f"\nKafka cleaner ({segment_bytes or 'a segment per part'}): {len(drawn)} "
+          f"histories, {dict(stats)}")
     if problems:
         (tmp_path / "problems.txt").write_text("\n".join(problems))
         pytest.fail(f"{len(problems)} problem(s) (all in {tmp_path / 'problems.txt'}):\n"
@@ -176,11 +195,16 @@ def test_without_reassertion_kafkas_cleaner_resurrects_a_cancelled_job(
 
 
 def _run_topic(kafka: KafkaCluster, topic: str, drawn: list[tuple[list[tuple], BrokerSim]],
-               problems: list[str], stats: Counter[str]) -> None:
+               problems: list[str], stats: Counter[str], segment_bytes: int | None = None
+               ) -> None:
     node = kafka.nodes[0]
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    config = dict(TOPIC_CONFIG)
+    if segment_bytes is not None:
+        # Kafka's test-only setting: segment.bytes is at least 1 MiB since 4.1
+        config["internal.segment.bytes"] = str(segment_bytes)
     admin.create_topics([NewTopic(topic, num_partitions=len(drawn), replication_factor=1,
-                                  config=TOPIC_CONFIG)])[topic].result(60)
+                                  config=config)])[topic].result(60)
     parts = list(range(len(drawn)))
     rng = random.Random(topic)
     histories: list[History] = []
@@ -189,29 +213,30 @@ def _run_topic(kafka: KafkaCluster, topic: str, drawn: list[tuple[list[tuple], B
     # broker's time, and a segment rolls when a batch is segment.ms newer than its first.
     shift = -(-(int(time.time() * 1000) - 1_000_000) // DUPLICATE_WINDOW_MS) * DUPLICATE_WINDOW_MS
     for ops, sim in drawn:
-        before = fold(visible(sim.log), NS).answer()
-        sim.log = [dataclasses.replace(r, timestamp=r.timestamp + shift) for r in sim.log]
-        assert fold(visible(sim.log), NS).answer() == before
+        log = [dataclasses.replace(r, timestamp=r.timestamp + shift) for r in sim.log]
+        assert fold(visible(log), NS).answer() == fold(visible(sim.log), NS).answer()
         units = sim.checked_units()
-        histories.append(History(ops, sim, units, rng.randint(0, len(units)), []))
-    stamps = [r.timestamp for h in histories for r in h.sim.log]
+        histories.append(History(ops, log, units, rng.randint(0, len(units)), []))
+    stamps = [r.timestamp for h in histories for r in h.log]
     # no history spans a segment: its records (and the markers stamped meanwhile) stay in
     # the active segment until a roll record closes it
     assert max(stamps) - min(stamps) < SEGMENT_MS - 3600_000
     roll_at = max(stamps) + SEGMENT_MS + 1
+    roll_size = 4096 if segment_bytes is None else segment_bytes // 2
     writer = HistoryWriter(kafka.bootstrap, topic, f"cleaner-test-{topic}")
     try:
         rolls = {p: -1 for p in parts}
         passes = Counter[int]()  # passes that had something to clean, by partition
         for stage in (0, 1):
-            work = {p: (h.sim, h.units[:h.cut] if stage == 0 else h.units[h.cut:])
+            work = {p: (h.log, h.units[:h.cut] if stage == 0 else h.units[h.cut:])
                     for p, h in enumerate(histories)}
             _say(f"{topic}: writing part {stage + 1}")
             stats["rounds"] += writer.write(work)
             _say(f"{topic}: reading part {stage + 1} back")
-            _check_written(kafka, topic, histories, work, rolls, problems)
+            _check_written(kafka, topic, histories, work, writer.offsets, rolls, problems,
+                           whole=segment_bytes is None)
             roll_at = max(roll_at, int(time.time() * 1000) + SEGMENT_MS + 1)
-            rolls = writer.roll(parts, roll_at)
+            rolls = writer.roll(parts, roll_at, roll_size)
             roll_at += SEGMENT_MS + 1
             _say(f"{topic}: waiting for pass {stage + 1}")
             stats[f"pass {stage + 1} s"] += round(wait_cleaned(node.log_dir, topic, rolls))
@@ -228,7 +253,7 @@ def _run_topic(kafka: KafkaCluster, topic: str, drawn: list[tuple[list[tuple], B
             # the horizon stamped on the previous pass is its start + delete.retention.ms
             time.sleep(DELETE_RETENTION_MS / 1000 + 0.1)
             roll_at = max(roll_at, int(time.time() * 1000) + SEGMENT_MS + 1)
-            rolls = writer.roll(parts, roll_at)
+            rolls = writer.roll(parts, roll_at, roll_size)
             roll_at += SEGMENT_MS + 1
             _say(f"{topic}: waiting for pass {n}")
             stats[f"pass {n} s"] += round(wait_cleaned(node.log_dir, topic, rolls))
@@ -247,28 +272,34 @@ def _run_topic(kafka: KafkaCluster, topic: str, drawn: list[tuple[list[tuple], B
         problems.append(f"{topic}: log-cleaner.log shows fewer cleanings than passes of "
                         f"partitions {few[:10]}")
     stats["cleanings in log-cleaner.log"] += sum(cleaned.values())
+    # while the parts were written (small segments), or on the cleaner's own past a horizon
+    stats["cleanings besides the test's passes"] += sum(cleaned.values()) - sum(passes.values())
     stats["histories"] += len(histories)
-    stats["records"] += sum(len(h.sim.log) for h in histories)
-    stats["aborted records"] += sum(r.aborted for h in histories for r in h.sim.log)
+    stats["records"] += sum(len(h.log) for h in histories)
+    stats["aborted records"] += sum(r.aborted for h in histories for r in h.log)
     stats["records left"] += sum(len(visible(h.model)) for h in histories)
 
 
 def _check_written(kafka: KafkaCluster, topic: str, histories: list[History],
-                   work: dict[int, tuple[BrokerSim, list[Unit]]], rolls: dict[int, int],
-                   problems: list[str]) -> None:
-    """What the broker holds after the last roll record is each history's part as written
-    (the active segment: nothing of it cleaned); the model's log takes Kafka's offsets."""
+                   work: dict[int, tuple[list[Rec], list[Unit]]],
+                   offsets: dict[int, dict[int, int]], rolls: dict[int, int],
+                   problems: list[str], whole: bool) -> None:
+    """The model's log gets the part just written, at the offsets Kafka gave it; what a
+    read_uncommitted reader reads after the last roll record is that part, in order (with
+    ``whole`` nothing of it can have been cleaned yet: all of it)."""
     seen = read_partitions(kafka.bootstrap, topic, list(work), committed=False)
-    for p, (sim, units) in work.items():
-        new = [r for r in seen[p] if r.offset > rolls[p]]
-        expected = [sim.log[i] for u in units for i in u.records]
-        got = [(r.key, r.value, r.timestamp) for r in new]
-        if got != [(r.key, r.value, r.timestamp) for r in expected]:
-            problems.append(f"{topic}/{p}: written {len(got)} records, expected "
-                            f"{len(expected)}: {histories[p].repro()}")
-            continue
-        histories[p].model += [Rec(r.offset, e.key, e.value, e.timestamp, e.aborted)
-                               for r, e in zip(new, expected, strict=True)]
+    for p, (log, units) in work.items():
+        written = [Rec(offsets[p][i], r.key, r.value, r.timestamp, r.aborted)
+                   for i, r in ((i, log[i]) for u in units for i in u.records)]
+        at = {r.offset: (r.key, r.value, r.timestamp) for r in written}
+        got = [(r.offset, (r.key, r.value, r.timestamp)) for r in seen[p] if r.offset > rolls[p]]
+        ok = all(at.get(o) == record for o, record in got)  # each one as written there
+        ok = ok and (not whole or [o for o, _ in got] == sorted(at))  # ... and all of them
+        ok = ok and [r.offset for r in written] == sorted(at)  # in the history's order
+        if not ok:
+            problems.append(f"{topic}/{p}: read {len(got)} records back, not the "
+                            f"{len(written)} written: {histories[p].repro()}")
+        histories[p].model += written
 
 
 def _as_tuples(records: list[LogRecord]) -> list[tuple]:
@@ -297,7 +328,7 @@ def _check_pass(kafka: KafkaCluster, topic: str, histories: list[History],
             problems.append(f"{where}: the cleaner kept {len(got)} records, the model "
                             f"{len(want)} ({_diff(got, want)}): {h.repro()}")
         if exact:
-            expected = fold(visible(h.sim.log), NS).answer()
+            expected = fold(visible(h.log), NS).answer()
             if fold(committed[p], NS).answer() != expected:
                 problems.append(f"{where}: fold(compacted) != fold(log): {h.repro()}")
 

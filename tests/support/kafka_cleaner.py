@@ -41,7 +41,6 @@ from .model import Rec, Sim
 
 #: The key of the records that close a segment (never a namespace's key; dropped on reading).
 ROLL_KEY = b"jobreg-test/roll"
-ROLL_VALUE = b"r" * 4096
 
 
 @dataclass
@@ -145,30 +144,41 @@ class HistoryWriter:
         self.plain = Producer({**common, "enable.idempotence": False, "acks": "all",
                                "max.in.flight.requests.per.connection": 1})
         self.transactions = {"committed": 0, "aborted": 0}
+        #: partition -> index in its history's log -> the offset Kafka gave the record
+        self.offsets: dict[int, dict[int, int]] = {}
 
-    def _send(self, producer: Producer, partition: int, recs: Iterable[Rec]) -> None:
-        for r in recs:
+    def _send(self, producer: Producer, partition: int, log: list[Rec],
+              indices: Iterable[int]) -> None:
+        offsets = self.offsets.setdefault(partition, {})
+        for i in indices:
+            r = log[i]
+
+            def delivered(err, msg, i: int = i) -> None:
+                _raise_on_error(err, msg)
+                offsets[i] = msg.offset()
+
             producer.produce(self.topic, key=r.key, value=r.value, partition=partition,
-                             timestamp=r.timestamp, on_delivery=_raise_on_error)
+                             timestamp=r.timestamp, on_delivery=delivered)
 
     def _flush(self, producer: Producer) -> None:
         if producer.flush(60) != 0:
             raise AssertionError("records still unsent after 60 s")
 
-    def write(self, work: dict[int, tuple[Sim, list[Unit]]]) -> int:
-        """Write each partition's units in order (round ``r`` writes every partition's
-        ``r``-th unit and waits for it before round ``r + 1``); returns the rounds."""
+    def write(self, work: dict[int, tuple[list[Rec], list[Unit]]]) -> int:
+        """Write each partition's units of its log in order (round ``r`` writes every
+        partition's ``r``-th unit and waits for it before round ``r + 1``); returns the
+        rounds. :attr:`offsets` gets each record's offset."""
         rounds = max((len(units) for _, units in work.values()), default=0)
         for r in range(rounds):
-            now = {p: (sim, units[r]) for p, (sim, units) in work.items() if r < len(units)}
+            now = {p: (log, units[r]) for p, (log, units) in work.items() if r < len(units)}
             for aborted in (False, True):
-                batch = [(p, sim, u) for p, (sim, u) in now.items()
+                batch = [(p, log, u) for p, (log, u) in now.items()
                          if u.kind == "txn" and u.aborted == aborted]
                 if not batch:
                     continue
                 self.txn.begin_transaction()
-                for p, sim, u in batch:
-                    self._send(self.txn, p, (sim.log[i] for i in u.records))
+                for p, log, u in batch:
+                    self._send(self.txn, p, log, u.records)
                 if aborted:
                     # an abort while a produce is in flight can fail fatally (librdkafka #4849)
                     self._flush(self.txn)
@@ -178,20 +188,22 @@ class HistoryWriter:
                     self.txn.commit_transaction(60)
                     self.transactions["committed"] += 1
             for kind, producer in (("idempotent", self.idempotent), ("plain", self.plain)):
-                batch = [(p, sim, u) for p, (sim, u) in now.items() if u.kind == kind]
-                for p, sim, u in batch:
-                    self._send(producer, p, (sim.log[i] for i in u.records))
+                batch = [(p, log, u) for p, (log, u) in now.items() if u.kind == kind]
+                for p, log, u in batch:
+                    self._send(producer, p, log, u.records)
                 if batch:
                     self._flush(producer)
         return rounds
 
-    def roll(self, partitions: Sequence[int], timestamp: int) -> dict[int, int]:
+    def roll(self, partitions: Sequence[int], timestamp: int, size: int = 4096
+             ) -> dict[int, int]:
         """One record (:data:`ROLL_KEY`) per partition stamped ``timestamp``; returns each
         one's offset. Kafka rolls a segment on an append whose timestamp is more than
         ``segment.ms`` past the segment's first batch, so with ``timestamp`` that far past
         every record and marker it closes the segment holding them: the cleaner may clean
-        it. Its value is 4 KiB, so that the segment it closes next time is dirty enough for
-        ``min.cleanable.dirty.ratio`` against the clean part of any history here."""
+        it. Its value is ``size`` bytes, so that the segment it closes next time is dirty
+        enough for ``min.cleanable.dirty.ratio`` against the clean part of any history
+        here."""
         offsets: dict[int, int] = {}
 
         def delivered(err, msg) -> None:
@@ -199,7 +211,7 @@ class HistoryWriter:
             offsets[msg.partition()] = msg.offset()
 
         for p in partitions:
-            self.plain.produce(self.topic, key=ROLL_KEY, value=ROLL_VALUE, partition=p,
+            self.plain.produce(self.topic, key=ROLL_KEY, value=b"r" * size, partition=p,
                                timestamp=timestamp, on_delivery=delivered)
         self._flush(self.plain)
         assert set(offsets) == set(partitions)
