@@ -50,6 +50,7 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -107,7 +108,7 @@ DROP_TOMBSTONES = TopicConfig(min_compaction_lag_ms=0, delete_retention_ms=0)
 
 
 @pytest.fixture(scope="module")
-def cleaner_kafka() -> KafkaCluster:
+def cleaner_kafka() -> Iterator[KafkaCluster]:
     """One Kafka node whose cleaner looks for work every 100 ms (default 15 s); its folder
     is kept in ``$JOBREG_KAFKA_COMPACTION_DIR`` when set (to read its segments and logs)."""
     with KafkaCluster(nodes=1, config={"log.cleaner.backoff.ms": str(CLEANER_BACKOFF_MS)},
