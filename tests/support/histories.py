@@ -38,8 +38,9 @@ op = st.sampled_from([write] * 6 + [claim] * 2 + [sync] * 2 + [raw, raw, dup, ti
 
 
 def build(ops, reassert: bool = True, settle: bool = True, sim: Sim | None = None) -> Sim:
-    """Interpret ``ops`` on ``sim`` (a fresh :class:`Sim` by default; a subclass that also
-    records how each write reaches the broker, for :mod:`.kafka_cleaner`)."""
+    """Interpret ``ops`` on ``sim``: by default a fresh :class:`Sim` (``reassert`` is for that
+    one), or one given, such as :class:`.kafka_cleaner.BrokerSim`, which also records how each
+    write reaches the broker."""
     if sim is None:
         sim = Sim(reassert=reassert)
     for o in ops:
