@@ -37,8 +37,12 @@ op = st.sampled_from([write] * 6 + [claim] * 2 + [sync] * 2 + [raw, raw, dup, ti
     lambda s: s)
 
 
-def build(ops, reassert: bool = True, settle: bool = True) -> Sim:
-    sim = Sim(reassert=reassert)
+def build(ops, reassert: bool = True, settle: bool = True, sim: Sim | None = None) -> Sim:
+    """Interpret ``ops`` on ``sim``: by default a fresh :class:`Sim` (``reassert`` is for that
+    one), or one given, such as :class:`.kafka_cleaner.BrokerSim`, which also records how each
+    write reaches the broker."""
+    if sim is None:
+        sim = Sim(reassert=reassert)
     for o in ops:
         kind = o[0]
         if kind == "sync":
@@ -62,7 +66,11 @@ def build(ops, reassert: bool = True, settle: bool = True) -> Sim:
     return sim
 
 
-histories = st.lists(op, min_size=5, max_size=80).map(build)
+history_ops = st.lists(op, min_size=5, max_size=80)
+histories = history_ops.map(build)
+# Long enough to cross the image's bounds (test_fold_properties): hours of ticks cross many
+# duplicate windows.
+long_history_ops = st.lists(op, min_size=250, max_size=400)
 # JOBREG_PROPERTY_EXAMPLES=5000 for a deeper hunt than CI's default.
 SETTINGS = settings(max_examples=int(os.environ.get("JOBREG_PROPERTY_EXAMPLES", "300")),
                     deadline=None,

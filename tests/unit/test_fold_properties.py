@@ -10,7 +10,7 @@ from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support.histories import DAY, SETTINGS, build, histories, op
+from support.histories import DAY, SETTINGS, build, histories, long_history_ops
 from support.model import CONTENDERS, JOBS, NS, TOPIC, Sim, compact, visible
 
 from registry.codec import encode
@@ -275,7 +275,7 @@ W = DUPLICATE_WINDOW_MS
 fold_module = importlib.import_module("registry.rules")  # where the rules read it
 # Long enough to cross the bounds: hours of ticks cross many duplicate windows, and with
 # HISTORY_KEPT cut to 8 the refused, ignored and quarantined lists overflow.
-long_histories = st.lists(op, min_size=250, max_size=400).map(build)
+long_histories = long_history_ops.map(build)
 LONG = settings(SETTINGS, max_examples=int(os.environ.get("JOBREG_PROPERTY_EXAMPLES_LONG", "12")))
 
 
