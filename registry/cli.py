@@ -383,11 +383,6 @@ def broker(port: int | None, log_file: str | None, use_kafka: bool, nodes: int,
         raise click.BadParameter("Kafka's nodes log into their own directories (--dir); "
                                  "--log-file is for the embedded broker",
                                  param_hint="--log-file")
-    stop_requested = threading.Event()
-
-    def request_stop(signum: int, frame: object) -> None:
-        stop_requested.set()
-
     if use_kafka:
         from registry.dev.kafka import KAFKA_VERSION, KafkaCluster
 
@@ -397,52 +392,50 @@ def broker(port: int | None, log_file: str | None, use_kafka: bool, nodes: int,
                                      param_hint="--port")
         cluster = KafkaCluster(nodes, directory=directory, ports=ports,
                                progress=lambda line: click.echo(line, err=True))
-        previous = {sig: signal.signal(sig, request_stop)
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            with registry_errors():
-                cluster.start()
-                try:
-                    replicated = (", replication 3, min.insync.replicas 2" if nodes >= 3
-                                  else "")
-                    click.echo(f"Apache Kafka {KAFKA_VERSION} (KRaft, {nodes} node(s)"
-                               f"{replicated})")
-                    click.echo(f"bootstrap: {cluster.bootstrap}")
-                    click.echo("Ctrl-C to stop")
-                    while not stop_requested.wait(0.5):
-                        for node in cluster.nodes:
-                            if not node.is_running():
-                                raise BrokerError(f"Kafka node {node.node_id} exited; its "
-                                                  f"log is in {node.logs}")
-                    click.echo("stopping...", err=True)
-                finally:
-                    cluster.stop()
-                click.echo("stopped", err=True)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+
+        def check_nodes() -> None:
+            for node in cluster.nodes:
+                if not node.is_running():
+                    raise BrokerError(f"Kafka node {node.node_id} exited; its log is in "
+                                      f"{node.logs}")
+
+        replicated = ", replication 3, min.insync.replicas 2" if nodes >= 3 else ""
+        _serve_in_foreground(cluster, f"Apache Kafka {KAFKA_VERSION} (KRaft, {nodes} node(s)"
+                                      f"{replicated})", check_nodes)
         return
 
     from registry.dev.broker import EmbeddedBroker, find_tansu_binary
 
     with registry_errors():  # not installed: the machine's error, not a usage error
         binary = find_tansu_binary()
+    embedded = EmbeddedBroker(port=port, binary=binary, log_file=log_file)
+    _serve_in_foreground(embedded, "Embedded Kafka broker (Tansu, in memory: data is lost on "
+                                   "stop)", embedded.ensure_running)
+
+
+def _serve_in_foreground(broker: Any, banner: str, check: Callable[[], None]) -> None:
+    """Start ``broker`` (an EmbeddedBroker or a KafkaCluster), say where it answers, call
+    ``check`` twice a second until SIGINT or SIGTERM, then stop it."""
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop_requested.set()
 
     # Handlers go in before the broker starts: a SIGTERM with the default action
     # would end this process without stopping the broker.
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         with registry_errors():
-            embedded = EmbeddedBroker(port=port, binary=binary, log_file=log_file).start()
+            broker.start()
             try:
-                click.echo("Embedded Kafka broker (Tansu, in memory: data is lost on stop)")
-                click.echo(f"bootstrap: {embedded.bootstrap}")
+                click.echo(banner)
+                click.echo(f"bootstrap: {broker.bootstrap}")
                 click.echo("Ctrl-C to stop")
                 while not stop_requested.wait(0.5):
-                    embedded.ensure_running()
+                    check()
                 click.echo("stopping...", err=True)
             finally:
-                embedded.stop()
+                broker.stop()
             click.echo("stopped", err=True)
     finally:
         for sig, handler in previous.items():

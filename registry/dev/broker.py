@@ -46,7 +46,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from registry.errors import BrokerError, BrokerStartError, ConfigError
 
@@ -167,12 +167,22 @@ def _free_port(host: str) -> int:
 
 # -- stopping forgotten brokers at interpreter exit ------------------------------------
 
-_live: dict[int, EmbeddedBroker] = {}  # id(broker) -> broker, for every running instance
+
+class _Stoppable(Protocol):
+    """A broker this process started (an :class:`EmbeddedBroker`, a Kafka cluster)."""
+
+    _owner_pid: int
+
+    def stop(self, timeout: float = ...) -> None: ...
+
+
+_live: dict[int, _Stoppable] = {}  # id(broker) -> broker, for every running instance
 _live_lock = threading.Lock()
 _atexit_registered = False
 
 
-def _track(broker: EmbeddedBroker) -> None:
+def _track(broker: _Stoppable) -> None:
+    """Stop ``broker`` at interpreter exit if nobody stopped it before (:func:`_untrack`)."""
     global _atexit_registered
     with _live_lock:
         _live[id(broker)] = broker
@@ -181,7 +191,7 @@ def _track(broker: EmbeddedBroker) -> None:
             _atexit_registered = True
 
 
-def _untrack(broker: EmbeddedBroker) -> None:
+def _untrack(broker: _Stoppable) -> None:
     with _live_lock:
         _live.pop(id(broker), None)
 
@@ -197,7 +207,7 @@ def _stop_all_at_exit() -> None:
         try:
             broker.stop()
         except Exception:  # noqa: BLE001 - best effort at exit, keep stopping the others
-            _log.exception("could not stop embedded broker pid %s at exit", broker.pid)
+            _log.exception("could not stop %r at exit", broker)
 
 
 class EmbeddedBroker:

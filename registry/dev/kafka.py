@@ -60,6 +60,8 @@ from registry.dev.broker import (
     _popen,
     _probe_cluster_id,
     _ProtocolError,
+    _track,
+    _untrack,
     _with_parent_death_signal,
 )
 from registry.errors import BrokerError, BrokerStartError, ConfigError
@@ -174,17 +176,10 @@ def kafka_classpath(progress: Callable[[str], None] | None = None) -> list[pathl
                     progress(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central "
                              f"into {home} (once)")
                 started = time.monotonic()
-                done = subprocess.run(
-                    [mvn, "-q", "-B", "-f", str(work / "pom.xml"),
-                     "dependency:copy-dependencies", "-DincludeScope=runtime",
-                     f"-DoutputDirectory={work / 'libs'}"],
-                    stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
-                if done.returncode != 0:
-                    said = [line for line in (done.stdout + done.stderr).splitlines()
-                            if line.strip()]
-                    last = said[-1].strip() if said else f"exit code {done.returncode}"
-                    raise BrokerStartError(f"Maven could not fetch Apache Kafka "
-                                           f"{KAFKA_VERSION}: {last[:300]}")
+                _run_or_say(f"Maven could not fetch Apache Kafka {KAFKA_VERSION}",
+                            [mvn, "-q", "-B", "-f", str(work / "pom.xml"),
+                             "dependency:copy-dependencies", "-DincludeScope=runtime",
+                             f"-DoutputDirectory={work / 'libs'}"])
                 shutil.rmtree(libs, ignore_errors=True)
                 os.replace(work / "libs", libs)
                 mark.write_text(f"{KAFKA_VERSION}\n")
@@ -223,23 +218,29 @@ def kafka_tools_classpath(progress: Callable[[str], None] | None = None) -> list
                 if progress is not None:
                     progress(f"fetching kafka-tools {KAFKA_VERSION} from Maven Central "
                              f"into {home} (once)")
-                done = subprocess.run(
-                    [mvn, "-q", "-B", "dependency:copy",
-                     f"-Dartifact=org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
-                     f"-DoutputDirectory={work}"],
-                    cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                    check=False)
+                _run_or_say(f"Maven could not fetch kafka-tools {KAFKA_VERSION}",
+                            [mvn, "-q", "-B", "dependency:copy",
+                             f"-Dartifact=org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+                             f"-DoutputDirectory={work}"], cwd=work)
                 fetched = work / jar.name
-                if done.returncode != 0 or not fetched.exists():
-                    said = [line for line in (done.stdout + done.stderr).splitlines()
-                            if line.strip()]
-                    last = said[-1].strip() if said else f"exit code {done.returncode}"
+                if not fetched.exists():
                     raise BrokerStartError(f"Maven could not fetch kafka-tools "
-                                           f"{KAFKA_VERSION}: {last[:300]}")
+                                           f"{KAFKA_VERSION}: it left no {jar.name}")
                 os.replace(fetched, jar)
             finally:
                 shutil.rmtree(work, ignore_errors=True)
     return [*jars, jar]
+
+
+def _run_or_say(failure: str, argv: list[str], cwd: pathlib.Path | None = None) -> None:
+    """Run ``argv`` to its end; if it fails, raise :class:`BrokerStartError` of one line:
+    ``failure``, then the last line the program said (Maven and Kafka's tools say why last)."""
+    done = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        last = said[-1].strip() if said else f"exit code {done.returncode}"
+        raise BrokerStartError(f"{failure}: {last[:300]}")
 
 
 def _kafka_uuid() -> str:
@@ -635,14 +636,8 @@ class KafkaCluster:
                 str(node.directory / "server.properties")]
         for user, password in self._scram.items():
             args += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]"]
-        done = subprocess.run(self._java_argv(node, "kafka.tools.StorageTool", *args,
-                                              heap="256m"),
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              check=False)
-        if done.returncode != 0:
-            said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-            last = said[-1].strip() if said else f"exit code {done.returncode}"
-            raise BrokerStartError(f"formatting Kafka node {node.node_id} failed: {last[:300]}")
+        _run_or_say(f"formatting Kafka node {node.node_id} failed",
+                    self._java_argv(node, "kafka.tools.StorageTool", *args, heap="256m"))
 
     def _spawn(self, node: KafkaNode) -> None:
         console = open(node.directory / "console.log", "ab")  # noqa: SIM115 - the child keeps it
@@ -778,38 +773,3 @@ def _with_tail(message: str, node: KafkaNode) -> str:
         return message
     last = tail.splitlines()[-1].strip()
     return f"{message}; its log ends: {last[:300]} (more in {node.directory})"
-
-
-# -- stopping forgotten clusters at interpreter exit --------------------------------------
-
-_live: dict[int, KafkaCluster] = {}
-_live_lock = threading.Lock()
-_atexit_registered = False
-
-
-def _track(cluster: KafkaCluster) -> None:
-    import atexit
-
-    global _atexit_registered
-    with _live_lock:
-        _live[id(cluster)] = cluster
-        if not _atexit_registered:
-            atexit.register(_stop_all_at_exit)
-            _atexit_registered = True
-
-
-def _untrack(cluster: KafkaCluster) -> None:
-    with _live_lock:
-        _live.pop(id(cluster), None)
-
-
-def _stop_all_at_exit() -> None:
-    with _live_lock:
-        clusters = list(_live.values())
-    for cluster in clusters:
-        if cluster._owner_pid != os.getpid():
-            continue
-        try:
-            cluster.stop(timeout=5)
-        except Exception:  # noqa: BLE001 - best effort at exit
-            _log.exception("could not stop the Kafka cluster at exit")

@@ -36,11 +36,11 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
+from support.namespaces import sharing_a_partition
 
 from registry import Registry
 from registry.dev.kafka import KafkaCluster
 from registry.errors import Fenced, OutcomeUnknown
-from registry.keys import partition_for
 from registry.log import TransactionFailed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.integration]
@@ -66,15 +66,6 @@ def on_kafka(kafka: KafkaCluster, topic: str, tmp_path) -> Iterator[Callable[...
         reg.close()
 
 
-def _sharing(count: int, partitions: int = 8) -> list[str]:
-    """``count`` namespaces that hash to one partition of a topic of ``partitions``."""
-    by_partition: dict[int, list[str]] = {}
-    for i in range(1000):
-        names = by_partition.setdefault(partition_for(f"ns-{i}", partitions), [])
-        names.append(f"ns-{i}")
-        if len(names) == count:
-            return names
-    raise AssertionError("no partition got enough namespaces")
 
 
 def _uncommitted(bootstrap: str, topic: str, partition: int) -> dict[int, bytes | None]:
@@ -305,7 +296,7 @@ def test_a_leader_killed_mid_transaction_holds_a_shared_partition_until_its_name
     records lie after A's open record, so no read_committed fetch shows them and the write
     waits. A's next claim fences A's transactional id before its grant, which aborts the open
     transaction: B's write then completes, and A's record is never seen."""
-    a, b = _sharing(2)
+    a, b = sharing_a_partition(2)
     reg_b = on_kafka(b)
     term_b = reg_b.claim_leadership("jm-b")
     term_b.submit("before", b"g")
@@ -345,7 +336,7 @@ def test_a_leader_killed_mid_transaction_holds_a_shared_partition_until_kafka_ab
     OutcomeUnknown after its patience (half the duplicate window, 30 s). With Kafka's
     default of 60 s (jobreg's before), B's write was unknown after 30.4 s (measured; README
     "What differs")."""
-    a, b = _sharing(2)
+    a, b = sharing_a_partition(2)
     reg_b = Registry.connect(quick_abort.bootstrap, b, topic=topic, blob_store=tmp_path)
     try:
         term_b = reg_b.claim_leadership("jm-b")

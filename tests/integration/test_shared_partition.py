@@ -29,30 +29,21 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 from support.brokers import on_embedded
+from support.namespaces import sharing_a_partition
 
 from registry.errors import OutcomeUnknown
 from registry.image import Outcome
-from registry.keys import partition_for
 from registry.log import LogReader, TopicConfig, ensure_topic, transactional_id
 
 PATIENCE = 120.0  # seconds: only a hang reaches it
 LONG = 1500  # one-record transactions: 3,000 stored batches, long for a fetch that waits 1 ms
 
 
-def _sharing(count: int, partitions: int = 8) -> list[str]:
-    """``count`` namespaces that hash to one partition of a topic of ``partitions``."""
-    by_partition: dict[int, list[str]] = {}
-    for i in range(1000):
-        names = by_partition.setdefault(partition_for(f"ns-{i}", partitions), [])
-        names.append(f"ns-{i}")
-        if len(names) == count:
-            return names
-    raise AssertionError("no partition got enough namespaces")
 
 
 def test_a_write_behind_another_namespaces_open_transaction_waits_for_it_then_completes(
         broker, topic, connect) -> None:
-    other, ours = _sharing(2)
+    other, ours = sharing_a_partition(2)
     reg = connect(ours)
     term = reg.claim_leadership("jm-1")
     term.submit("before", b"g")  # the term's producer and reader are warm
@@ -112,7 +103,7 @@ def test_a_write_held_past_its_patience_is_unknown_and_says_which_offset_holds_i
     unknown (the records are in the log, committed, and no reader can read them yet), and it
     says where readers see the partition end; once the transaction ends, the log shows the
     write accepted."""
-    other, ours = _sharing(2)
+    other, ours = sharing_a_partition(2)
     reg = connect(ours)
     term = reg.claim_leadership("jm-1")
     term.submit("before", b"g")
@@ -151,7 +142,7 @@ def test_leaders_sharing_a_partition_write_at_once_then_each_alone(connect) -> N
     partition write concurrently, one job per call, stop one by one as their calls run out,
     and then write alone. Every write must be confirmed: a transaction ends on its own
     commit, whatever the other namespaces' leaders do after theirs."""
-    names = _sharing(4)
+    names = sharing_a_partition(4)
     terms = [connect(ns).claim_leadership("jm-1") for ns in names]
     failures: list[BaseException] = []
     for round_ in range(10):
