@@ -616,13 +616,18 @@ def _writer_levels(ctx: click.Context, param: click.Parameter, value: str) -> tu
               help="Live jobs of the failover (submitted in native batches of 1,000).")
 @click.option("--namespaces", type=click.IntRange(0, 256), default=16, show_default=True,
               help="jobreg: namespaces with a leader each, written at once (0: leave out).")
-@click.option("--only", default="etcd,zookeeper,jobreg", show_default=True,
-              callback=_store_list, help="The stores to run, comma-separated.")
+@click.option("--only", default="jobreg,kafka,kafka3,kafka-fsync,etcd,zookeeper",
+              show_default=True, callback=_store_list,
+              help="The stores to run, comma-separated: jobreg (on the embedded broker), kafka "
+                   "(jobreg on one Apache Kafka node), kafka3 (three nodes, replication 3), "
+                   "kafka-fsync (one node fsyncing every append), etcd, zookeeper.")
 def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: int,
                     namespaces: int, only: tuple[str, ...]) -> None:
-    """jobreg next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style), started from
-    Debian's packages on loopback, one workload on each: one writer's p50/p99, concurrent
-    writers' throughput and p50/p99, a native batch of 1,000, failover, ratios, durability."""
+    """jobreg (on the embedded broker and on Apache Kafka: one node, three nodes, one node
+    fsyncing every append) next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style),
+    started from Debian's packages on loopback, one workload on each: one writer's p50/p99,
+    concurrent writers' throughput and p50/p99, a native batch of 1,000, failover, ratios,
+    durability."""
     from registry.dev.bench_peers import PeersError, bench_peers, format_peers
 
     with registry_errors():
