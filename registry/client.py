@@ -59,6 +59,7 @@ from .errors import (
     ConfigError,
     Fenced,
     LeaseExpired,
+    NotAuthorized,
     OutcomeUnknown,
     RegistryError,
     UnknownJob,
@@ -251,8 +252,11 @@ class Registry:
         lies beyond the end of the log (another topic, or a wiped broker).
 
         Raises :class:`~registry.errors.BrokerError` if the broker does not
-        answer within ``timeout`` seconds, :class:`~registry.errors.ConfigError`
-        for a malformed namespace, an unusable topic or an unreadable snapshot.
+        answer within ``timeout`` seconds (:class:`~registry.errors.AuthenticationFailed`
+        at once for a refused login, :class:`~registry.errors.NotAuthorized` for a missing
+        ACL: DESCRIBE, READ and DESCRIBE_CONFIGS on the topic, CREATE to create it),
+        :class:`~registry.errors.ConfigError` for a malformed namespace, an unusable topic
+        or an unreadable snapshot.
         """
         check_id("namespace", namespace)
         check_id("topic", topic)
@@ -519,12 +523,17 @@ class Registry:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
             self._log.waiting[grant.event_id] = None
             try:
+                offset: int | None = None
                 try:
                     offset = self._plain.write(
                         self.topic, self.partition,
                         [(record_key(grant).encode(), self._codec.encode(grant))])[0]
                     self._log.read_until(offset, self.timeout)
                 except BrokerError as e:
+                    if isinstance(e, NotAuthorized) and offset is None:
+                        # The grant itself was refused, so not appended: not accepted.
+                        e.event_ids = (grant.event_id,)
+                        raise
                     try:
                         self.sync()  # the grant may have landed: read, don't guess
                     except BrokerError as lost:

@@ -14,7 +14,9 @@ third-party errors (confluent-kafka, fastavro, the OS) are wrapped with
     │   └── UnknownEventTypeError  the schema is not one of our event types
     ├── BrokerError            the broker cannot be reached or started
     │   ├── BrokerStartError       the embedded broker did not come up
-    │   └── AuthenticationFailed   the broker refused the client's SASL login
+    │   ├── AuthenticationFailed   the broker refused the client's SASL login
+    │   └── NotAuthorized          the broker's authorizer refused an operation (an ACL is
+    │                              missing): the message names the operation and resource
     ├── BlobError              a job graph in the blob store is missing or corrupt
     │   ├── BlobMissing            no blob under that reference
     │   └── BlobCorrupt            the blob's size or sha256 does not match its reference
@@ -72,6 +74,7 @@ __all__ = [
     "LeaseExpired",
     "MissingExtra",
     "NamespaceMoved",
+    "NotAuthorized",
     "OutcomeUnknown",
     "RegistryError",
     "UnknownEventTypeError",
@@ -145,6 +148,21 @@ class BrokerError(RegistryError):
 class AuthenticationFailed(BrokerError):
     """The broker refused the client's SASL login: the message names the mechanism and the
     user, never the secret. Retrying with the same settings cannot help."""
+
+
+class NotAuthorized(BrokerError):
+    """The broker's authorizer refused an operation of this client: the principal lacks an
+    ACL. The message is one line naming the user, the operation and the resource
+    (``WRITE on topic 'jobreg'``) and the broker's error code; the same fields are
+    attributes: ``operation``, ``resource_type`` (``topic``, ``transactional id``),
+    ``resource`` and ``code``. Retrying cannot help until an administrator grants it. A
+    write refused so was not appended."""
+
+    def __init__(self, message: str, *, operation: str, resource_type: str, resource: str,
+                 code: str) -> None:
+        super().__init__(message)
+        self.operation, self.resource_type = operation, resource_type
+        self.resource, self.code = resource, code
 
 
 class BrokerStartError(BrokerError):

@@ -36,7 +36,7 @@ from typing import Any
 from .errors import ConfigError
 
 __all__ = ["GUARDED", "Kafka", "check_client_config", "java_client_options", "load_properties",
-           "login_refused", "redacted", "scrubbed"]
+           "login_refused", "not_authorized_text", "redacted", "scrubbed", "user_of"]
 
 GUARDED: dict[str, str] = {
     "bootstrap.servers": "give the brokers as the bootstrap address (--bootstrap)",
@@ -80,14 +80,33 @@ _RDKAFKA_WHEN = re.compile(r"\s*\(after \d+ms in state \w+(, \d+ identical error
 _RDKAFKA_WHAT = re.compile(r"^SASL authentication error: ")
 
 
+def user_of(kafka: Kafka) -> str | None:
+    """The user name the client logs in with, as its properties give it (``None``: none)."""
+    config = kafka.config
+    user = (config.get("sasl.username") or config.get("sasl.oauthbearer.client.id")
+            or config.get("sasl.kerberos.principal"))
+    return str(user) if user else None
+
+
+def not_authorized_text(kafka: Kafka, operation: str, resource_type: str, resource: str,
+                        code: str, hint: str = "") -> str:
+    """The one line that says the broker's authorizer refused ``operation`` on a resource:
+    where, who (the user, never a secret), what, the broker's error code, and ``hint``."""
+    user = user_of(kafka)
+    who = f"user {user!r}" if user else "this client (no SASL user: the broker's ANONYMOUS)"
+    hint = f"; {hint}" if hint else ""
+    return (f"{kafka.bootstrap}: {who} is not authorized: {operation} on {resource_type} "
+            f"{resource!r} ({code}){hint}; an administrator grants it with an ACL (README "
+            "\"Connecting to a secured cluster\")")
+
+
 def login_refused(kafka: Kafka, reason: str) -> str:
     """The one line that says the broker at ``kafka`` refused its SASL login: where, the
     mechanism and the user (never the secret), and the broker's ``reason`` (librdkafka's
     message, trimmed and scrubbed of secret values)."""
     config = kafka.config
     mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms") or "GSSAPI"
-    user = (config.get("sasl.username") or config.get("sasl.oauthbearer.client.id")
-            or config.get("sasl.kerberos.principal"))
+    user = user_of(kafka)
     who = f"user {user!r}" if user else "no user name given"
     why = _RDKAFKA_WHAT.sub("", _RDKAFKA_WHEN.sub("", _RDKAFKA_WHERE.sub("", reason)))
     why = " ".join(scrubbed(why, config).split())

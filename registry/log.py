@@ -2,7 +2,11 @@
 
 Nothing here interprets records; that is :mod:`registry.fold`'s job. This
 module only moves bytes and turns confluent-kafka errors into
-:class:`~registry.errors.BrokerError`.
+:class:`~registry.errors.BrokerError`: a refused login into
+:class:`~registry.errors.AuthenticationFailed`, and a refusal of the broker's authorizer (a
+missing ACL) into :class:`~registry.errors.NotAuthorized`, one line naming the operation and
+the resource (:func:`not_authorized`), raised at once: librdkafka alone would retry a read
+it may not do until the caller's timeout, and report a refused write as any failed one.
 
 Catching up without ListOffsets: some brokers (the embedded Tansu among them)
 under-report the "latest" offset while producers batch. :meth:`LogReader.sync`
@@ -52,9 +56,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
-from .errors import AuthenticationFailed, BrokerError, ConfigError
+from .errors import AuthenticationFailed, BrokerError, ConfigError, NotAuthorized
 from .image import LogRecord
-from .kafka_config import Kafka, login_refused, scrubbed
+from .kafka_config import Kafka, login_refused, not_authorized_text, scrubbed
 
 __all__ = [
     "DEFAULT_TOPIC",
@@ -64,9 +68,12 @@ __all__ = [
     "TopicConfig",
     "TopicInfo",
     "TransactionFailed",
+    "TransactionNotAuthorized",
     "TransactionalWriter",
     "check_bootstrap",
     "ensure_topic",
+    "kafka_error_of",
+    "not_authorized",
     "refuse_fast",
     "topic_partitions",
     "transactional_id",
@@ -217,6 +224,75 @@ def _admin(bootstrap: str | Kafka) -> _Admin:
     return _Admin(bootstrap)
 
 
+# The broker's authorizer refused the request: an ACL is missing. Each code names the kind
+# of resource whose ACL it checked.
+_AUTHORIZATION = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "topic",
+    KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "group",
+}
+# An idempotent producer (grants, write_raw) gets its producer id only with IDEMPOTENT_WRITE
+# on the cluster or WRITE on some topic (Kafka's InitProducerId): without WRITE on the topic
+# it writes to, its first write fails with CLUSTER_AUTHORIZATION_FAILED, not the topic's code.
+_IDEMPOTENT_HINT = ("the broker gives an idempotent producer its producer id only with WRITE "
+                    "on a topic (or IDEMPOTENT_WRITE on the cluster)")
+
+
+def kafka_error_of(error: BaseException | None) -> KafkaError | None:
+    """The librdkafka error an exception carries (a ``KafkaException``'s, or its cause's:
+    confluent-kafka raises a producer's fatal error from whichever call serves callbacks,
+    inside a delivery callback as the cause of a ``SystemError``)."""
+    seen = 0
+    while error is not None and seen < 5:
+        if isinstance(error, KafkaException) and error.args \
+                and isinstance(error.args[0], KafkaError):
+            return error.args[0]
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def not_authorized(kafka: str | Kafka, error: KafkaError | BaseException | None,
+                   operation: str, resource_type: str, resource: str,
+                   hint: str = "") -> NotAuthorized | None:
+    """The error to raise if ``error`` is the broker's authorizer refusing ``operation`` on
+    ``resource`` (the one place jobreg words it); ``None`` for any other error.
+
+    ``error``: a ``KafkaError``, or an exception carrying one (:func:`kafka_error_of`).
+    The caller says what it asked for, since the broker's code names only the kind of
+    resource: a refused Produce is WRITE on the topic, a refused Fetch READ on it."""
+    err = error if isinstance(error, KafkaError) else kafka_error_of(error)
+    if err is None or err.code() not in _AUTHORIZATION:
+        return None
+    code = err.name()
+    if err.code() == KafkaError.CLUSTER_AUTHORIZATION_FAILED and resource_type == "topic":
+        hint = "; ".join(h for h in (hint, _IDEMPOTENT_HINT) if h)
+    kafka = Kafka.of(kafka)
+    return NotAuthorized(not_authorized_text(kafka, operation, resource_type, resource, code,
+                                             hint),
+                         operation=operation, resource_type=resource_type, resource=resource,
+                         code=code)
+
+
+_DESCRIBE_HINT = "READ or WRITE on it imply DESCRIBE; Kafka lists no topic a user may not describe"
+
+
+def _hidden_topic(admin: _Admin, topic: str, timeout: float) -> NotAuthorized | None:
+    """The error to raise when ``topic`` is missing from the cluster's listing because this
+    client may not describe it (Kafka lists only the topics a principal may describe);
+    ``None`` if it is missing (or the broker does not say). Asked with DescribeTopics, which
+    never creates a topic (a Metadata request for one topic makes the embedded broker
+    create it)."""
+    from confluent_kafka import TopicCollection
+
+    try:
+        admin.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic]\
+            .result(timeout)
+    except Exception as e:  # noqa: BLE001 - missing, or a broker that cannot describe it
+        return not_authorized(admin.kafka, e, "DESCRIBE", "topic", topic, _DESCRIBE_HINT)
+    return None
+
+
 @dataclass(frozen=True)
 class TopicInfo:
     """What :func:`ensure_topic` found: the partition count and, if the broker said,
@@ -247,10 +323,29 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
         try:
             futures[topic].result(timeout)
         except KafkaException as e:
+            # Kafka answers TOPIC_AUTHORIZATION_FAILED both for a user without CREATE and
+            # for an existing topic the user may not describe (it does not say which).
+            refused = not_authorized(bootstrap, e, "CREATE", "topic", topic,
+                                     f"or, if an administrator created it, DESCRIBE "
+                                     f"({_DESCRIBE_HINT})")
+            if refused is not None:
+                raise refused from None
             if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise BrokerError(f"could not create topic {topic!r} on {bootstrap}: "
                                   f"{e.args[0].str()}") from e
-        meta = _await_topic(admin, bootstrap, topic, timeout)
+        meta = _list_topics(admin, bootstrap, timeout)
+        # Kafka answers CreateTopics once its controller made the topic; the broker lists it
+        # a moment later. It never lists a topic the user may not describe.
+        deadline = time.monotonic() + timeout
+        while topic not in meta.topics:
+            hidden = _hidden_topic(admin, topic, timeout)
+            if hidden is not None:
+                raise hidden
+            if time.monotonic() > deadline:
+                raise BrokerError(f"topic {topic!r} on {bootstrap} was created but the "
+                                  f"broker did not list it within {timeout:g} s")
+            time.sleep(0.05)
+            meta = _list_topics(admin, bootstrap, timeout)
     partitions = len(meta.topics[topic].partitions)
     try:
         described = admin.describe_configs([ConfigResource("topic", topic)])
@@ -260,7 +355,14 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
             else None
         stamps = entries["message.timestamp.type"].value \
             if "message.timestamp.type" in entries else None
-    except Exception:  # a broker that cannot describe configs: trust creation
+    except Exception as e:  # a broker that cannot describe configs: trust creation
+        # ... but not a user who may not: the checks below are what jobreg's guarantees
+        # rest on, and an ACL missing must not switch them off unseen.
+        refused = not_authorized(bootstrap, e, "DESCRIBE_CONFIGS", "topic", topic,
+                                 "jobreg checks the topic's cleanup.policy and "
+                                 "message.timestamp.type before it uses it")
+        if refused is not None:
+            raise refused from None
         policy = retention = stamps = None
     if policy is not None and "compact" not in policy:
         raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; jobreg needs a "
@@ -277,27 +379,6 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
     except ValueError:
         retention_ms = None
     return TopicInfo(partitions, retention_ms)
-
-
-def _await_topic(admin: _Admin, bootstrap: str | Kafka, topic: str,
-                 timeout: float) -> ClusterMetadata:
-    """The cluster's metadata once it lists ``topic`` and its partitions.
-
-    On a cluster of several Kafka brokers, CreateTopics returns once the controller has the
-    topic, and each broker learns it from the metadata log a moment later: a metadata
-    request answered by one that has not yet lacks the topic (the campaign on three nodes,
-    issue 34: 29 of 40 fresh topics). So the metadata is asked again until it lists it.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        meta = _list_topics(admin, bootstrap, max(0.001, deadline - time.monotonic()))
-        found = meta.topics.get(topic)
-        if found is not None and found.error is None and found.partitions:
-            return meta
-        if time.monotonic() >= deadline:
-            raise BrokerError(f"topic {topic!r} exists on {bootstrap}, but the metadata did "
-                              f"not list it within {timeout:g} s")
-        time.sleep(0.05)
 
 
 def check_bootstrap(value: object) -> str:
@@ -349,8 +430,13 @@ def topic_partitions(bootstrap: str | Kafka, topic: str, timeout: float = 10.0) 
     and :class:`ConfigError` if the topic does not exist.
     """
     refuse_fast(bootstrap, timeout)
-    meta = _list_topics(_admin(bootstrap), bootstrap, timeout)
+    admin = _admin(bootstrap)
+    meta = _list_topics(admin, bootstrap, timeout)
     found = meta.topics.get(topic)
+    if found is None:
+        hidden = _hidden_topic(admin, topic, timeout)
+        if hidden is not None:
+            raise hidden
     if found is None or found.error is not None or not found.partitions:
         names = sorted(t for t in meta.topics if not t.startswith("__"))
         shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10
@@ -653,7 +739,15 @@ class LogReader:
                 if err.fatal():
                     raise BrokerError(f"reading {self.topic}[{self.partition}] failed: "
                                       f"{err.str()}")
-                continue  # transient (broker down, retrying): the caller's deadline bounds it
+                if err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    # librdkafka retries a refused fetch until the caller's timeout.
+                    refused = not_authorized(self.kafka, err, "READ", "topic", self.topic)
+                    assert refused is not None
+                    raise refused
+                # Transient (broker down, retrying): the caller's deadline bounds it. Also
+                # GROUP_AUTHORIZATION_FAILED: librdkafka looks up the coordinator of the
+                # consumer's group id, which a reader never uses (it needs no group ACL).
+                continue
             ts_type, ts = m.timestamp()
             offset = m.offset()
             assert offset is not None  # a record has its offset
@@ -853,6 +947,19 @@ _NOT_APPENDED = frozenset({
 })
 
 
+class TransactionNotAuthorized(TransactionFailed, NotAuthorized):
+    """A transaction the broker's authorizer refused (:class:`NotAuthorized`'s one line and
+    attributes, with :class:`TransactionFailed`'s: what was appended, what is in doubt)."""
+
+    def __init__(self, refused: NotAuthorized, *, fatal: bool, appended: tuple[int, ...] = (),
+                 in_doubt: int = 0) -> None:
+        # Not TransactionFailed.__init__: its super() is NotAuthorized's in this class.
+        BrokerError.__init__(self, str(refused))
+        self.fatal, self.appended, self.in_doubt = fatal, appended, in_doubt
+        self.operation, self.resource_type = refused.operation, refused.resource_type
+        self.resource, self.code = refused.resource, refused.code
+
+
 class _Delivery:
     """Delivery reports of one write. A record can be confirmed without an offset: the
     idempotent producer's retry of a record the broker already had comes back as a success
@@ -892,8 +999,10 @@ class TransactionalWriter:
                  timeout: float = 10.0) -> None:
         self.topic, self.partition = topic, partition
         self._timeout = timeout
-        self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
-            "transactional.id": transactional_id(topic, namespace),
+        self._kafka = Kafka.of(bootstrap)
+        self._transactional_id = transactional_id(topic, namespace)
+        self._producer = _client(Producer, self._kafka.settings(_CLIENT_DEFAULTS, {
+            "transactional.id": self._transactional_id,
             # Nothing leaves before commit_transaction flushes, and a flush ignores
             # linger.ms (a one-record transaction takes 2.1 ms at 0 or 1000 on the embedded
             # broker): a group's records go in one produce request. At 0, each produce()
@@ -906,6 +1015,11 @@ class TransactionalWriter:
             _warm_up(self._producer, timeout, topic)
             self._producer.init_transactions(timeout)
         except KafkaException as e:
+            refused = not_authorized(bootstrap, e, "WRITE", "transactional id",
+                                     transactional_id(topic, namespace))
+            if refused is not None:
+                self.close()
+                raise TransactionNotAuthorized(refused, fatal=True) from None
             raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
                                     fatal=True) from e
 
@@ -934,6 +1048,14 @@ class TransactionalWriter:
             with contextlib.suppress(KafkaException):
                 p.poll(0)
             in_doubt = produced - len(delivery.offsets) - delivery.refused
+            refused = (not_authorized(self._kafka, err, "WRITE", "topic", self.topic)
+                       if err.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                       else not_authorized(self._kafka, err, "WRITE", "transactional id",
+                                           self._transactional_id))
+            if refused is not None:
+                raise TransactionNotAuthorized(refused, fatal=fatal,
+                                               appended=tuple(delivery.offsets),
+                                               in_doubt=in_doubt) from None
             raise TransactionFailed(f"transaction failed: {err.name()} ({err.str()})",
                                     fatal=fatal, appended=tuple(delivery.offsets),
                                     in_doubt=in_doubt) from e
@@ -992,7 +1114,9 @@ class PlainWriter:
                  topic: str | None = None) -> None:
         self._timeout = timeout
         self._bootstrap = str(bootstrap)
-        self._producer = _client(Producer, Kafka.of(bootstrap).settings(_CLIENT_DEFAULTS, {
+        self._kafka = Kafka.of(bootstrap)
+        self._refusal: NotAuthorized | None = None
+        self._producer = _client(Producer, self._kafka.settings(_CLIENT_DEFAULTS, {
             "enable.idempotence": True,
             "linger.ms": 0,
             "message.timeout.ms": int(timeout * 1000),
@@ -1007,6 +1131,8 @@ class PlainWriter:
         """Write raw ``(key, value)`` records; return their offsets, or raise BrokerError.
         ``timestamp``: the producer's stamp (ms) instead of its clock's; a ``LogAppendTime``
         topic replaces it with the broker's on Kafka (the embedded broker keeps it)."""
+        if self._refusal is not None:  # its producer id was refused: it cannot write
+            raise self._refusal
         delivery = _Delivery()
         stamp = {} if timestamp is None else {"timestamp": timestamp}
         try:
@@ -1014,8 +1140,24 @@ class PlainWriter:
                 self._producer.produce(topic, value=value, key=key, partition=partition,
                                        on_delivery=delivery, **stamp)
         except (KafkaException, BufferError) as e:
-            raise BrokerError(f"could not send to {topic}[{partition}]: {e}") from e
-        left = self._producer.flush(self._timeout)
+            # A producer whose fatal error (its producer id refused) was not served yet
+            # refuses with _FATAL; serving its events raises the error itself (once).
+            raise self._refused(e, topic) or self._refused(self._served(), topic) or \
+                BrokerError(f"could not send to {topic}[{partition}]: {e}") from e
+        try:
+            left = self._producer.flush(self._timeout)
+        except (KafkaException, SystemError) as e:
+            # A fatal error is raised from the flush serving the delivery reports, as the
+            # cause of a SystemError when it lands in one.
+            raise self._refused(e, topic) or BrokerError(
+                f"write to {topic}[{partition}] at {self._bootstrap} failed: "
+                f"{kafka_error_of(e) or e}") from e
+        refused = self._refused(delivery.error, topic)
+        if refused is None and delivery.error is not None \
+                and delivery.error.code() == KafkaError._PURGE_QUEUE:
+            refused = self._refused(self._served(), topic)  # purged by the fatal error
+        if refused is not None:
+            raise refused
         if delivery.missing_offsets:
             raise BrokerError(f"write to {topic}[{partition}] at {self._bootstrap}: "
                               f"{delivery.missing_offsets} record(s) confirmed without their "
@@ -1025,6 +1167,22 @@ class PlainWriter:
                               f"confirmed within {self._timeout:g} s: "
                               f"{delivery.error or 'no delivery report'}")
         return delivery.offsets
+
+    def _refused(self, error: KafkaError | BaseException | None,
+                  topic: str) -> NotAuthorized | None:
+        refused = not_authorized(self._kafka, error, "WRITE", "topic", topic)
+        err = error if isinstance(error, KafkaError) else kafka_error_of(error)
+        if refused is not None and err is not None and err.fatal():
+            self._refusal = refused  # confluent-kafka raises a fatal error only once
+        return refused
+
+    def _served(self) -> BaseException | None:
+        """What serving the producer's events raises now (a fatal error not yet raised)."""
+        try:
+            self._producer.poll(0)
+        except (KafkaException, SystemError) as e:
+            return e
+        return None
 
     def partition_count(self, topic: str) -> int:
         """How many partitions ``topic`` has now (a metadata request on this producer's
@@ -1043,7 +1201,10 @@ class PlainWriter:
         """Flush what is queued (up to a second) and close the producer."""
         producer, self._producer = self._producer, _Closed("producer")
         if not isinstance(producer, _Closed):
-            producer.close()  # it takes no timeout (the 1.0 it was given was ignored)
+            # It takes no timeout (the 1.0 it was given was ignored). A producer whose id
+            # was refused raises that fatal error again here: the write already said it.
+            with contextlib.suppress(KafkaException):
+                producer.close()
 
 
 def write_raw(bootstrap: str | Kafka, topic: str, partition: int, key: bytes | str | None,

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .errors import BrokerError, Fenced, OutcomeUnknown, RegistryError
+from .errors import BrokerError, Fenced, NotAuthorized, OutcomeUnknown, RegistryError
 from .events import Event, LeadershipGranted, LeadershipRevoked, new_event_id
 from .fold import DUPLICATE_WINDOW_MS
 from .folded import FoldedLog
@@ -208,6 +208,14 @@ class TermWrites:
                     if isinstance(e, TransactionFailed) and e.fatal and self.writer is not None:
                         writer, self.writer = self.writer, None
                         writer.close()
+                    if isinstance(e, NotAuthorized):
+                        # The broker's authorizer refused it: nothing of this attempt was
+                        # appended, and no retry can help. Not accepted, unless an earlier
+                        # attempt left records placed or in doubt.
+                        if appended or in_doubt:
+                            raise unknown(str(e), e) from e
+                        e.event_ids = ids()
+                        raise e from None
                     try:
                         log.sync(self.timeout)  # read, don't guess
                     except BrokerError as lost:

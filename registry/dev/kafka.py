@@ -22,7 +22,10 @@ What it does, in order:
    like the embedded broker (``setpriv --pdeathsig KILL`` on Linux, so a node dies with the
    process that started it, even one killed with SIGKILL), listening on 127.0.0.1 only.
 4. **Ready.** It waits until every node answers the Kafka protocol with the cluster id it
-   was formatted with and the cluster's metadata lists every node.
+   was formatted with and the cluster's metadata lists every node. A cluster without its
+   PLAINTEXT client listener (``plaintext=False``: security on every listener, as
+   ``tests/support/kafka_security.py`` runs it) is asked through its first listener with the
+   administrator's ``client_config`` (DescribeCluster, then Metadata).
 5. **Stop.** SIGTERM to each node it started, by its pid, then SIGKILL after a bound; the
    directories it made are deleted unless the caller gave one.
 
@@ -50,6 +53,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from registry.dev.broker import (
     _free_port,
@@ -271,9 +275,20 @@ class KafkaCluster:
     :param startup_timeout: seconds to wait for the whole cluster to answer.
     :param progress: told in one line what is being done (a fetch, a format, a start).
     :param scram: ``{user: password}`` SCRAM-SHA-512 credentials written at format time.
-    :param listeners: extra listeners by name (``{"SASL_SSL": None}``); each gets a free
-        port on every node (:meth:`listener_bootstrap`); their protocol and settings come
-        with ``config``.
+    :param listeners: extra listeners, each ``NAME`` (its security protocol is the name,
+        e.g. ``SASL_SSL``) or ``NAME:PROTOCOL`` (``BROKER:SASL_SSL``); each gets a free port
+        on every node (:meth:`listener_bootstrap`); their settings (``sasl.*``, ``ssl.*``,
+        ``listener.name.<name>.*``, ``inter.broker.listener.name``) come with ``config``.
+    :param plaintext: whether every node has a ``PLAINTEXT`` client listener (the default).
+        Without it a node's :attr:`~KafkaNode.port` and :attr:`bootstrap` are those of the
+        first of ``listeners``, and readiness is asked there with ``client_config``.
+    :param client_config: librdkafka properties of the cluster's own clients (the readiness
+        probe, :meth:`leader_of`): how an administrator logs in on ``listeners[0]``, when
+        there is no ``PLAINTEXT`` listener.
+    :param controller_protocol: the security protocol of the controller listener
+        (``PLAINTEXT``, or ``SSL`` with its ``listener.name.controller.ssl.*`` in
+        ``config``; SCRAM cannot serve it: the credentials live in the metadata the
+        controllers serve).
     """
 
     def __init__(self, nodes: int = 1, *, directory: str | os.PathLike[str] | None = None,
@@ -281,7 +296,9 @@ class KafkaCluster:
                  heap: str = "384m", startup_timeout: float = 90.0,
                  progress: Callable[[str], None] | None = None,
                  scram: Mapping[str, str] | None = None,
-                 listeners: Sequence[str] = ()) -> None:
+                 listeners: Sequence[str] = (), plaintext: bool = True,
+                 client_config: Mapping[str, str] | None = None,
+                 controller_protocol: str = "PLAINTEXT") -> None:
         if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
             raise ConfigError(f"nodes must be a positive int, got {nodes!r}")
         if ports is not None:
@@ -301,7 +318,16 @@ class KafkaCluster:
         self._startup_timeout = float(startup_timeout)
         self._progress = progress
         self._scram = dict(scram or {})
-        self._listener_names = list(listeners)
+        self._listeners = _parse_listeners(listeners)
+        if not plaintext and not self._listeners:
+            raise ConfigError("a cluster without its PLAINTEXT listener needs another one "
+                              "(listeners=[...]) for its clients")
+        self._plaintext = plaintext
+        if controller_protocol not in ("PLAINTEXT", "SSL"):
+            raise ConfigError(f"controller_protocol must be PLAINTEXT or SSL, not "
+                              f"{controller_protocol!r}")
+        self._controller_protocol = controller_protocol
+        self._client_config = dict(client_config or {})
         self._lock = threading.RLock()
         self._owner_pid = os.getpid()
         self.nodes: list[KafkaNode] = []
@@ -336,14 +362,17 @@ class KafkaCluster:
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
         replicas = str(min(self.size, 3))
         min_isr = "2" if self.size >= 3 else "1"
-        listeners = [f"PLAINTEXT://127.0.0.1:{node.port}",
-                     f"CONTROLLER://127.0.0.1:{node.controller_port}"]
-        advertised = [f"PLAINTEXT://127.0.0.1:{node.port}"]
-        protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+        listeners = [f"CONTROLLER://127.0.0.1:{node.controller_port}"]
+        advertised = []
+        protocols = [f"CONTROLLER:{self._controller_protocol}"]
+        if self._plaintext:
+            listeners.insert(0, f"PLAINTEXT://127.0.0.1:{node.port}")
+            advertised.append(f"PLAINTEXT://127.0.0.1:{node.port}")
+            protocols.insert(0, "PLAINTEXT:PLAINTEXT")
         for name, port in node.extra_listeners.items():
             listeners.append(f"{name}://127.0.0.1:{port}")
             advertised.append(f"{name}://127.0.0.1:{port}")
-            protocols.append(f"{name}:{name}")
+            protocols.append(f"{name}:{self._listeners[name]}")
         settings = {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
@@ -486,10 +515,8 @@ class KafkaCluster:
 
     def leader_of(self, topic: str, partition: int, timeout: float = 10.0) -> int:
         """The node id leading ``topic``'s ``partition`` now (from cluster metadata)."""
-        from confluent_kafka.admin import AdminClient
-
         live = ",".join(n.bootstrap for n in self.nodes if n.is_running())
-        admin = AdminClient({"bootstrap.servers": live, "log_level": 0})
+        admin = self._admin_client(live)
         meta = admin.list_topics(topic, timeout=timeout)
         leader: int = meta.topics[topic].partitions[partition].leader
         return leader
@@ -524,9 +551,11 @@ class KafkaCluster:
             if directory.exists():
                 shutil.rmtree(directory)
             (directory / "logs").mkdir(parents=True)
+            extra = {name: fresh() for name in self._listeners}
+            if not self._plaintext:  # clients bootstrap to the first listener named
+                extra[next(iter(self._listeners))] = port
             node = KafkaNode(node_id=i + 1, port=port, controller_port=fresh(),
-                             directory=directory,
-                             extra_listeners={name: fresh() for name in self._listener_names})
+                             directory=directory, extra_listeners=extra)
             self.nodes.append(node)
         for node in self.nodes:
             lines = [f"{k}={v}" for k, v in self.node_config(node).items()]
@@ -570,8 +599,21 @@ class KafkaCluster:
             console.close()
         self._owner_pid = os.getpid()
 
+    def _admin_client(self, bootstrap: str, errors: list[str] | None = None) -> Any:
+        """An AdminClient of the cluster's own (``client_config``) for ``bootstrap``;
+        ``errors`` collects what librdkafka reports (a refused login, a failed handshake)."""
+        from confluent_kafka.admin import AdminClient
+
+        settings: dict[str, Any] = {"bootstrap.servers": bootstrap, "log_level": 0,
+                                    **self._client_config}
+        if errors is not None:
+            settings["error_cb"] = lambda err: errors.append(err.str())
+        return AdminClient(settings)
+
     def _wait_node(self, node: KafkaNode, deadline: float) -> None:
         assert node.proc is not None
+        errors: list[str] = []
+        admin = None if self._plaintext else self._admin_client(node.bootstrap, errors)
         while True:
             code = node.proc.poll()
             if code is not None:
@@ -579,12 +621,14 @@ class KafkaCluster:
                     f"Kafka node {node.node_id} (pid {node.proc.pid}) exited with code {code} "
                     f"before answering on {node.bootstrap}", node))
             if time.monotonic() > deadline:
+                said = f" (its client said: {errors[-1]})" if errors else ""
                 raise BrokerStartError(_with_tail(
                     f"Kafka node {node.node_id} (pid {node.proc.pid}) did not answer on "
-                    f"{node.bootstrap} within {self._startup_timeout:g} s", node))
+                    f"{node.bootstrap} within {self._startup_timeout:g} s{said}", node))
             try:
-                found = _probe_cluster_id(("127.0.0.1", node.port), timeout=1.0)
-            except (OSError, _ProtocolError):
+                found = (_probe_cluster_id(("127.0.0.1", node.port), timeout=1.0)
+                         if admin is None else _described_cluster_id(admin))
+            except (OSError, _ProtocolError, _NotYet):
                 time.sleep(0.2)
                 continue
             if found != self.cluster_id:
@@ -594,11 +638,10 @@ class KafkaCluster:
 
     def _wait_ready(self, deadline: float) -> None:
         from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
 
         for node in self.nodes:
             self._wait_node(node, deadline)
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin = self._admin_client(self.bootstrap)
         try:
             while True:
                 try:
@@ -631,6 +674,39 @@ class KafkaCluster:
         if self._temp is not None:
             shutil.rmtree(self._temp, ignore_errors=True)
             self._temp = None
+
+
+class _NotYet(Exception):
+    """A node's listener does not answer its admin client yet."""
+
+
+def _described_cluster_id(admin: Any) -> str | None:
+    """The cluster id ``admin``'s node reports (DescribeCluster), asked over whatever
+    listener and login the client has; :class:`_NotYet` while it cannot say."""
+    from confluent_kafka import KafkaException
+
+    try:
+        found: str | None = admin.describe_cluster(request_timeout=1.0).result(timeout=2.0)\
+            .cluster_id
+    except (KafkaException, TimeoutError) as e:
+        raise _NotYet(str(e)) from e
+    return found
+
+
+def _parse_listeners(listeners: Sequence[str]) -> dict[str, str]:
+    """``{name: security protocol}`` of ``NAME`` or ``NAME:PROTOCOL`` entries."""
+    known = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+    out: dict[str, str] = {}
+    for entry in listeners:
+        name, _, protocol = str(entry).partition(":")
+        protocol = protocol or name
+        if not name.replace("_", "").isalnum() or name.upper() in ("CONTROLLER", "PLAINTEXT") \
+                or protocol not in known or name in out:
+            raise ConfigError(f"listener {entry!r}: give NAME or NAME:PROTOCOL with a new "
+                              f"NAME (not CONTROLLER nor PLAINTEXT) and PROTOCOL one of "
+                              f"{', '.join(sorted(known))}")
+        out[name] = protocol
+    return out
 
 
 def _with_tail(message: str, node: KafkaNode) -> str:
