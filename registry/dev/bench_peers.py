@@ -985,11 +985,11 @@ def format_peers(p: PeersFigures) -> str:
     ]
     if p.namespaces:
         spread: Get = lambda f: f.namespaces.jobs_per_s if f.namespaces else None  # noqa: E731
-        single = jr.single_jobs_per_s if jr is not None else 0.0
+        single = f"{jr.single_jobs_per_s:,.0f} jobs/s" if jr is not None else "not run"
         name = f"{p.namespaces} namespaces, a leader each ({p.calls:,} calls) (***)"
         measures += [
             (f"{name}: jobs/s", spread, lambda f: None, "{:,.0f} jobs/s",
-             f">= 8x one writer's ({single:,.0f} jobs/s)" + verdict(
+             f">= 8x one writer's ({single})" + verdict(
                  lambda j, e: j.namespaces.jobs_per_s >= 8 * j.single_jobs_per_s
                  if j.namespaces else None)),
             (f"{name}: p99", lambda f: f.namespaces.p99_ms if f.namespaces else None,
