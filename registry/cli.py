@@ -735,29 +735,41 @@ def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[in
                                       "leave the writes on a long partition out).")
 @click.option("--replication", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Replication factor of the topic on the global --bootstrap's cluster.")
+@click.option("--kafka", "use_kafka", is_flag=True,
+              help="Run on Apache Kafka (one KRaft node from Maven Central's jars) started "
+                   "for the run, not on an embedded broker.")
+@click.option("--kafka-nodes", type=click.IntRange(1, 9), default=None,
+              help="With or without --kafka: that many Apache Kafka nodes (3: the topic "
+                   "replicated 3 times, min.insync.replicas 2).")
 @pass_settings
 def bench_roundtrips_cmd(settings: Settings, writes: int, sizes: tuple[int, ...],
                          graph_bytes: int, rounds: int, long_batches: int,
-                         replication: int) -> None:
+                         replication: int, use_kafka: bool, kafka_nodes: int | None) -> None:
     """What a write's round trips cost: a write of N records to one partition as a Kafka
     transaction (today), with and without the read_committed confirmation, next to an
     idempotent acks=all producer without transactions, and variants (the confirmation's
     fetch, linger.ms, batch.num.messages, Nagle); p50/p99 and records/s with ratios from one
     run, the requests librdkafka sends (versions, round-trip times) and init_transactions.
-    On an embedded broker, or on the global --bootstrap (a fresh topic whose deletion is
-    asked afterwards). Progress on stderr, the tables on stdout."""
+    On an embedded broker, on Apache Kafka started for the run (--kafka, --kafka-nodes N), or
+    on the global --bootstrap (a fresh topic whose deletion is asked afterwards). Progress on
+    stderr, the tables on stdout."""
     from registry.dev.bench_roundtrips import bench_roundtrips, format_roundtrips
 
     if rounds > writes:
         raise click.BadParameter(f"{rounds} rounds for {writes} writes: at most one round "
                                  "per write", param_hint="--rounds")
+    nodes = kafka_nodes if kafka_nodes is not None else (1 if use_kafka else 0)
+    if nodes and settings.bootstrap:
+        raise click.BadParameter("--kafka starts a cluster of its own; leave out --bootstrap "
+                                 "(or leave out --kafka to use --bootstrap's)", param_hint="--kafka")
     if replication > 1 and not settings.bootstrap:
-        raise click.BadParameter("the embedded broker has one node: --replication needs "
-                                 "--bootstrap", param_hint="--replication")
+        raise click.BadParameter("--replication is for --bootstrap's cluster (the embedded "
+                                 "broker has one node; --kafka-nodes sets its own)",
+                                 param_hint="--replication")
     with registry_errors():
         figures = bench_roundtrips(writes=writes, sizes=sizes, graph_bytes=graph_bytes,
                                    rounds=rounds, long_batches=long_batches,
-                                   replication=replication,
+                                   replication=replication, kafka_nodes=nodes,
                                    bootstrap=settings.kafka if settings.bootstrap else None,
                                    progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_roundtrips(figures))

@@ -66,6 +66,7 @@ __all__ = [
     "no_broker",
     "PlainWriter",
     "TopicConfig",
+    "TRANSACTION_TIMEOUT_MS",
     "TopicInfo",
     "TransactionFailed",
     "TransactionNotAuthorized",
@@ -947,6 +948,9 @@ _NOT_APPENDED = frozenset({
 })
 
 
+_LATE_REPORTS_S = 0.2  # how long a failed transaction waits for its records' reports
+
+
 class TransactionNotAuthorized(TransactionFailed, NotAuthorized):
     """A transaction the broker's authorizer refused (:class:`NotAuthorized`'s one line and
     attributes, with :class:`TransactionFailed`'s: what was appended, what is in doubt)."""
@@ -967,9 +971,10 @@ class _Delivery:
     records are, and the caller must read the log (``missing_offsets``). ``refused``
     counts the reports that say their record was not appended (:data:`_NOT_APPENDED`)."""
 
-    __slots__ = ("error", "missing_offsets", "offsets", "refused", "stamps")
+    __slots__ = ("error", "missing_offsets", "offsets", "refused", "reports", "stamps")
 
     def __init__(self) -> None:
+        self.reports = 0  # every report, whatever it says
         self.offsets: list[int] = []
         self.stamps: list[int | None] = []
         self.error: KafkaError | None = None
@@ -977,6 +982,7 @@ class _Delivery:
         self.refused = 0
 
     def __call__(self, err: KafkaError | None, msg: Any) -> None:  # msg: a Message
+        self.reports += 1
         if err is not None:
             self.error = err
             if err.code() in _NOT_APPENDED:
@@ -992,13 +998,36 @@ class _Delivery:
             self.stamps.append(ts if ts_type != 0 else None)
 
 
+TRANSACTION_TIMEOUT_MS = 15_000
+"""``transaction.timeout.ms`` of a leader's producer: how long Kafka lets a transaction stay
+open before its coordinator aborts it (and fences the producer).
+
+A transaction left open (its leader killed between produce and commit) holds the last stable
+offset of its partition, which other namespaces share: no read_committed reader, their
+leaders' read-backs included, reads past its first record until it ends. A claim of the dead
+leader's namespace ends it at once (it fences the id before its grant); if none comes, Kafka
+aborts it between this timeout and this timeout plus the broker's
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default). A held
+write gives up (``OutcomeUnknown``) half a duplicate window (30 s) after it was first sent
+(README "Compaction", assumption 5), so 15 s + 10 s ends the hold before then, where Kafka's
+60 s default did not (measured: README "What differs", tests/integration/
+test_kafka_fencing.py). A healthy transaction lasts one commit, bounded by the client's
+``timeout`` (10 s by default); one that outlives this is aborted by the broker, and the
+write reads the log as for any failed transaction."""
+
+
 class TransactionalWriter:
-    """The leader's producer: every write is one transaction on the namespace's partition."""
+    """The leader's producer: every write is one transaction on the namespace's partition.
+
+    ``transaction_timeout_ms``: its ``transaction.timeout.ms`` (default
+    :data:`TRANSACTION_TIMEOUT_MS`, read when the writer is made)."""
 
     def __init__(self, bootstrap: str | Kafka, topic: str, namespace: str, partition: int,
-                 timeout: float = 10.0) -> None:
+                 timeout: float = 10.0, *, transaction_timeout_ms: int | None = None) -> None:
         self.topic, self.partition = topic, partition
         self._timeout = timeout
+        if transaction_timeout_ms is None:
+            transaction_timeout_ms = TRANSACTION_TIMEOUT_MS
         self._kafka = Kafka.of(bootstrap)
         self._transactional_id = transactional_id(topic, namespace)
         self._producer = _client(Producer, self._kafka.settings(_CLIENT_DEFAULTS, {
@@ -1009,7 +1038,7 @@ class TransactionalWriter:
             # sent its own while earlier ones were in flight (a group of 64 records: 30 ms
             # a transaction on the embedded broker; 3.3 ms now).
             "linger.ms": 1000,
-            "transaction.timeout.ms": 60_000,
+            "transaction.timeout.ms": transaction_timeout_ms,
         }))
         try:
             _warm_up(self._producer, timeout, topic)
@@ -1045,8 +1074,16 @@ class TransactionalWriter:
                     fatal = True
             # The reports librdkafka holds now (an abort's purge, a fenced producer's):
             # each says appended (an offset), not appended, or nothing yet (in doubt).
+            # librdkafka purges a fenced producer's unsent records in a thread of its own,
+            # so their reports ("not sent") may come a moment after the error: wait for
+            # them briefly, or they count in doubt and make the answer unknown where
+            # Fenced is exact (tests/integration/test_kafka_fencing.py). Reports that do
+            # not come (records in flight to a broker that stopped answering) stay in doubt.
+            deadline = time.monotonic() + _LATE_REPORTS_S
             with contextlib.suppress(KafkaException):
                 p.poll(0)
+                while delivery.reports < produced and time.monotonic() < deadline:
+                    p.poll(0.01)
             in_doubt = produced - len(delivery.offsets) - delivery.refused
             refused = (not_authorized(self._kafka, err, "WRITE", "topic", self.topic)
                        if err.code() != KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED

@@ -7,10 +7,11 @@ The session's broker (``broker``) is, by ``$JOBREG_TEST_BROKER``:
   :class:`registry.dev.kafka.KafkaCluster`), started here on free loopback ports;
 
 or, when ``$JOBREG_TEST_BOOTSTRAP`` (``HOST:PORT[,HOST:PORT...]``) is set, that Kafka
-cluster, left as it is. On any broker but the embedded one, tests marked ``embedded_only``
-(they start, stop, freeze or proxy a broker of their own, or test the embedded broker
-itself) are skipped with the reason "needs the embedded broker"; every other test runs
-there, each on topics of its own.
+cluster, left as it is. On any broker but the embedded one, tests marked
+``embedded_only("why")`` (they start, stop, freeze or proxy a broker of their own, or test
+the embedded broker itself) are skipped with the reason "needs the embedded broker: why";
+every other test runs there, each on topics of its own. The marker without a reason stops
+the run at collection, on every broker.
 
 Tests of Apache Kafka itself (marker ``kafka``) ask for ``kafka`` (one node: the session's
 broker when that is Kafka) or ``kafka3`` (a three-node cluster, replication 3,
@@ -86,14 +87,41 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "broker: embedded (Tansu on 127.0.0.1)"
 
 
+def _reason_of(marker: pytest.Mark) -> str:
+    """The one reason an ``embedded_only`` marker gives (positionally or as ``reason=``),
+    stripped; ``""`` when it gives none, an empty one or more than one."""
+    given = [*marker.args, *marker.kwargs.values()]
+    if len(given) != 1 or set(marker.kwargs) - {"reason"} or not isinstance(given[0], str):
+        return ""
+    return given[0].strip()
+
+
+def _embedded_only_reason(item: pytest.Item) -> str | None:
+    """Why ``item`` needs the embedded broker (the closest ``embedded_only`` marker's reason
+    when a module and the test both say); ``None`` when unmarked, ``""`` when any of its
+    ``embedded_only`` markers gives no reason."""
+    reasons = [_reason_of(m) for m in item.iter_markers("embedded_only")]  # closest first
+    if not reasons:
+        return None
+    return reasons[0] if all(reasons) else ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Checked on every broker (not only where the marker skips), before -k/-m deselect: a
+    # test marked without saying why stops the run, so no marked test can skip the rule.
+    reasons = {item: _embedded_only_reason(item) for item in items}
+    unexplained = [item.nodeid for item, reason in reasons.items() if reason == ""]
+    if unexplained:
+        more = f" (and {len(unexplained) - 5} more)" if len(unexplained) > 5 else ""
+        raise pytest.UsageError(
+            f"{', '.join(unexplained[:5])}{more}: the embedded_only marker needs one reason, "
+            'why the test needs the embedded broker: @pytest.mark.embedded_only("freezes the '
+            'broker with SIGSTOP")')
     if test_broker_kind() == "embedded":
         return
-    why = f"${TEST_BOOTSTRAP} is set" if _test_bootstrap() else f"${TEST_BROKER}=kafka"
-    skip = pytest.mark.skip(reason=f"{EMBEDDED_ONLY} ({why})")
-    for item in items:
-        if item.get_closest_marker("embedded_only") is not None:
-            item.add_marker(skip)
+    for item, reason in reasons.items():
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"{EMBEDDED_ONLY}: {reason}"))
 
 
 @dataclass(frozen=True)

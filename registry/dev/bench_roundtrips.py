@@ -38,7 +38,10 @@ in rounds, so that the embedded broker's costs that grow with a partition's leng
 the transactional ids it has seen, fall on every cell alike and the ratios come from one run.
 
 On the global ``--bootstrap``'s cluster instead, the topic is ``jobreg-roundtrips-<random>``
-(``--replication`` replicas), and its deletion is asked at the end.
+(``--replication`` replicas), and its deletion is asked at the end. With ``--kafka`` (one node)
+or ``--kafka-nodes N``, on Apache Kafka started for the run (:mod:`registry.dev.kafka`), the
+topic replicated on up to three nodes (three: ``min.insync.replicas`` 2, so a write waits for
+a follower).
 
 Then an instrumented pass (``debug=protocol,feature``: slower, so only its request counts,
 versions and librdkafka's own round-trip times are kept) says which requests a write sends,
@@ -65,7 +68,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from registry.errors import BrokerError
 from registry.events import InlineGraph, JobSubmitted, new_event_id, now_ms
 from registry.kafka_config import Kafka
-from registry.log import _CLIENT_DEFAULTS, TopicConfig, ensure_topic
+from registry.log import _CLIENT_DEFAULTS, TRANSACTION_TIMEOUT_MS, TopicConfig, ensure_topic
 from registry.render import table
 from registry.wire import encode
 
@@ -233,7 +236,7 @@ def _producer(kafka: Kafka, topic: str, variant: Variant, extra: dict[str, Any] 
     if variant.transactional:  # TransactionalWriter's settings
         ours: dict[str, Any] = {"transactional.id": transactional_id or
                                 f"jobreg-bench.{topic}.{variant.key}.{uuid.uuid4().hex[:8]}",
-                                "linger.ms": 0, "transaction.timeout.ms": 60_000}
+                                "linger.ms": 0, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
     else:  # PlainWriter's
         ours = {"enable.idempotence": True, "linger.ms": 0,
                 "message.timeout.ms": int(_TIMEOUT * 1000)}
@@ -460,7 +463,7 @@ def _instrumented(kafka: Kafka, topic: str, variant: Variant, size: int, partiti
 
 def _init_times(kafka: Kafka, topic: str, rounds: int) -> InitFigures:
     figures = InitFigures()
-    settings = {"linger.ms": 0, "transaction.timeout.ms": 60_000}
+    settings = {"linger.ms": 0, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
     for _ in range(rounds):
         tid = f"jobreg-bench.{topic}.init.{uuid.uuid4().hex[:8]}"
         t0 = time.perf_counter()
@@ -492,14 +495,26 @@ def _init_times(kafka: Kafka, topic: str, rounds: int) -> InitFigures:
 def bench_roundtrips(*, writes: int = 200, sizes: Iterable[int] = SIZES, graph_bytes: int = 200,
                      rounds: int = 10, long_batches: int = LONG_BATCHES,
                      bootstrap: str | Kafka | None = None, replication: int = 1,
+                     kafka_nodes: int = 0,
                      progress: _Progress = lambda _: None) -> RoundtripFigures:
     """Run the benchmark on a fresh embedded broker (or on ``bootstrap``'s cluster, on a
-    fresh topic of ``replication`` replicas whose deletion is asked afterwards) and return
-    its figures. ``long_batches``: how many batches a long partition holds before its writes
-    (0: no writes on a long partition). Raises :class:`BrokerError` if a write fails or is not confirmed."""
+    fresh topic of ``replication`` replicas whose deletion is asked afterwards; or, with
+    ``kafka_nodes``, on Apache Kafka of that many nodes started for the run, the topic
+    replicated on up to three) and return its figures. ``long_batches``: how many batches a
+    long partition holds before its writes (0: no writes on a long partition). Raises
+    :class:`BrokerError` if a write fails or is not confirmed."""
     sizes = tuple(sizes)
     started = time.perf_counter()
-    if bootstrap is None:
+    if kafka_nodes:
+        from registry.dev.kafka import KAFKA_VERSION, KafkaCluster
+
+        with KafkaCluster(nodes=kafka_nodes, progress=progress) as cluster:
+            figures = _run(Kafka.of(cluster.bootstrap),
+                           f"Apache Kafka {KAFKA_VERSION} ({kafka_nodes} node(s), started for "
+                           f"the run, replication {min(kafka_nodes, 3)})", writes, sizes,
+                           graph_bytes, rounds, progress, topic="jobreg-roundtrips",
+                           replication=min(kafka_nodes, 3), long_batches=long_batches)
+    elif bootstrap is None:
         from registry.dev.broker import EmbeddedBroker
 
         with EmbeddedBroker() as broker:

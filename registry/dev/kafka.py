@@ -64,7 +64,8 @@ from registry.dev.broker import (
 )
 from registry.errors import BrokerError, BrokerStartError, ConfigError
 
-__all__ = ["CACHE_ENV", "KAFKA_VERSION", "KafkaCluster", "KafkaNode", "kafka_classpath"]
+__all__ = ["CACHE_ENV", "KAFKA_VERSION", "KafkaCluster", "KafkaNode", "kafka_classpath",
+           "kafka_tools_classpath"]
 
 _log = logging.getLogger(__name__)
 
@@ -197,6 +198,48 @@ def kafka_classpath(progress: Callable[[str], None] | None = None) -> list[pathl
         raise BrokerStartError(f"the jar cache {libs} lacks kafka_2.13; delete {home} "
                                "and start again")
     return jars
+
+
+def kafka_tools_classpath(progress: Callable[[str], None] | None = None) -> list[pathlib.Path]:
+    """:func:`kafka_classpath` plus Kafka's command-line tools (``org.apache.kafka:kafka-tools``:
+    ``org.apache.kafka.tools.DumpLogSegments``, ``org.apache.kafka.tools.consumer.ConsoleConsumer``
+    and the rest), fetched from Maven Central on first use into ``<cache>/kafka-<version>/tools``.
+
+    Only the one jar: its POM also brings ``connect-runtime`` and its dependencies, which the
+    segment dumper and the console consumer do not load (they run on the broker's jars).
+    Kept apart from the broker's ``libs`` so that a node's classpath stays as Kafka's POM
+    makes it. Raises :class:`BrokerStartError` as :func:`kafka_classpath` does.
+    """
+    jars = kafka_classpath(progress)
+    home = _cache_root() / f"kafka-{KAFKA_VERSION}" / "tools"
+    jar = home / f"kafka-tools-{KAFKA_VERSION}.jar"
+    with _fetch_lock:
+        if not jar.exists():
+            mvn = _need("mvn", "Maven to fetch Kafka's tools from Maven Central once "
+                               "(apt-get install maven)")
+            home.mkdir(parents=True, exist_ok=True)
+            work = pathlib.Path(tempfile.mkdtemp(prefix="fetch-", dir=home))
+            try:
+                if progress is not None:
+                    progress(f"fetching kafka-tools {KAFKA_VERSION} from Maven Central "
+                             f"into {home} (once)")
+                done = subprocess.run(
+                    [mvn, "-q", "-B", "dependency:copy",
+                     f"-Dartifact=org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
+                     f"-DoutputDirectory={work}"],
+                    cwd=work, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                    check=False)
+                fetched = work / jar.name
+                if done.returncode != 0 or not fetched.exists():
+                    said = [line for line in (done.stdout + done.stderr).splitlines()
+                            if line.strip()]
+                    last = said[-1].strip() if said else f"exit code {done.returncode}"
+                    raise BrokerStartError(f"Maven could not fetch kafka-tools "
+                                           f"{KAFKA_VERSION}: {last[:300]}")
+                os.replace(fetched, jar)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return [*jars, jar]
 
 
 def _kafka_uuid() -> str:

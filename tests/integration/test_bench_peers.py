@@ -31,7 +31,7 @@ def _children_of(pid: int) -> list[str]:
 
 
 @pytest.mark.integration
-@pytest.mark.embedded_only  # jobreg's side starts its own embedded broker
+@pytest.mark.embedded_only("`jobreg bench peers` starts its own embedded broker for jobreg's side")
 @needs_peers
 def test_a_tiny_run_prints_the_three_stores_side_by_side(tmp_path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}

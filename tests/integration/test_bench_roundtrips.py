@@ -17,7 +17,7 @@ JOBREG = [sys.executable, "-m", "registry.cli"]
 
 
 @pytest.mark.integration
-@pytest.mark.embedded_only  # it starts its own embedded broker
+@pytest.mark.embedded_only("`jobreg bench roundtrips` starts its own embedded broker")
 def test_a_tiny_run_prints_every_write_at_every_size() -> None:
     proc = subprocess.run([*JOBREG, "bench", "roundtrips", "--writes", "10", "--rounds", "2",
                            "--sizes", "1,8", "--long-batches", "100"],
@@ -43,7 +43,8 @@ def test_a_tiny_run_prints_every_write_at_every_size() -> None:
     (["--sizes", "0,8"], "records per write from 1 to 2048"),
     (["--sizes", "one"], "records per write from 1 to 2048"),
     (["--writes", "10", "--rounds", "11"], "at most one round per write"),
-    (["--replication", "3"], "--replication needs --bootstrap"),
+    (["--replication", "3"], "--replication is for --bootstrap's cluster"),
+    (["--kafka-nodes", "0"], "--kafka-nodes"),
     (["--writes", "5"], "--writes"),
 ])
 def test_a_bad_option_is_a_usage_error_in_one_line(args, says) -> None:

@@ -171,7 +171,7 @@ def test_binary_that_never_answers_times_out_and_is_killed(tmp_path) -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("starts and stops an EmbeddedBroker of its own")
 def test_context_manager_starts_and_stops() -> None:
     with EmbeddedBroker() as b:
         pid = b.pid
@@ -184,24 +184,23 @@ def test_context_manager_starts_and_stops() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
-def test_bootstrap_answers_and_creates_a_compacted_topic(broker: EmbeddedBroker) -> None:
+def test_bootstrap_answers_and_creates_a_compacted_topic(broker, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     try:
         futures = admin.create_topics(
-            [NewTopic("jobreg.test", num_partitions=1, config={"cleanup.policy": "compact"})],
+            [NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})],
             operation_timeout=10,
         )
-        futures["jobreg.test"].result(timeout=10)
+        futures[topic].result(timeout=10)
         topics = admin.list_topics(timeout=10).topics
-        assert "jobreg.test" in topics
-        assert len(topics["jobreg.test"].partitions) == 1
+        assert topic in topics
+        assert len(topics[topic].partitions) == 1
     finally:
         del admin
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("starts two EmbeddedBrokers of its own")
 def test_two_brokers_get_different_ports() -> None:
     with EmbeddedBroker() as a, EmbeddedBroker() as b:
         assert a.port != b.port
@@ -212,7 +211,7 @@ def test_two_brokers_get_different_ports() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("stops an EmbeddedBroker of its own, twice")
 def test_stop_is_idempotent_and_reaps_the_process() -> None:
     b = EmbeddedBroker().start()
     pid = b.pid
@@ -228,7 +227,7 @@ def test_stop_is_idempotent_and_reaps_the_process() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("stops an EmbeddedBroker of its own with a client connected")
 def test_stop_with_a_connected_client_still_ends_the_process() -> None:
     b = EmbeddedBroker().start()
     pid = b.pid
@@ -245,7 +244,7 @@ def test_stop_with_a_connected_client_still_ends_the_process() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("starts an EmbeddedBroker of its own twice, and again after a stop")
 def test_start_twice_is_an_error_and_restart_after_stop_works() -> None:
     b = EmbeddedBroker()
     try:
@@ -260,7 +259,7 @@ def test_start_twice_is_an_error_and_restart_after_stop_works() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("starts an EmbeddedBroker of its own on a port in use")
 def test_explicit_port_in_use_fails_with_the_log_tail() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -272,7 +271,7 @@ def test_explicit_port_in_use_fails_with_the_log_tail() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("starts an EmbeddedBroker of its own; its first port is lost to a race")
 def test_lost_bind_race_is_retried_on_a_new_port(monkeypatch) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -288,7 +287,7 @@ def test_lost_bind_race_is_retried_on_a_new_port(monkeypatch) -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("an EmbeddedBroker of its own writes the given log file")
 def test_log_file_receives_the_broker_output(tmp_path) -> None:
     log = tmp_path / "tansu.log"
     with EmbeddedBroker(log_file=log) as b:
@@ -298,7 +297,7 @@ def test_log_file_receives_the_broker_output(tmp_path) -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("an EmbeddedBroker of its own removes its temporary log")
 def test_temporary_log_is_removed_on_stop() -> None:
     with EmbeddedBroker() as b:
         log = b.log_path
@@ -307,7 +306,7 @@ def test_temporary_log_is_removed_on_stop() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("a child starts an EmbeddedBroker and forgets it (atexit stops it)")
 def test_atexit_stops_a_broker_the_program_forgot(tmp_path) -> None:
     program = textwrap.dedent(
         """
@@ -361,7 +360,7 @@ def test_cli_broker_without_binary_exits_1(tmp_path) -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg broker` starts an embedded broker on a port in use")
 def test_cli_broker_port_in_use_exits_1() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -378,7 +377,7 @@ def test_cli_broker_port_in_use_exits_1() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("runs `jobreg broker` (an embedded broker) until signalled")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_cli_broker_runs_until_signalled(sig: signal.Signals) -> None:
     port = free_port()

@@ -190,7 +190,7 @@ def test_probe_of_something_that_is_not_kafka() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("starts an EmbeddedBroker of its own, advertising a closed port")
 def test_starts_with_nothing_on_the_advertised_port() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -212,14 +212,14 @@ def test_starts_with_nothing_on_the_advertised_port() -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("probes the session's EmbeddedBroker on its own listening port")
 def test_probe_reads_the_cluster_id_without_advertising(broker: EmbeddedBroker) -> None:
     assert broker.advertised_port is None
     assert _probe_cluster_id(("127.0.0.1", broker.listen_port), timeout=5) == broker.cluster_id
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("puts a fault proxy in front of an embedded broker of its own")
 def test_transactional_roundtrip_through_the_proxy(proxied) -> None:
     broker, proxy = proxied
     assert broker.bootstrap == proxy.address
@@ -238,7 +238,7 @@ def test_transactional_roundtrip_through_the_proxy(proxied) -> None:
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("puts a fault proxy in front of an embedded broker of its own")
 def test_the_transaction_coordinator_is_reached_through_the_proxy(proxied) -> None:
     """FindCoordinator answers with the advertised address too: a blackhole stalls EndTxn."""
     broker, proxy = proxied
@@ -262,7 +262,7 @@ def test_the_transaction_coordinator_is_reached_through_the_proxy(proxied) -> No
 
 
 @integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("puts a fault proxy in front of an embedded broker of its own")
 @pytest.mark.parametrize("kind", ["idempotent", "transactional"])
 @pytest.mark.parametrize("mode", ["cut", "blackhole"])
 def test_producer_delivers_after_a_short_interruption(proxied, mode: str, kind: str) -> None:

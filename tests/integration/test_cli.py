@@ -52,7 +52,7 @@ def _incident(stdout: str, name: str) -> str:
     return stdout.split(f"\n{name}  ", 1)[1].split("\n[", 1)[0]
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg demo` starts its own embedded broker")
 @pytest.mark.integration
 def test_demo_plays_the_incidents_and_every_guarantee_holds(demo) -> None:
     tmp_path, result = demo
@@ -87,7 +87,7 @@ def test_demo_plays_the_incidents_and_every_guarantee_holds(demo) -> None:
     assert leftovers.stdout.strip() == ""
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg demo` starts its own embedded broker")
 @pytest.mark.integration
 def test_demo_says_what_became_of_each_write_it_tells_of(demo) -> None:
     """Issue 29 §2: each incident's sentence says what happened to each write, from the
@@ -126,7 +126,7 @@ def test_demo_says_what_became_of_each_write_it_tells_of(demo) -> None:
     assert "jm-3 (epoch 3) adopted 19 jobs, and did not try job-07 again." in said
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg demo` starts its own embedded broker")
 @pytest.mark.integration
 def test_demo_prints_sentences_and_no_spark_lines(demo) -> None:
     """Issue 29 §2: no Python value in a sentence (a list, a bool), and none of Spark's own
@@ -145,7 +145,7 @@ def test_demo_prints_sentences_and_no_spark_lines(demo) -> None:
         assert line not in result.stdout and line not in result.stderr, (line, result.stderr)
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg demo` starts its own embedded broker")
 @pytest.mark.integration
 def test_demo_tells_how_to_run_jobreg_when_it_is_not_on_the_path(demo) -> None:
     """Issue 29 §2: after `make demo` jobreg is in .venv, not on the PATH: the demo's hint
@@ -169,7 +169,7 @@ def test_demo_tells_how_to_run_jobreg_when_it_is_not_on_the_path(demo) -> None:
     assert activated.returncode == 0 and activated.stdout.strip(), activated.stderr
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg bench core` starts its own embedded broker")
 @pytest.mark.integration
 def test_bench_core_prints_its_table() -> None:
     result = run("bench", "core", "--submits", "20", "--jobs", "2000")
@@ -178,7 +178,7 @@ def test_bench_core_prints_its_table() -> None:
         assert row in result.stdout
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg bench soak` without --bootstrap starts its own embedded broker")
 @pytest.mark.integration
 def test_bench_soak_prints_its_windows_and_targets() -> None:
     result = run("bench", "soak", "--writes", "200", "--window", "100", "--jobs", "20")
@@ -188,7 +188,7 @@ def test_bench_soak_prints_its_windows_and_targets() -> None:
         assert row in result.stdout
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("`jobreg bench soak` without --bootstrap starts its own embedded broker")
 @pytest.mark.integration
 def test_bench_soak_with_concurrent_writers_on_one_term() -> None:
     result = run("bench", "soak", "--writes", "200", "--window", "100", "--jobs", "20",

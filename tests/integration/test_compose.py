@@ -341,7 +341,7 @@ def test_secure_variant_secrets_fit_the_images_and_the_properties(tmp_path) -> N
 
 
 @pytest.mark.integration
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("serves TLS through a proxy in front of an embedded broker of its own")
 def test_secure_variant_certificate_serves_tls_to_jobreg(tmp_path) -> None:
     """The broker certificate secure_secrets.py makes, served in front of the embedded broker,
     is trusted through the CA it makes, by name and by address (librdkafka checks both)."""

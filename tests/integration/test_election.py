@@ -174,7 +174,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("puts a fault proxy in front of an embedded broker of its own")
 @pytest.mark.parametrize("mode", ["cut", "blackhole"])
 def test_a_network_interruption_shorter_than_the_lease_causes_no_failover(topic, mode) -> None:
     """Incident 001: Flink's leader gave up on a transient disconnect. Here every client reaches
@@ -380,7 +380,7 @@ def test_a_resumed_leader_learns_in_its_first_round_that_it_lost(broker, topic,
         r.close()
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("puts a fault proxy in front of an embedded broker of its own")
 def test_a_resumed_leader_that_cannot_read_the_log_keeps_trying_and_learns_when_it_can(
         topic) -> None:
     """The leader resumes, its lease run out, while it cannot reach the broker: it cannot know

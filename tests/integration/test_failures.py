@@ -13,7 +13,7 @@ from registry import EmbeddedBroker, OutcomeUnknown, Registry, WriteRejected
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("freezes a broker of its own with SIGSTOP")
 def test_a_write_during_a_broker_freeze_is_resolved_from_the_log() -> None:
     """The broker freezes (SIGSTOP) during a fenced submit, longer than the client's timeout.
 

@@ -62,7 +62,7 @@ def test_state_timeline_explain_and_terms_of_incident_000(connect) -> None:
         reg.state_at(offset=1, time=1)
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("stops an EmbeddedBroker of its own, then reads the dump with no broker")
 def test_the_same_answers_from_a_dump_with_no_broker(topic, tmp_path) -> None:
     path = tmp_path / "incident-000.jobreg.avro"
     made: list[Registry] = []

@@ -163,7 +163,7 @@ def test_after_a_fencing_the_next_write_is_fenced_before_sending(connect):
     assert caught.value.event_ids == ()
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("stops an EmbeddedBroker of its own under a writer")
 @pytest.mark.parametrize("with_producer", [True, False])
 def test_a_lost_broker_is_unknown_after_sending_and_not_accepted_before(tmp_path, with_producer):
     from registry import EmbeddedBroker, Registry
@@ -216,7 +216,7 @@ def test_a_claim_whose_producer_cannot_start_sends_nothing(connect, monkeypatch)
     assert reg.leader() is None and reg.epoch() == 0
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("stops an EmbeddedBroker of its own before or during a claim")
 @pytest.mark.parametrize("when", ["before", "during"])
 def test_a_claim_with_a_lost_broker_is_not_accepted_before_and_unknown_during(
         tmp_path, monkeypatch, when):
@@ -367,6 +367,7 @@ def paused_broker(broker):
 
 
 @pytest.mark.integration
+@pytest.mark.embedded_only("freezes the session's broker with SIGSTOP")
 def test_a_commit_that_times_out_leaves_its_records_in_doubt(broker, topic, paused_broker
                                                             ) -> None:
     """No delivery report, no offset: the writer cannot say the records were not appended."""

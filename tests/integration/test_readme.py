@@ -18,7 +18,7 @@ def _quick_start() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("the README's quick start starts an EmbeddedBroker of its own")
 @pytest.mark.integration
 def test_quick_start_runs_verbatim(capsys) -> None:
     """It runs, and prints what its comments say, line by line: each ``print(...)  # text``

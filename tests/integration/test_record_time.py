@@ -21,7 +21,7 @@ from registry.wire import encode
 YEAR = 365 * 24 * 3600 * 1000
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("tests Tansu's CreateTime stamps on a LogAppendTime topic")
 @pytest.mark.integration
 def test_the_embedded_broker_keeps_the_producers_stamp_on_a_log_append_time_topic(
         broker, topic) -> None:
@@ -36,7 +36,7 @@ def test_the_embedded_broker_keeps_the_producers_stamp_on_a_log_append_time_topi
         reader.close()
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("needs Tansu's CreateTime stamps on a LogAppendTime topic")
 @pytest.mark.integration
 def test_a_writer_stamping_far_ahead_or_behind_changes_no_verdict_and_cuts_state_at_time(
         connect) -> None:

@@ -46,7 +46,7 @@ def test_a_snapshot_older_than_delete_retention_is_not_trusted(broker, topic, tm
         r.close()
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("starts two EmbeddedBrokers of its own; the second has lost the log")
 def test_a_snapshot_beyond_the_end_of_the_log_is_not_trusted(topic, tmp_path) -> None:
     with EmbeddedBroker() as first:
         reg = Registry.connect(first.bootstrap, "wiped", topic=topic)

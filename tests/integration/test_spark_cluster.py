@@ -38,7 +38,7 @@ from registry.dev.broker import find_tansu_binary
 from registry.dev.pgcluster import ThrowawayPostgres, find_pg_bindir
 from registry.log import TopicConfig, ensure_topic
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.embedded_only]
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROOT = Path(registry.__file__).resolve().parents[1]
 
@@ -235,6 +235,7 @@ def exactly_once(bootstrap: str, url: str) -> int:
     return rows[0][0]
 
 
+@pytest.mark.embedded_only("starts Tansu of its own on the veth address the second host reaches")
 @pytest.mark.timeout(1200)  # two Spark applications on a 2-core machine
 def test_the_audit_job_on_a_two_host_cluster_survives_a_killed_worker(
         netns, veth_broker, veth_pg, submitted, tmp_path) -> None:

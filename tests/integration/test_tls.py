@@ -16,7 +16,9 @@ from registry import BrokerError, ConfigError, EmbeddedBroker, Registry
 from registry.kafka_config import GUARDED, Kafka, check_client_config, load_properties, redacted
 from registry.log import write_raw
 
-pytestmark = [pytest.mark.integration, pytest.mark.embedded_only]
+pytestmark = [pytest.mark.integration, pytest.mark.embedded_only(
+    "TLS terminated by a proxy in front of the embedded broker (Kafka's own listener: "
+    "test_kafka_security.py)")]
 
 JOBREG = [sys.executable, "-m", "registry.cli"]
 

@@ -113,7 +113,7 @@ def concurrent_run(tmp_path_factory) -> dict:
                                    namespaces=2, lease=2.0, out=out), 0, SEED)
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("the fault campaign's fixed-seed run starts its own embedded broker")
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_campaign_fixed_seed_breaks_no_rule(campaign_run) -> None:
@@ -126,7 +126,7 @@ def test_campaign_fixed_seed_breaks_no_rule(campaign_run) -> None:
     assert s["writers"] == 1 and s["concurrency"]["overlapping"] == 0, s["concurrency"]
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("the fault campaign's fixed-seed run starts its own embedded broker")
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_campaign_with_concurrent_writers_breaks_no_rule(concurrent_run) -> None:
@@ -146,7 +146,7 @@ def test_campaign_with_concurrent_writers_breaks_no_rule(concurrent_run) -> None
     assert s["violation_count"] == 0, "\n".join(first_examples([s], limit=3))
 
 
-@pytest.mark.embedded_only
+@pytest.mark.embedded_only("plants violations in the campaign's run, on its own embedded broker")
 @pytest.mark.integration
 @pytest.mark.timeout(240)
 def test_the_checker_names_each_violation_planted_in_a_real_run(campaign_run,
