@@ -1097,8 +1097,8 @@ def format_peers(p: PeersFigures) -> str:
                        "metric only, kafka.log:type=LogFlushStats)")
         else:
             counted = ""
-        out += para(f"{fig.version}: {fig.durability}{counted}.", f"  {HEADERS[store]:<11}",
-                    " " * 13)
+        out += para(f"{fig.version}: {fig.durability}{counted}.", f"  {HEADERS[store]:<12}",
+                    " " * 14)
         out += para(f"command: {fig.command}", " " * 14)
     peers_ran = any(present[s] is not None for s in PEERS)
     if ran_kafka:
