@@ -735,12 +735,7 @@ def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[in
                                       "leave the writes on a long partition out).")
 @click.option("--replication", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Replication factor of the topic on the global --bootstrap's cluster.")
-@click.option("--kafka", "use_kafka", is_flag=True,
-              help="Run on Apache Kafka (one KRaft node from Maven Central's jars) started "
-                   "for the run, not on an embedded broker.")
-@click.option("--kafka-nodes", type=click.IntRange(1, 9), default=None,
-              help="With or without --kafka: that many Apache Kafka nodes (3: the topic "
-                   "replicated 3 times, min.insync.replicas 2).")
+@_kafka_options
 @pass_settings
 def bench_roundtrips_cmd(settings: Settings, writes: int, sizes: tuple[int, ...],
                          graph_bytes: int, rounds: int, long_batches: int,
