@@ -28,6 +28,7 @@ from registry.audit.queries import NAMED_QUERIES, NamedQuery
 from registry.errors import BrokerError, ConfigError, MissingExtra, RegistryError
 
 if TYPE_CHECKING:
+    from registry.dev.brokers import BrokerChoice
     from registry.forensics import Forensics
     from registry.kafka_config import Kafka
     from registry.metrics import MetricsServer
@@ -546,6 +547,29 @@ def bench_replay_cmd(records: int) -> None:
     click.echo(format_replay(figures))
 
 
+def _kafka_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--kafka`` and ``--kafka-nodes N``: the benchmark runs on Apache Kafka started for it
+    (:func:`_chosen_broker`)."""
+    command = click.option(
+        "--kafka-nodes", type=click.IntRange(1, 9), default=None, metavar="N",
+        help="Run on N Apache Kafka nodes started for the run (3: topics of replication 3, "
+             "min.insync.replicas 2); implies --kafka.")(command)
+    return click.option(
+        "--kafka", "use_kafka", is_flag=True,
+        help="Run on one Apache Kafka node (KRaft, from Maven Central's jars, fetched once "
+             "with mvn into ~/.cache/jobreg) started for the run, instead of the embedded "
+             "broker.")(command)
+
+
+def _chosen_broker(use_kafka: bool, kafka_nodes: int | None) -> BrokerChoice:
+    """The broker ``--kafka`` / ``--kafka-nodes`` chose (the embedded one without them)."""
+    from registry.dev.brokers import BrokerChoice
+
+    if use_kafka or kafka_nodes is not None:
+        return BrokerChoice.kafka(kafka_nodes or 1)
+    return BrokerChoice.embedded()
+
+
 @bench.command("audit")
 @click.option("--events", type=click.IntRange(1000), default=100_000, show_default=True,
               help="Events written into each database for the throughput figures.")
@@ -559,10 +583,12 @@ def bench_replay_cmd(records: int) -> None:
               help="The Spark masters of the scaling table, comma-separated: local[N], or "
                    "spark://127.0.0.1:PORT for a standalone cluster on this machine (its "
                    "workers started beforehand).")
+@_kafka_options
 def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
-                    masters: str) -> None:
+                    masters: str, use_kafka: bool, kafka_nodes: int | None) -> None:
     """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, plain Python
-    next to Spark under each master (a scaling table), in the same run."""
+    next to Spark under each master (a scaling table), in the same run; the log on the
+    embedded broker, or on Apache Kafka (--kafka, --kafka-nodes N)."""
     from registry.dev.bench_audit import bench_audit, format_audit
 
     chosen = [m.strip() for m in masters.split(",") if m.strip()]
@@ -570,7 +596,7 @@ def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
         raise click.BadParameter("name at least one Spark master", param_hint="--masters")
     with registry_errors():
         figures = bench_audit(events=events, rate=rate, seconds=seconds, namespaces=namespaces,
-                              masters=chosen,
+                              masters=chosen, broker=_chosen_broker(use_kafka, kafka_nodes),
                               progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_audit(figures))
 
@@ -609,13 +635,18 @@ def _writer_levels(ctx: click.Context, param: click.Parameter, value: str) -> tu
               help="Live jobs of the failover (submitted in native batches of 1,000).")
 @click.option("--namespaces", type=click.IntRange(0, 256), default=16, show_default=True,
               help="jobreg: namespaces with a leader each, written at once (0: leave out).")
-@click.option("--only", default="etcd,zookeeper,jobreg", show_default=True,
-              callback=_store_list, help="The stores to run, comma-separated.")
+@click.option("--only", default="jobreg,kafka,kafka3,kafka-fsync,etcd,zookeeper",
+              show_default=True, callback=_store_list,
+              help="The stores to run, comma-separated: jobreg (on the embedded broker), kafka "
+                   "(jobreg on one Apache Kafka node), kafka3 (three nodes, replication 3), "
+                   "kafka-fsync (one node fsyncing every append), etcd, zookeeper.")
 def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: int,
                     namespaces: int, only: tuple[str, ...]) -> None:
-    """jobreg next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style), started from
-    Debian's packages on loopback, one workload on each: one writer's p50/p99, concurrent
-    writers' throughput and p50/p99, a native batch of 1,000, failover, ratios, durability."""
+    """jobreg (on the embedded broker and on Apache Kafka: one node, three nodes, one node
+    fsyncing every append) next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style),
+    started from Debian's packages on loopback, one workload on each: one writer's p50/p99,
+    concurrent writers' throughput and p50/p99, a native batch of 1,000, failover, ratios,
+    durability."""
     from registry.dev.bench_peers import PeersError, bench_peers, format_peers
 
     with registry_errors():
@@ -640,24 +671,31 @@ def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: in
 @click.option("--jobs", type=click.IntRange(1), default=1000, show_default=True,
               help="Live jobs kept (submitted before the timed writes; churn keeps the count).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the write mix.")
+@_kafka_options
 @pass_settings
 def bench_soak_cmd(settings: Settings, writes: int, window: int, writers: int, jobs: int,
-                   seed: int) -> None:
+                   seed: int, use_kafka: bool, kafka_nodes: int | None) -> None:
     """Holds up at size? Fenced writes in a realistic mix (checkpoints triggered, completed,
     failed; cancels and submits; adopts), one call at a time or from --writers threads at
     once on the leader's one Term; per window the rate, p50/p99 latency (of each call),
     failures, the client's RSS and its image's size; then a fresh client's start-up with and without a
-    snapshot. On an embedded broker, or on the global --bootstrap (a fresh topic whose
-    deletion is asked afterwards). Progress on stderr, the table on stdout.
+    snapshot. On an embedded broker, on Apache Kafka started for the run (--kafka, one node;
+    --kafka-nodes N), or on the global --bootstrap (a fresh topic whose deletion is asked
+    afterwards). Progress on stderr, the table on stdout.
 
     Failed writes are counted, not fatal; the run stops early (exit 1) after 20 failures in a
     row, or when under 1 write/s succeeded for 60 s or for 3 windows in a row.
     """
     from registry.dev.bench_soak import bench_soak, format_soak
 
+    broker = _chosen_broker(use_kafka, kafka_nodes)
+    if broker.is_kafka and settings.bootstrap:
+        raise click.BadParameter("--kafka starts a broker for the run and --bootstrap (or "
+                                 "$JOBREG_BOOTSTRAP) names one: give one of them",
+                                 param_hint="--kafka")
     with registry_errors():
         figures = bench_soak(writes=writes, window=window, writers=writers, jobs=jobs,
-                             seed=seed,
+                             seed=seed, broker=broker,
                              bootstrap=settings.bootstrap, timeout=settings.timeout,
                              progress=lambda msg: click.echo(f"... {msg}", err=True))
     click.echo(format_soak(figures))
@@ -690,12 +728,7 @@ def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[in
                                       "leave the writes on a long partition out).")
 @click.option("--replication", type=click.IntRange(1, 16), default=1, show_default=True,
               help="Replication factor of the topic on the global --bootstrap's cluster.")
-@click.option("--kafka", "use_kafka", is_flag=True,
-              help="Run on Apache Kafka (one KRaft node from Maven Central's jars) started "
-                   "for the run, not on an embedded broker.")
-@click.option("--kafka-nodes", type=click.IntRange(1, 9), default=None,
-              help="With or without --kafka: that many Apache Kafka nodes (3: the topic "
-                   "replicated 3 times, min.insync.replicas 2).")
+@_kafka_options
 @pass_settings
 def bench_roundtrips_cmd(settings: Settings, writes: int, sizes: tuple[int, ...],
                          graph_bytes: int, rounds: int, long_batches: int,

@@ -41,7 +41,7 @@ from registry.audit.db import migrate
 from registry.audit.models import AuditProgress
 from registry.audit.writer import AuditWriter, follow_plain, run_plain
 from registry.dev.bench import figures_table
-from registry.dev.broker import EmbeddedBroker
+from registry.dev.brokers import BrokerChoice, start_broker
 from registry.dev.pgcluster import ThrowawayPostgres
 from registry.log import TopicConfig, ensure_topic
 
@@ -64,19 +64,21 @@ class AuditFigures:
     spark_start_s: dict[str, float] = field(default_factory=dict)  # master -> seconds
     spark_warmup_s: dict[str, float] = field(default_factory=dict)
     cores: int = 0
+    broker: str = ""  # BrokerChoice.describe() of the broker the log was on
 
 
 def _names(n: int) -> list[str]:
     return [f"ns-{i:02d}" for i in range(n)]
 
 
-def _produce(bootstrap: str, topic: str, records: int, namespaces: int) -> None:
+def _produce(bootstrap: str, topic: str, records: int, namespaces: int,
+             config: TopicConfig | None = None) -> None:
     from confluent_kafka import Producer
 
     from registry.dev.bench import _replay_log, produce_all
     from registry.keys import partition_for
 
-    info = ensure_topic(bootstrap, topic, TopicConfig())
+    info = ensure_topic(bootstrap, topic, config or TopicConfig())
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "enable.idempotence": True})
     names = _names(namespaces)
@@ -211,18 +213,23 @@ def _spark(master: str) -> Any:
 
 def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.0,
                 namespaces: int = 64, masters: Sequence[str] = MASTERS,
+                broker: BrokerChoice | None = None,
                 progress: Callable[[str], None] = lambda _: None) -> AuditFigures:
-    """Run the audit benchmark on a fresh embedded broker and a throwaway PostgreSQL."""
+    """Run the audit benchmark on a fresh broker (``broker``: the embedded one by default, or
+    Apache Kafka) and a throwaway PostgreSQL."""
     from consumers.audit_job import run_audit
 
+    choice = broker or BrokerChoice.embedded()
+    config = choice.topic_config()
     figures = AuditFigures(events=events, rate=rate, namespaces=namespaces,
-                           partitions=TopicConfig().partitions, cores=os.cpu_count() or 0)
+                           partitions=config.partitions, cores=os.cpu_count() or 0,
+                           broker=choice.describe())
     topic = "bench-audit"
-    with EmbeddedBroker() as broker, ThrowawayPostgres() as pg, \
+    with start_broker(choice, progress=progress) as running, ThrowawayPostgres() as pg, \
             tempfile.TemporaryDirectory() as tmp:
-        bootstrap = broker.bootstrap
+        bootstrap = running.bootstrap
         progress(f"producing {events:,} events over {namespaces} namespaces")
-        _produce(bootstrap, topic, events, namespaces)
+        _produce(bootstrap, topic, events, namespaces, config)
         n = 0
 
         def fresh_db(name: str, db: str = "postgresql") -> str:
@@ -253,7 +260,7 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
         def freshness(engine: str, spark: Any = None) -> None:
             fresh_topic = f"bench-fresh-{len(figures.freshness)}"
             url = fresh_db("f")
-            ensure_topic(bootstrap, fresh_topic, TopicConfig())
+            ensure_topic(bootstrap, fresh_topic, config)
             progress(f"freshness at {rate}/s for {seconds:g} s into postgresql with {engine}")
             seen: dict[tuple[int, int], float] = {}
             stop = threading.Event()
@@ -323,6 +330,8 @@ def format_audit(f: AuditFigures) -> str:
         rows.append((f"Spark {master} first query (warm-up, not in the above)", f"{s:.1f} s",
                      ""))
     out = figures_table(rows)
+    if f.broker and not f.broker.startswith("the embedded broker"):
+        out = f"the log on {f.broker}\n{out}"
     base = f.throughput.get(("plain", "postgresql"))
     spark = [(e, v) for (e, db), v in f.throughput.items()
              if db == "postgresql" and e.startswith("spark")]

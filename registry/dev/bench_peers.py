@@ -10,7 +10,11 @@ temporary directory, and stopped by pid at the end (also on an error or Ctrl-C):
 * **etcd, Kubernetes-HA-style** (aetcd, etcd's gRPC API): a submit is one transaction that
   compares the leader key's ``mod_revision`` with the one the leader's CAS wrote (the fence)
   and puts the job key (owner and graph key) and the graph key.
-* **jobreg**: ``Term.submit`` on the embedded broker, as ``jobreg bench core`` does.
+* **jobreg**: ``Term.submit`` on the embedded broker, as ``jobreg bench core`` does, and the
+  same on Apache Kafka (:mod:`registry.dev.brokers`, :class:`~registry.dev.kafka.KafkaCluster`):
+  ``kafka`` one node, ``kafka3`` three nodes (topics of replication 3,
+  ``min.insync.replicas=2``), ``kafka-fsync`` one node with ``log.flush.interval.messages=1``
+  (every append fsynced before the ack, as etcd and ZooKeeper do).
 
 The workload, the same on each store, one job per call unless said otherwise:
 
@@ -40,8 +44,10 @@ The workload, the same on each store, one job per call unless said otherwise:
    rate next to one namespace's (row 1) in the same run.
 
 Durability differs and the output says how: the embedded broker (Tansu, ``memory://``) never
-writes to disk; etcd fsyncs its WAL and ZooKeeper its transaction log (``forceSync=yes``)
-before they acknowledge, and the run reads each server's own fsync counter to show it.
+writes to disk; Kafka acknowledges (acks=all) once its in-sync replicas have appended the
+batch, and fsyncs only with the flush setting (its defaults never flush on the write path);
+etcd fsyncs its WAL and ZooKeeper its transaction log (``forceSync=yes``) before they
+acknowledge, and the run reads each of those two servers' own fsync counter to show it.
 """
 
 from __future__ import annotations
@@ -66,13 +72,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from registry.dev.brokers import (
+    FSYNC_EVERY_APPEND,
+    BrokerChoice,
+    filesystem,
+    kafka_missing,
+    start_broker,
+)
 from registry.extras import require
 
-__all__ = ["STORES", "WRITERS", "Concurrent", "PeerStartError", "PeersError", "PeersFigures",
+__all__ = ["JOBREG_STORES", "KAFKA_STORES", "PEERS", "STORES", "WRITERS", "Concurrent", "PeerStartError", "PeersError", "PeersFigures",
            "StoreFigures", "bench_peers", "format_peers", "missing_peers"]
 
-STORES = ("jobreg", "etcd", "zookeeper")
-TITLES = {"jobreg": "jobreg", "etcd": "etcd", "zookeeper": "ZooKeeper"}
+STORES = ("jobreg", "kafka", "kafka3", "kafka-fsync", "etcd", "zookeeper")
+#: The stores that are jobreg, and the broker each runs on.
+JOBREG_STORES: dict[str, BrokerChoice] = {
+    "jobreg": BrokerChoice.embedded(),
+    "kafka": BrokerChoice.kafka(1),
+    "kafka3": BrokerChoice.kafka(3),
+    "kafka-fsync": BrokerChoice.kafka(1, FSYNC_EVERY_APPEND),
+}
+KAFKA_STORES = tuple(s for s, c in JOBREG_STORES.items() if c.is_kafka)
+PEERS = ("etcd", "zookeeper")
+#: Each store's name in the progress lines and the notes; the table's columns are
+#: :data:`HEADERS`.
+TITLES = {"jobreg": "jobreg", "kafka": "jobreg on Kafka", "kafka3": "jobreg on Kafka x3",
+          "kafka-fsync": "jobreg on Kafka (fsync)", "etcd": "etcd", "zookeeper": "ZooKeeper"}
+HEADERS = {"jobreg": "jobreg", "kafka": "kafka", "kafka3": "kafka3",
+           "kafka-fsync": "kafka-fsync", "etcd": "etcd", "zookeeper": "ZooKeeper"}
 GRAPH_BYTES = 2048
 BATCH = 1000  # jobs per native batch (submit_many, txn, multi) and per failover lock batch
 WRITERS = (8, 64)  # concurrent writers of one leader, one job per call
@@ -116,9 +143,14 @@ def _importable(module: str) -> bool:
         return False
 
 
-def missing_peers(stores: tuple[str, ...] = ("etcd", "zookeeper")) -> dict[str, str]:
-    """For each peer store that cannot run here, one line saying why and how to install it."""
+def missing_peers(stores: tuple[str, ...] = PEERS) -> dict[str, str]:
+    """For each store of ``stores`` that cannot run here (a peer, or jobreg on Apache Kafka),
+    one line saying why and how to install it."""
     missing: dict[str, str] = {}
+    kafka = [s for s in stores if s in KAFKA_STORES]
+    why = kafka_missing() if kafka else None
+    if why is not None:
+        missing.update({s: f"{s} skipped: {why}" for s in kafka})
     if "etcd" in stores:
         if _etcd_binary() is None:
             missing["etcd"] = ("etcd skipped: the etcd server is not installed (Debian package "
@@ -355,45 +387,28 @@ class _Server:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def _filesystem(path: str) -> str:
-    """The file system type and device a path lives on (fsync means what the disk does)."""
-    real, best = os.path.realpath(path), ("", "?", "?")
-    try:
-        with open("/proc/mounts") as mounts:
-            for line in mounts:
-                dev, mnt, fstype = line.split()[:3]
-                mnt = mnt.replace("\\040", " ")
-                inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
-                if inside and len(mnt) > len(best[0]):
-                    best = (mnt, fstype, dev)
-    except OSError:
-        return "unknown file system"
-    return f"{best[1]} on {best[2]}"
-
-
 # -- jobreg --------------------------------------------------------------------------------------
 
 
-def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: int,
-                namespaces: int, progress: _Progress) -> StoreFigures:
+def _run_jobreg(store: str, choice: BrokerChoice, work: Path, submits: int, calls: int,
+                writer_levels: tuple[int, ...], jobs: int, namespaces: int,
+                progress: _Progress) -> StoreFigures:
+    """The workload on jobreg, on the broker ``choice`` names (started here, stopped at the
+    end); ``store`` is its name in the figures and the progress lines."""
     from registry.client import Registry
-    from registry.dev.broker import EmbeddedBroker, find_tansu_binary
     from registry.errors import RegistryError
 
-    f = StoreFigures("jobreg")
-    tansu = find_tansu_binary()
-    with contextlib.suppress(Exception):
-        f.version = "Tansu " + subprocess.run(
-            [str(tansu), "--version"], capture_output=True, text=True,
-            timeout=10).stdout.split()[-1]
-    f.command = f"{tansu.name} broker --storage-engine memory://tansu/ (embedded, 127.0.0.1)"
-    f.durability = ("Tansu's memory engine: the log is never written to disk, so never fsynced; "
-                    "a broker restart loses it")
-    with EmbeddedBroker() as broker:
+    f = StoreFigures(store)
+    say = TITLES[store]
+    with start_broker(choice, directory=work if choice.is_kafka else None,
+                      progress=lambda line: progress(f"{say}: {line}")) as broker:
+        f.version, f.command, f.durability = broker.version, broker.command, broker.durability
+        topic_config = broker.topic_config()
         regs: list[Registry] = []
 
         def connect(namespace: str, topic: str) -> Registry:
-            reg = Registry.connect(broker.bootstrap, namespace, topic=topic)
+            reg = Registry.connect(broker.bootstrap, namespace, topic=topic,
+                                   topic_config=topic_config)
             regs.append(reg)
             return reg
 
@@ -401,24 +416,24 @@ def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: 
             # A topic per workload, so that each starts on an empty partition (Tansu lists a
             # partition's batches on each fetch with data; see DESIGN.md).
             term = connect("peers", "jobreg-peers-latency").claim_leadership("leader-1")
-            progress(f"jobreg: {submits} fenced submits, one at a time")
+            progress(f"{say}: {submits} fenced submits, one at a time")
             _one_at_a_time(term.submit, submits, f)
 
             for writers in writer_levels:
-                progress(f"jobreg: {calls} submits by {writers} threads on one term")
+                progress(f"{say}: {calls} submits by {writers} threads on one term")
                 term = connect("peers", f"jobreg-peers-w{writers}").claim_leadership("leader-1")
                 f.concurrent[writers] = _threads([term.submit] * writers, calls, "job",
                                                  (RegistryError,))
 
             if namespaces:
-                progress(f"jobreg: {calls} submits in {namespaces} namespaces, a leader and "
+                progress(f"{say}: {calls} submits in {namespaces} namespaces, a leader and "
                          "a thread each")
                 terms = [connect(f"ns-{i}", "jobreg-peers-namespaces").claim_leadership(
                     "leader-1") for i in range(namespaces)]
                 f.namespaces = _threads([t.submit for t in terms], calls, "job",
                                         (RegistryError,))
 
-            progress(f"jobreg: {jobs} jobs in submit_many calls of {BATCH}")
+            progress(f"{say}: {jobs} jobs in submit_many calls of {BATCH}")
             topic = "jobreg-peers-failover"
             term = connect("peers", topic).claim_leadership("leader-1")
             t0 = time.perf_counter()
@@ -427,7 +442,7 @@ def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: 
                                   for j in range(start, min(jobs, start + BATCH))])
             f.batch_jobs_per_s = jobs / (time.perf_counter() - t0)
 
-            progress(f"jobreg: failover of {jobs} live jobs (a hot standby, then a cold one)")
+            progress(f"{say}: failover of {jobs} live jobs (a hot standby, then a cold one)")
             standby = connect("peers", topic)
             t0 = time.perf_counter()
             term2 = standby.claim_leadership("leader-2")
@@ -435,14 +450,14 @@ def _run_jobreg(submits: int, calls: int, writer_levels: tuple[int, ...], jobs: 
             results = term2.recover()
             f.failover_s = time.perf_counter() - t0
             if len(results) != jobs or not all(r.ok for r in results):
-                raise PeersError("jobreg: recover() did not adopt every job")
+                raise PeersError(f"{say}: recover() did not adopt every job")
 
             t0 = time.perf_counter()
             cold = connect("peers", topic)
             results = cold.claim_leadership("leader-3").recover()
             f.failover_cold_s = time.perf_counter() - t0
             if len(results) != jobs or not all(r.ok for r in results):
-                raise PeersError("jobreg: recover() did not adopt every job (cold)")
+                raise PeersError(f"{say}: recover() did not adopt every job (cold)")
         finally:
             for r in regs:
                 with contextlib.suppress(Exception):
@@ -483,7 +498,7 @@ def _start_etcd(work: Path, progress: _Progress) -> tuple[_Server, int, StoreFig
         f.version = out.stdout.split("\n")[0].split(":")[-1].strip()
     f.command = " ".join(Path(a).name if i == 0 else a for i, a in enumerate(argv))
     f.durability = (f"fsyncs its WAL before it acknowledges a write (etcd {f.version or '3.4'} "
-                    f"has no switch to turn that off); data dir on {_filesystem(str(work))}")
+                    f"has no switch to turn that off); data dir on {filesystem(str(work))}")
     return server, client, f
 
 
@@ -674,7 +689,7 @@ def _start_zookeeper(work: Path, progress: _Progress) -> tuple[_Server, int, Sto
                      line for line in cfg.read_text().splitlines()
                      if line and not line.startswith(("dataDir", "clientPort="))) + ")")
     f.durability = ("forceSync=yes: fsyncs its transaction log before it acknowledges a write "
-                    f"(group commit); data dir on {_filesystem(str(work))}")
+                    f"(group commit); data dir on {filesystem(str(work))}")
     return server, port, f
 
 
@@ -846,9 +861,11 @@ def bench_peers(*, submits: int = 1000, calls: int = 2000,
         for store in STORES:
             if store not in only or store in figures.skipped:
                 continue
-            if store == "jobreg":
-                figures.stores[store] = _run_jobreg(submits, calls, writers, jobs, namespaces,
-                                                    progress)
+            if store in JOBREG_STORES:
+                (work / f"{store}-run").mkdir()
+                figures.stores[store] = _run_jobreg(store, JOBREG_STORES[store],
+                                                    work / f"{store}-run", submits, calls,
+                                                    writers, jobs, namespaces, progress)
             elif store == "etcd":
                 (work / "etcd-run").mkdir()
                 figures.stores[store] = _run_etcd(work / "etcd-run", submits, calls, writers,
@@ -873,6 +890,21 @@ def _verdict(ok: bool | None) -> str:
     return "" if ok is None else (" (met)" if ok else " (missed)")
 
 
+def _ratio_groups(p: PeersFigures) -> tuple[list[tuple[str, list[str]]], bool]:
+    """The ratios to print, as (denominator, numerators) groups, and whether they go in the
+    figures' table (a run without Kafka: jobreg over each peer, as before) or in a table of
+    their own per denominator (each store of jobreg over etcd, over ZooKeeper, then each Kafka
+    store over jobreg on the embedded broker)."""
+    ran = [s for s in STORES if s in p.stores]
+    if not any(s in KAFKA_STORES for s in ran):
+        return [("etcd", ["jobreg"]), ("zookeeper", ["jobreg"])], True
+    ours = [s for s in ran if s in JOBREG_STORES]
+    groups = [(peer, ours) for peer in PEERS if peer in ran]
+    if "jobreg" in ran:
+        groups.append(("jobreg", [s for s in ours if s in KAFKA_STORES]))
+    return groups, False
+
+
 def format_peers(p: PeersFigures) -> str:
     """The figures side by side with the ratios, the targets, what each store did and how
     durable each is."""
@@ -881,13 +913,17 @@ def format_peers(p: PeersFigures) -> str:
     from registry.render import table
 
     present = {s: p.stores.get(s) for s in STORES}
+    # The embedded jobreg, etcd and ZooKeeper always have a column (as before Kafka came);
+    # the Kafka stores when they ran.
+    columns = [s for s in STORES if s not in KAFKA_STORES or present[s] is not None]
+    ran_kafka = [s for s in KAFKA_STORES if present[s] is not None]
     Get = Callable[[StoreFigures], float | None]
 
     def value(store: str, get: Get, get_peer: Get | None) -> float | None:
         fig = present[store]
         if fig is None:
             return None
-        return (get_peer or get)(fig) if store != "jobreg" else get(fig)
+        return get(fig) if store in JOBREG_STORES else (get_peer or get)(fig)
 
     jr, etcd = present["jobreg"], present["etcd"]
 
@@ -949,30 +985,40 @@ def format_peers(p: PeersFigures) -> str:
     ]
     if p.namespaces:
         spread: Get = lambda f: f.namespaces.jobs_per_s if f.namespaces else None  # noqa: E731
-        single = jr.single_jobs_per_s if jr is not None else 0.0
+        single = f"{jr.single_jobs_per_s:,.0f} jobs/s" if jr is not None else "not run"
         name = f"{p.namespaces} namespaces, a leader each ({p.calls:,} calls) (***)"
         measures += [
             (f"{name}: jobs/s", spread, lambda f: None, "{:,.0f} jobs/s",
-             f">= 8x one writer's ({single:,.0f} jobs/s)" + verdict(
+             f">= 8x one writer's ({single})" + verdict(
                  lambda j, e: j.namespaces.jobs_per_s >= 8 * j.single_jobs_per_s
                  if j.namespaces else None)),
             (f"{name}: p99", lambda f: f.namespaces.p99_ms if f.namespaces else None,
              lambda f: None, "{:.2f} ms", ""),
         ]
-    headers = ["measure", "jobreg", "etcd", "ZooKeeper", "jobreg/etcd", "jobreg/ZooKeeper",
-               "target (jobreg)"]
-    rows = []
+    groups, inline = _ratio_groups(p)
+    pairs = [(a, b) for b, numerators in groups for a in numerators]
+    headers = (["measure"] + [HEADERS[s] for s in columns]
+               + ([f"{HEADERS[a]}/{HEADERS[b]}" for a, b in pairs] if inline else [])
+               + ["target (jobreg)"])
+    rows: list[list[str]] = []
+    ratio_rows: dict[str, list[list[str]]] = {b: [] for b, _ in groups}
     for name, get, get_peer, fmt, target in measures:
         v = {s: value(s, get, get_peer) for s in STORES}
-        rows.append([name] + ["-" if v[s] is None else fmt.format(v[s]) for s in STORES]
-                    + [_ratio(v["jobreg"], v["etcd"]), _ratio(v["jobreg"], v["zookeeper"]),
-                       target])
+        rows.append([name] + ["-" if v[s] is None else fmt.format(v[s]) for s in columns]
+                    + ([_ratio(v[a], v[b]) for a, b in pairs] if inline else []) + [target])
+        for b, numerators in groups:
+            ratio_rows[b].append([name] + [_ratio(v[a], v[b]) for a in numerators])
 
     def para(text: str, indent: str = "", hang: str = "") -> list[str]:
         return textwrap.wrap(text, 100, initial_indent=indent, subsequent_indent=hang or indent,
                              break_on_hyphens=False, break_long_words=False)
 
-    out = table(headers, rows, right=range(1, 6)).split("\n")
+    out = table(headers, rows, right=range(1, len(headers) - 1)).split("\n")
+    for b, numerators in ([] if inline else groups):
+        whose = ("jobreg on the embedded broker" if b == "jobreg" else HEADERS[b]) + "'s"
+        out += ["", f"Each store's figure over {whose} (ratios from this run):"]
+        out += table(["measure", *(f"{HEADERS[a]}/{HEADERS[b]}" for a in numerators)],
+                     ratio_rows[b], right=range(1, len(numerators) + 1)).split("\n")
     out.append("")
     for store in STORES:
         fig = present[store]
@@ -985,6 +1031,11 @@ def format_peers(p: PeersFigures) -> str:
                 out += para(f"FAILED: {TITLES[store]}, {what}: {c.failed} call(s) raised and "
                             f"their writers stopped (the figures count the answered calls "
                             f"only); the first {c.failure}")
+    if ran_kafka:
+        out += para("Columns: jobreg on the embedded broker; "
+                    + "; ".join(f"{HEADERS[s]}: jobreg on {JOBREG_STORES[s].describe()}"
+                                for s in ran_kafka)
+                    + "; etcd and ZooKeeper as below.")
     out += para("(*) jobreg: Registry.connect (folding the log) inside the clock; the peers' "
                 "figure is their failover above, which reads everything anyway.")
     out += para("(**) jobreg: submit_many; etcd: one txn (the fence, then the job key and the "
@@ -999,16 +1050,23 @@ def format_peers(p: PeersFigures) -> str:
     out += para("Writers: jobreg threads calling Term.submit on one term; etcd asyncio tasks on "
                 "one gRPC channel; ZooKeeper threads on one session. A call's latency is from "
                 "its start to its answer.")
-    out += para("Ratios are jobreg's figure over the peer's: below 1 is better for jobreg in "
-                "times, above 1 in throughput. Every graph is "
-                f"{GRAPH_BYTES:,} bytes; {WARM_UP} untimed submits come first on each store; "
-                "every server on 127.0.0.1 of this machine, none replicated.")
+    replicated = ("every server on 127.0.0.1 of this machine; only kafka3 is replicated (its "
+                  "three nodes share this machine and its disk)" if present["kafka3"]
+                  else "every server on 127.0.0.1 of this machine, none replicated")
+    out += para("Ratios are the first store's figure over the second's (jobreg/etcd: jobreg on "
+                "the embedded broker over etcd; kafka/jobreg: jobreg on Kafka over jobreg on "
+                "the embedded broker): below 1 is better for the first in times, above 1 in "
+                f"throughput. Every graph is {GRAPH_BYTES:,} bytes; {WARM_UP} untimed submits "
+                f"come first on each store; {replicated}.")
     out += ["", "What each store does:"]
     shapes = {
         "jobreg": "submit: Term.submit (one fenced transaction; returns once the fold accepted "
-                  f"it); concurrent calls on one term wait for each other. Failover: claim_leadership + recover() (reads the log, every graph "
+                  "it); concurrent calls on one term wait for each other. Failover: "
+                  "claim_leadership + recover() (reads the log, every graph "
                   f"included, and adopts every job in calls of {BATCH:,}), by a standby that had "
-                  "folded the log (hot), then by one started inside the clock (cold).",
+                  "folded the log (hot), then by one started inside the clock (cold)"
+                  + ("; the same on every broker (jobreg and the kafka columns)." if ran_kafka
+                     else "."),
         "etcd": "submit: one txn: compare the leader key's mod_revision (the fence); put the job "
                 "key (owner, graph key) and the graph. Concurrency: asyncio tasks on one gRPC "
                 "channel. Failover: get + CAS txn on the leader key, one range read of the job "
@@ -1022,20 +1080,35 @@ def format_peers(p: PeersFigures) -> str:
                      f"multis of {BATCH:,} lock creations, each with the leader's version "
                      "check.",
     }
-    for store in STORES:
+    if any(present[s] is not None for s in JOBREG_STORES):
+        out += para(shapes["jobreg"], f"  {'jobreg':<12}", " " * 14)
+    for store in PEERS:
         if present[store] is not None:
-            out += para(shapes[store], f"  {TITLES[store]:<11}", " " * 13)
+            out += para(shapes[store], f"  {HEADERS[store]:<12}", " " * 14)
     out += ["", "Durability differs; read the figures with it:"]
     for store in STORES:
         fig = present[store]
         if fig is None:
             continue
-        counted = "" if fig.fsyncs is None else (
-            f"; the server counted {fig.fsyncs:,} fsyncs during the run")
-        out += para(f"{fig.version}: {fig.durability}{counted}.", f"  {TITLES[store]:<11}",
-                    " " * 13)
-        out += para(f"command: {fig.command}", " " * 13)
-    if jr is not None and (etcd is not None or present["zookeeper"] is not None):
+        if fig.fsyncs is not None:
+            counted = f"; the server counted {fig.fsyncs:,} fsyncs during the run"
+        elif store in KAFKA_STORES and JOBREG_STORES[store].fsyncs:
+            counted = ("; its fsyncs are not counted here (Kafka reports its flushes as a JMX "
+                       "metric only, kafka.log:type=LogFlushStats)")
+        else:
+            counted = ""
+        out += para(f"{fig.version}: {fig.durability}{counted}.", f"  {HEADERS[store]:<12}",
+                    " " * 14)
+        out += para(f"command: {fig.command}", " " * 14)
+    peers_ran = any(present[s] is not None for s in PEERS)
+    if ran_kafka:
+        out += [""]
+        out += para("Like with like: jobreg vs kafka (one node each, neither fsyncs: what "
+                    "Kafka's log and transaction coordinator cost over the embedded broker's "
+                    "memory); kafka-fsync vs etcd and ZooKeeper (one node each, each fsyncing "
+                    "before it acknowledges); kafka3 has no like here (it replicates to 3 nodes "
+                    "instead of fsyncing; etcd and ZooKeeper run one node).", "  ")
+    elif jr is not None and peers_ran:
         out += para("jobreg's figures here are of a memory log; etcd's and ZooKeeper's include "
                     "a disk fsync per commit (shared by concurrent commits). Apache Kafka, "
                     "jobreg's production log, does not fsync per write by default either: "

@@ -505,22 +505,16 @@ def bench_roundtrips(*, writes: int = 200, sizes: Iterable[int] = SIZES, graph_b
     :class:`BrokerError` if a write fails or is not confirmed."""
     sizes = tuple(sizes)
     started = time.perf_counter()
-    if kafka_nodes:
-        from registry.dev.kafka import KAFKA_VERSION, KafkaCluster
+    if kafka_nodes or bootstrap is None:
+        from registry.dev.brokers import BrokerChoice, start_broker
 
-        with KafkaCluster(nodes=kafka_nodes, progress=progress) as cluster:
-            figures = _run(Kafka.of(cluster.bootstrap),
-                           f"Apache Kafka {KAFKA_VERSION} ({kafka_nodes} node(s), started for "
-                           f"the run, replication {min(kafka_nodes, 3)})", writes, sizes,
-                           graph_bytes, rounds, progress, topic="jobreg-roundtrips",
-                           replication=min(kafka_nodes, 3), long_batches=long_batches)
-    elif bootstrap is None:
-        from registry.dev.broker import EmbeddedBroker
-
-        with EmbeddedBroker() as broker:
-            figures = _run(Kafka.of(broker.bootstrap), "an embedded broker", writes, sizes,
-                           graph_bytes, rounds, progress, topic="jobreg-roundtrips",
-                           replication=1, long_batches=long_batches)
+        choice = BrokerChoice.kafka(kafka_nodes) if kafka_nodes else BrokerChoice.embedded()
+        where = (f"{choice.describe()}, started for the run" if choice.is_kafka
+                 else "an embedded broker")
+        with start_broker(choice, progress=progress if choice.is_kafka else None) as broker:
+            figures = _run(Kafka.of(broker.bootstrap), where, writes, sizes, graph_bytes,
+                           rounds, progress, topic="jobreg-roundtrips",
+                           replication=choice.replicas, long_batches=long_batches)
     else:
         kafka = Kafka.of(bootstrap)
         topic = f"jobreg-roundtrips-{uuid.uuid4().hex[:8]}"

@@ -53,6 +53,7 @@ from registry.errors import Fenced
 
 if TYPE_CHECKING:
     from registry.client import Registry, Term
+    from registry.dev.brokers import BrokerChoice
     from registry.events import CheckpointEvent, Event
     from registry.image import Image, JobView
 
@@ -124,6 +125,7 @@ class SoakFigures:
     bootstrap: str
     embedded: bool
     topic: str
+    broker: str = ""  # the broker this run started (BrokerChoice.describe); "" on --bootstrap
     setup_s: float = 0.0
     windows: list[SoakWindow] = field(default_factory=list)
     ops: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -357,9 +359,11 @@ def _describe(e: BaseException) -> str:
 def bench_soak(*, writes: int = TARGET_WRITES, window: int = 10_000, jobs: int = 1000,
                seed: int = 1, bootstrap: str | None = None, timeout: float = 10.0,
                work_dir: str | None = None, writers: int = 1,
+               broker: BrokerChoice | None = None,
                progress: Callable[[str], None] = lambda _: None) -> SoakFigures:
-    """Run the soak on ``bootstrap`` (a fresh embedded broker when ``None``), with
-    ``writers`` threads calling the one ``Term`` at once.
+    """Run the soak on ``bootstrap``, or when ``None`` on a broker started for the run
+    (``broker``: the embedded one by default, or Apache Kafka), with ``writers`` threads
+    calling the one ``Term`` at once.
 
     The run uses a fresh topic ``jobreg-soak-<random>``; on a broker of one's own its
     deletion is asked for at the end. Raises only if the run cannot start (no broker, the
@@ -368,24 +372,28 @@ def bench_soak(*, writes: int = TARGET_WRITES, window: int = 10_000, jobs: int =
     import tempfile
 
     from registry.client import Registry
-    from registry.dev.broker import EmbeddedBroker
+    from registry.dev.brokers import BrokerChoice, start_broker
+    from registry.log import TopicConfig
 
     rng = random.Random(seed)
     topic = f"jobreg-soak-{uuid.uuid4().hex[:10]}"
     with contextlib.ExitStack() as stack:
+        choice = broker or BrokerChoice.embedded()
+        started = ""
+        topic_config = TopicConfig()
         if bootstrap is None:
-            progress("starting an embedded broker")
-            bootstrap = stack.enter_context(EmbeddedBroker()).bootstrap
-            embedded = True
+            running = stack.enter_context(start_broker(choice, progress=progress))
+            bootstrap, started, topic_config = (running.bootstrap, choice.describe(),
+                                                running.topic_config())
         else:
-            embedded = False
             stack.callback(_delete_topic, bootstrap, topic)
         tmp = stack.enter_context(tempfile.TemporaryDirectory(dir=work_dir))
         figures = SoakFigures(writes_asked=writes, window=window, writers=writers, jobs=jobs,
-                              seed=seed,
-                              bootstrap=bootstrap, embedded=embedded, topic=topic)
+                              seed=seed, bootstrap=bootstrap,
+                              embedded=bool(started) and not choice.is_kafka, topic=topic,
+                              broker=started)
         reg = Registry.connect(bootstrap, NAMESPACE, topic=topic, timeout=timeout,
-                               blob_store=os.path.join(tmp, "blobs"))
+                               topic_config=topic_config, blob_store=os.path.join(tmp, "blobs"))
         stack.callback(reg.close)
         term = reg.claim_leadership("soak-leader")
         work = _Workload(term, jobs, rng)
@@ -590,7 +598,7 @@ def format_soak(f: SoakFigures) -> str:
     from registry.dev.bench import figures_table
     from registry.render import table
 
-    where = "an embedded broker" if f.embedded else f.bootstrap
+    where = "an embedded broker" if f.embedded else (f.broker or f.bootstrap)
     who = "one call at a time" if f.writers == 1 else \
         f"{f.writers} writer threads at once on one Term"
     head = (f"soak: {f.writes_asked:,} fenced writes asked, {who}, one namespace "

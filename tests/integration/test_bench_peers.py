@@ -3,7 +3,8 @@ installed, and the one-line skip message (package and install command) when they
 
 The benchmark's figures are not tested (no test times anything); these check that it runs the
 three stores, prints them side by side with the ratios and the durability note, stops its
-servers and says plainly what it skipped.
+servers and says plainly what it skipped; and that jobreg on Apache Kafka gets its column, its
+ratios and its durability line in the same run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def _children_of(pid: int) -> list[str]:
 def test_a_tiny_run_prints_the_three_stores_side_by_side(tmp_path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([*JOBREG, "bench", "peers", "--submits", "20", "--jobs", "200",
-                             "--calls", "40", "--writers", "2,4", "--namespaces", "3"],
+                             "--calls", "40", "--writers", "2,4", "--namespaces", "3",
+                             "--only", "jobreg,etcd,zookeeper"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0, err[-3000:]
@@ -58,9 +60,41 @@ def test_a_tiny_run_prints_the_three_stores_side_by_side(tmp_path) -> None:
                     and f": {what}" in line)
         cells = re.split(r"\s{2,}", line)
         assert cells[1] != "-" and cells[2:4] == ["-", "-"], line
-    assert "never fsynced" in out and "fsyncs its WAL" in out and "forceSync=yes" in out
+    prose = " ".join(out.split())  # the notes are wrapped at 100 columns
+    assert "never fsynced" in prose and "fsyncs its WAL" in prose and "forceSync=yes" in prose
     assert "skipped" not in out and "FAILED" not in out
     assert os.listdir(tmp_path) == []  # the servers' data directories are gone
+    assert _children_of(proc.pid) == []
+
+
+@pytest.mark.integration
+@pytest.mark.kafka
+def test_a_tiny_run_on_kafka_puts_it_next_to_the_embedded_broker(tmp_path) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([*JOBREG, "bench", "peers", "--submits", "10", "--jobs", "100",
+                             "--calls", "20", "--writers", "2", "--namespaces", "2",
+                             "--only", "kafka,jobreg"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out, err = proc.communicate(timeout=280)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.splitlines()[0].split()[:3] == ["measure", "jobreg", "kafka"]
+    rows = ["one writer (10 calls): p99", "2 writers, one leader (20 calls): jobs/s",
+            "native batch of 1,000 jobs, one atomic call",
+            "failover, 100 live jobs: claim -> all taken over",
+            "failover, 100 live jobs, cold standby", "2 namespaces, a leader each (20 calls)"]
+    ratios = out[out.index("over jobreg on the embedded broker's"):]
+    assert ratios.splitlines()[1].split() == ["measure", "kafka/jobreg"]
+    for row in rows:  # the same workload, failover included, on both brokers
+        cells = re.split(r"\s{2,}", next(line for line in out.splitlines()
+                                         if line.startswith(row)))
+        assert "-" not in cells[1:3], cells
+        ratio = next(line for line in ratios.splitlines() if line.startswith(row))
+        assert ratio.endswith("x"), ratio
+    prose = " ".join(out.split())  # the notes are wrapped at 100 columns
+    assert "Apache Kafka 4.4.0: acks=all on one node" in prose
+    assert "never fsync on the write path" in prose and "never fsynced" in prose
+    assert "skipped" not in out and "FAILED" not in out
+    assert os.listdir(tmp_path) == []  # the nodes' data directories are gone
     assert _children_of(proc.pid) == []
 
 
@@ -74,6 +108,18 @@ def test_a_missing_peer_is_named_with_its_package_and_skipped() -> None:
             "apt-get install etcd-server" in proc.stderr)
     assert ("ZooKeeper skipped: the ZooKeeper server is not installed (Debian package "
             "zookeeper: apt-get install zookeeper" in proc.stderr)
+    assert "Traceback" not in proc.stderr
+
+
+def test_kafka_without_java_is_skipped_with_its_package() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = "/nonexistent"  # no java (JOBREG is run by its absolute path)
+    proc = subprocess.run([*JOBREG, "bench", "peers", "--only", "kafka,kafka3"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1  # nothing could run
+    for store in ("kafka", "kafka3"):
+        assert (f"{store} skipped: java is not installed (Apache Kafka needs Java 17 or newer: "
+                "apt-get install openjdk-17-jre-headless)") in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
