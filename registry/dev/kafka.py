@@ -50,7 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -165,29 +165,20 @@ def kafka_classpath(progress: Callable[[str], None] | None = None) -> list[pathl
     mark = home / ".complete"
     with _fetch_lock:
         if not mark.exists():
-            mvn = _need("mvn", "Maven to fetch its jars from Maven Central once "
-                               "(apt-get install maven)")
-            home.mkdir(parents=True, exist_ok=True)
-            work = pathlib.Path(tempfile.mkdtemp(prefix="fetch-", dir=home))
-            try:
-                (work / "pom.xml").write_text(_POM.format(kafka=KAFKA_VERSION,
-                                                          log4j=_LOG4J_VERSION))
-                if progress is not None:
-                    progress(f"fetching Apache Kafka {KAFKA_VERSION} from Maven Central "
-                             f"into {home} (once)")
-                started = time.monotonic()
-                _run_or_say(f"Maven could not fetch Apache Kafka {KAFKA_VERSION}",
-                            [mvn, "-q", "-B", "-f", str(work / "pom.xml"),
-                             "dependency:copy-dependencies", "-DincludeScope=runtime",
-                             f"-DoutputDirectory={work / 'libs'}"])
+            started = time.monotonic()
+            with _maven_fetch(f"Apache Kafka {KAFKA_VERSION}", home, progress,
+                              lambda work: ["-f", str(work / "pom.xml"),
+                                            "dependency:copy-dependencies",
+                                            "-DincludeScope=runtime",
+                                            f"-DoutputDirectory={work / 'libs'}"],
+                              pom=_POM.format(kafka=KAFKA_VERSION, log4j=_LOG4J_VERSION)
+                              ) as work:
                 shutil.rmtree(libs, ignore_errors=True)
                 os.replace(work / "libs", libs)
                 mark.write_text(f"{KAFKA_VERSION}\n")
-                if progress is not None:
-                    progress(f"fetched {len(list(libs.glob('*.jar')))} jars in "
-                             f"{time.monotonic() - started:.1f} s")
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+            if progress is not None:
+                progress(f"fetched {len(list(libs.glob('*.jar')))} jars in "
+                         f"{time.monotonic() - started:.1f} s")
     jars = sorted(libs.glob("*.jar"))
     if not any(j.name.startswith("kafka_2.13-") for j in jars):
         raise BrokerStartError(f"the jar cache {libs} lacks kafka_2.13; delete {home} "
@@ -210,26 +201,41 @@ def kafka_tools_classpath(progress: Callable[[str], None] | None = None) -> list
     jar = home / f"kafka-tools-{KAFKA_VERSION}.jar"
     with _fetch_lock:
         if not jar.exists():
-            mvn = _need("mvn", "Maven to fetch Kafka's tools from Maven Central once "
-                               "(apt-get install maven)")
-            home.mkdir(parents=True, exist_ok=True)
-            work = pathlib.Path(tempfile.mkdtemp(prefix="fetch-", dir=home))
-            try:
-                if progress is not None:
-                    progress(f"fetching kafka-tools {KAFKA_VERSION} from Maven Central "
-                             f"into {home} (once)")
-                _run_or_say(f"Maven could not fetch kafka-tools {KAFKA_VERSION}",
-                            [mvn, "-q", "-B", "dependency:copy",
-                             f"-Dartifact=org.apache.kafka:kafka-tools:{KAFKA_VERSION}",
-                             f"-DoutputDirectory={work}"], cwd=work)
+            what = f"kafka-tools {KAFKA_VERSION}"
+            with _maven_fetch(what, home, progress,
+                              lambda work: ["dependency:copy",
+                                            f"-Dartifact=org.apache.kafka:kafka-tools:"
+                                            f"{KAFKA_VERSION}",
+                                            f"-DoutputDirectory={work}"]) as work:
                 fetched = work / jar.name
                 if not fetched.exists():
-                    raise BrokerStartError(f"Maven could not fetch kafka-tools "
-                                           f"{KAFKA_VERSION}: it left no {jar.name}")
+                    raise BrokerStartError(f"Maven could not fetch {what}: it left no "
+                                           f"{jar.name}")
                 os.replace(fetched, jar)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
     return [*jars, jar]
+
+
+@contextlib.contextmanager
+def _maven_fetch(what: str, home: pathlib.Path, progress: Callable[[str], None] | None,
+                 goal: Callable[[pathlib.Path], list[str]],
+                 pom: str | None = None) -> Iterator[pathlib.Path]:
+    """Run Maven's ``goal`` (given the scratch folder) in a scratch folder under ``home``,
+    with ``pom`` as its ``pom.xml`` if given, and yield the folder for the caller to take
+    what Maven left there; the folder is removed afterwards. Needs ``mvn``; a failed fetch
+    is one line (:func:`_run_or_say`)."""
+    mvn = _need("mvn", f"Maven to fetch {what} from Maven Central once "
+                       "(apt-get install maven)")
+    home.mkdir(parents=True, exist_ok=True)
+    work = pathlib.Path(tempfile.mkdtemp(prefix="fetch-", dir=home))
+    try:
+        if pom is not None:
+            (work / "pom.xml").write_text(pom)
+        if progress is not None:
+            progress(f"fetching {what} from Maven Central into {home} (once)")
+        _run_or_say(f"Maven could not fetch {what}", [mvn, "-q", "-B", *goal(work)], cwd=work)
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _run_or_say(failure: str, argv: list[str], cwd: pathlib.Path | None = None) -> None:
