@@ -7,15 +7,16 @@ the right to write that a granted leadership gives. Every write:
 1. prepends a :class:`~registry.events.JobReasserted` for every key that a
    refused record is the newest record of (so compaction cannot change the
    answer, README "Compaction");
-2. sends its records in one transaction of the namespace's transactional
-   producer (a newer term's producer fences this one at the broker), shared
+2. sends its records in one write of the term's idempotent producer
+   (``acks=all``, no transaction: the fold fences a stale term's records
+   wherever they land, README "The write path"), shared
    with the calls made at the same time on the term (group commit,
    :class:`~registry.writes.GroupCommit`: each call keeps its own answer); a call
    of several records carries its call id on each and ends with a
    :class:`~registry.events.CallCommitted`, so the fold applies them all or
    none (fold rule 8);
 3. reads the log until the fold has decided every record it sent; if the
-   transaction failed or timed out, it reads to the end of the log instead
+   write failed or timed out, it reads to the end of the log instead
    and takes what the fold decided, never a guess: records the log does not
    hold are re-sent (same event ids, so a copy that landed after all has no
    second effect) while this term is still current, else the write is
@@ -110,7 +111,6 @@ from .log import (
     LogReader,
     PlainWriter,
     TopicConfig,
-    TransactionalWriter,
     check_bootstrap,
     ensure_topic,
 )
@@ -498,22 +498,9 @@ class Registry:
             if image.epoch == 0:  # the namespace's first grant: where and under which count
                 check_birth(self.kafka, self.topic, self.namespace, self.partitions,
                             self.timeout, codec=self._codec, topic_count=actual)
-            # Fence the namespace's transactional id before the grant: init_transactions
-            # aborts a transaction a dead leader left open (killed between produce and
-            # commit), which read-committed readers cannot read past; our grant lands
-            # after it, and reading it back would wait out transaction.timeout.ms (60 s)
-            # on Kafka, for ever on the embedded broker. Claims come when the leader is
-            # gone (or told to go): fencing its producer is what a new term does anyway.
-            writer = TransactionalWriter(self.kafka, self.topic, self.namespace,
-                                         self.partition, self.timeout)
-            try:
-                return self._claim(contender, image, lease_ms, writer)
-            except BaseException:
-                writer.close()
-                raise
+            return self._claim(contender, image, lease_ms)
 
-    def _claim(self, contender: str, image: Image, lease_ms: int | None,
-               writer: TransactionalWriter) -> Term:
+    def _claim(self, contender: str, image: Image, lease_ms: int | None) -> Term:
         with self._log.lock:
             grant = LeadershipGranted(
                 event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
@@ -552,7 +539,6 @@ class Registry:
                 error.event_ids = (grant.event_id,)
                 raise error
             term = Term(self, grant.epoch, contender)
-            term._writes.writer = writer
             self._terms.append(term)
             self._log.note_leading()
             try:
@@ -623,7 +609,7 @@ class Term:
         self._writes = TermWrites(registry._log, registry.kafka, registry.topic,
                                   registry.namespace, registry.partition, registry.timeout,
                                   epoch, self.fenced)
-        self._groups = GroupCommit(self._run_group)  # concurrent calls share a transaction
+        self._groups = GroupCommit(self._run_group)  # concurrent calls share a write
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
@@ -1022,7 +1008,8 @@ class Term:
                 self._metrics.leading.dec()
 
     def _commit(self, events: list[Event], *, guard: bool = True) -> list[Decision]:
-        """Write ``events`` in one transaction; the fold's decision on each.
+        """Write ``events`` in one write (fold rule 8 makes several one call); the fold's
+        decision on each.
 
         Never raises for a refusal. Raises only before anything was sent
         (:class:`~registry.errors.LeaseExpired` when an elected leader's lease
@@ -1055,7 +1042,7 @@ class Term:
 
     def _run_group(self, group: list[PendingCall]) -> None:
         """Write the calls of one group (:class:`~registry.writes.GroupCommit`) in one
-        transaction, and give each call its own answer."""
+        write, and give each call its own answer."""
         reg = self.registry
         with reg._log.lock:
             # Step 1: settle refused keys first (compaction safety), once for the group.
@@ -1073,7 +1060,7 @@ class Term:
                 self._send(pairs, encoded=encoded, verdicts=verdicts)
             except RegistryError as e:
                 failure = e
-            if failure is None:  # the group's transaction is in the log
+            if failure is None:  # the group's write is in the log
                 self._metrics.observe_group(len(group), sum(len(c.pairs) for c in group))
             if len(verdicts) != len(pairs):  # nothing known of any record
                 verdicts = [(None, ())] * len(pairs)
