@@ -282,15 +282,6 @@ class Rounds:
                 self._changed.wait(0.05)
 
 
-def _renewal_bytes(term) -> tuple[bytes, bytes]:
-    from registry.events import LeaseRenewed, new_event_id, now_ms
-    from registry.keys import record_key
-
-    event = LeaseRenewed(event_id=new_event_id(), namespace=term.namespace, epoch=term.epoch,
-                         writer=term.contender, created_at=now_ms())
-    return record_key(event).encode(), term.registry._codec.encode(event)
-
-
 def _records_of(bootstrap: str, topic: str, namespace: str, writer: str, after: int) -> list:
     """The fold's decision on every record of ``writer`` at an offset past ``after``."""
     from registry.fold import fold_batches
