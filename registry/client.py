@@ -72,6 +72,7 @@ from .events import (
     CheckpointDiscarded,
     CheckpointEvent,
     CheckpointFailed,
+    CheckpointState,
     CheckpointTriggered,
     Event,
     GraphRef,
@@ -127,7 +128,7 @@ from .recovery import (
 )
 from .snapshot import read_snapshot, write_snapshot
 from .wire import Codec, default_codec
-from .writes import GroupCommit, PendingCall, TermWrites, error_for_call
+from .writes import GroupCommit, PendingCall, Restate, TermWrites, error_for_call
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
 
@@ -919,19 +920,34 @@ class Term:
         if type(checkpoint_id) is not int:
             raise ConfigError(f"checkpoint ids are integers, not {checkpoint_id!r}")
         view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
-        # The record carries the state after it, computed with the fold's own rule
-        # (the fold recomputes it and refuses a record whose state differs).
-        try:
-            state, _ = checkpoint_step(view.checkpoints, kind, checkpoint_id,
-                                       location=str(payload.get("location", "")),
-                                       retained=view.retained_checkpoints,
-                                       failure_reason=str(payload.get("failure_reason",
-                                                                      "UNSPECIFIED")),
-                                       counts=payload.get("reason_counts"))  # type: ignore[arg-type]
-        except CheckpointRuleViolation:  # the fold refuses it, with the reason, in the log
-            state = replace(view.checkpoints, seq=view.checkpoints.seq + 1)
-        return self._write([self._event(kind, job_id, checkpoint_id=checkpoint_id,
-                                        state=state, **payload)])[0]
+
+        def step(before: CheckpointState) -> CheckpointState:
+            # The record carries the state after it, computed with the fold's own rule
+            # (the fold recomputes it and refuses a record whose state differs).
+            try:
+                state, _ = checkpoint_step(before, kind, checkpoint_id,
+                                           location=str(payload.get("location", "")),
+                                           retained=view.retained_checkpoints,
+                                           failure_reason=str(payload.get("failure_reason",
+                                                                          "UNSPECIFIED")),
+                                           counts=payload.get("reason_counts"))  # type: ignore[arg-type]
+            except CheckpointRuleViolation:  # the fold refuses it, with its reason, in the log
+                state = replace(before, seq=before.seq + 1)
+            return state
+
+        def restate(event: Event, states: dict[str, object]) -> Event:
+            # At group assembly: from the state the image holds now, or the one the calls
+            # before this one in the group leave.
+            now = self.registry.image.jobs.get(job_id)
+            before = states.get(job_id) or (now.checkpoints if now is not None
+                                            else view.checkpoints)
+            state = step(before)  # type: ignore[arg-type]
+            states[job_id] = state
+            return replace(event, state=state)  # type: ignore[call-arg]
+
+        event = self._event(kind, job_id, checkpoint_id=checkpoint_id,
+                            state=step(view.checkpoints), **payload)
+        return self._write([event], restate=restate)[0]
 
     def _known(self, job_id: str) -> str:
         # A guard against typos, not a rule: the fold would accept a cancel of an
@@ -981,11 +997,13 @@ class Term:
                                              self.contender),
                       expected_epoch=image.epoch, actual_epoch=self.epoch, leader=image.leader)
 
-    def _write(self, events: list[Event], *, guard: bool = True) -> list[Receipt]:
+    def _write(self, events: list[Event], *, guard: bool = True,
+               restate: Restate | None = None) -> list[Receipt]:
         """Write ``events``; a receipt each, or the first refusal raised. Counted in
-        ``jobreg_writes_total`` and ``jobreg_write_duration_seconds`` whatever the outcome."""
+        ``jobreg_writes_total`` and ``jobreg_write_duration_seconds`` whatever the outcome.
+        ``restate``: see :class:`~registry.writes.PendingCall`."""
         with _Meter(self._metrics):
-            decisions = self._commit(events, guard=guard)
+            decisions = self._commit(events, guard=guard, restate=restate)
             refused = _refusal(decisions)
             if refused is not None:
                 error = _rejection(refused)
@@ -1007,7 +1025,8 @@ class Term:
             else:
                 self._metrics.leading.dec()
 
-    def _commit(self, events: list[Event], *, guard: bool = True) -> list[Decision]:
+    def _commit(self, events: list[Event], *, guard: bool = True,
+                restate: Restate | None = None) -> list[Decision]:
         """Write ``events`` in one write (fold rule 8 makes several one call); the fold's
         decision on each.
 
@@ -1037,7 +1056,7 @@ class Term:
         # call, before it joins a group.
         codec = reg._codec
         pending = PendingCall([(record_key(e), e) for e in call],
-                              [codec.encode_as_read(e) for e in call], guard)
+                              [codec.encode_as_read(e) for e in call], guard, restate)
         return self._groups.commit(pending)[:len(events)]
 
     def _run_group(self, group: list[PendingCall]) -> None:
@@ -1045,6 +1064,9 @@ class Term:
         write, and give each call its own answer."""
         reg = self.registry
         with reg._log.lock:
+            group = self._assemble(group)
+            if not group:
+                return
             # Step 1: settle refused keys first (compaction safety), once for the group.
             pairs: list[tuple[str, Event]] = list(
                 plan_reassertions(reg.image, self.epoch, self.contender))
@@ -1079,6 +1101,36 @@ class Term:
             # or anyone's). The calls are decided: this is best-effort, never a reason
             # to raise; what it leaves unsettled the next write settles.
             self._settle(any(c.guard for c in group))
+
+    def _assemble(self, group: list[PendingCall]) -> list[PendingCall]:
+        """The calls of ``group`` that are sent, as they are sent: the write guard asked
+        again now (a lease that ran out while a call waited for its group refuses it:
+        nothing of it is sent), and each checkpoint call's state computed from the image
+        as now read and the calls before it in the group (two checkpoint calls of one job
+        in one group do not refuse each other). A call refused here is answered here."""
+        refusal: RegistryError | None = None
+        if self._lease_guard is not None and any(c.guard for c in group):
+            try:
+                self._lease_guard()
+            except RegistryError as e:
+                refusal = e
+        codec = self.registry._codec
+        states: dict[str, object] = {}
+        sent: list[PendingCall] = []
+        for c in group:
+            if c.guard and refusal is not None:
+                c.error = error_for_call(refusal, ())
+                continue
+            if c.restate is not None:
+                try:
+                    events = [c.restate(e, states) for _, e in c.pairs]
+                    c.pairs = [(record_key(e), e) for e in events]
+                    c.encoded = [codec.encode_as_read(e) for e in events]
+                except RegistryError as e:
+                    c.error = error_for_call(e, ())
+                    continue
+            sent.append(c)
+        return sent
 
     def _settle(self, guard: bool) -> None:
         reg = self.registry

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -33,7 +34,8 @@ from .kafka_config import Kafka
 from .keys import record_key
 from .log import LeaderWriter, WriteFailed
 
-__all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "GroupCommit", "PendingCall", "TermWrites"]
+__all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "GroupCommit", "PendingCall", "Restate",
+           "TermWrites"]
 
 MAX_GROUP_RECORDS = 10_000
 """At most this many records in one group's write (a lone call may have more)."""
@@ -261,6 +263,12 @@ class TermWrites:
         return next((d for d in found if d.accepted), found[0] if found else None)
 
 
+Restate = Callable[[Event, dict[str, object]], Event]
+"""A call's records computed again when its group is assembled: given a record as the call
+made it and a scratch dict the group's calls share (in order), the record to send. A
+checkpoint call computes its state there (README "Group commit")."""
+
+
 @dataclass(eq=False)
 class PendingCall:
     """One call waiting in a :class:`GroupCommit`: its records (``pairs``, already
@@ -271,6 +279,8 @@ class PendingCall:
     encoded: list[Encoded]
     guard: bool = True
     """Whether the term's write guard applies to it (a lease renewal passes it)."""
+    restate: Restate | None = None
+    """Its records computed again at group assembly, if they depend on the image."""
     decisions: list[Decision] | None = None
     error: BaseException | None = None
     size: int = field(init=False)
@@ -299,7 +309,7 @@ class GroupCommit:
         self.max_records = max_records
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._queue: list[PendingCall] = []  # arrival order; a leader's call is first
+        self._queue: deque[PendingCall] = deque()  # arrival order; a leader's call is first
         self._busy = False  # a group is being formed or is in flight
 
     def commit(self, call: PendingCall) -> list[Decision]:
@@ -331,7 +341,7 @@ class GroupCommit:
                 if group and (records + len(nxt.pairs) > self.max_records
                               or size + nxt.size > self.max_bytes):
                     break
-                group.append(self._queue.pop(0))
+                group.append(self._queue.popleft())
                 records += len(nxt.pairs)
                 size += nxt.size
         return group

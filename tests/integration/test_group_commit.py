@@ -248,3 +248,58 @@ def test_a_call_that_cannot_be_encoded_fails_alone_before_it_joins(connect,
     assert held.groups == [["job-0"], ["job-1", "b"]]
     assert reg.sync().jobs["a"].status == "ACTIVE"
     assert reg.job("b").status == "CANCELLED"
+
+
+def test_two_checkpoint_calls_of_one_job_in_one_group_are_both_accepted(
+        connect, monkeypatch) -> None:
+    """A checkpoint record carries the job's checkpoint state after it, which the fold
+    recomputes. Computed when the call was made, two calls of one job that share a group
+    both started from the same state, and the fold refused the second; computed when the
+    group is assembled, each starts from the state the one before it leaves."""
+    reg = connect()
+    term = reg.claim_leadership("jm-1")
+    term.submit("job", b"g")
+    held = Held(term, monkeypatch)
+    out = held.run(lambda: term.submit("other", b"g"),
+                   lambda: term.checkpoint_triggered("job", 1),
+                   lambda: term.checkpoint_completed("job", 1, "s3://cp/1"))
+    assert held.groups == [["other"], ["job", "job"]]  # the two calls shared a group
+    assert not [r for r in out if isinstance(r, Exception)], out
+    decided = _decisions(reg)
+    assert all(decided[r.event_id] == Outcome.ACCEPTED for r in out)
+    assert reg.job("job").checkpoints.last_completed == 1
+
+
+def test_a_lease_that_runs_out_while_calls_wait_for_their_group_refuses_them_unsent(
+        connect, monkeypatch) -> None:
+    """The write guard is asked when a call is made and again when its group is sent: calls
+    that passed it and then waited behind a group while the lease ran out raise
+    LeaseExpired, with no event ids (nothing of them was sent); a lease renewal, which
+    passes the guard, is still sent."""
+    from registry.errors import LeaseExpired
+
+    reg = connect()
+    term = reg.claim_leadership("jm-1")
+    expired: list[bool] = []
+
+    def guard() -> None:
+        if expired:
+            raise LeaseExpired("planted: the lease ran out")
+
+    term.guard_writes(guard)
+    held = Held(term, monkeypatch)
+    wait = held._wait_for_queue
+
+    def wait_then_expire() -> None:
+        wait()
+        expired.append(True)  # every call below has passed the guard and now waits
+
+    monkeypatch.setattr(held, "_wait_for_queue", wait_then_expire)
+    out = held.run(lambda: term.submit("job-0", b"g"),
+                   lambda: term.submit("job-1", b"g"),
+                   term.renew_lease)
+    assert isinstance(out[0], LeaseExpired) and isinstance(out[1], LeaseExpired), out
+    assert out[0].event_ids == out[1].event_ids == ()
+    assert out[2].epoch == term.epoch  # the renewal's receipt
+    reg.sync()
+    assert not reg.jobs() and reg.image.term.renewals == 1  # type: ignore[union-attr]
