@@ -45,13 +45,12 @@ from registry import AuthenticationFailed, NotAuthorized, OutcomeUnknown, Regist
 from registry.errors import BrokerError, BrokerStartError
 from registry.forensics import Forensics
 from registry.kafka_config import Kafka, load_properties
-from registry.log import PlainWriter, TopicConfig, ensure_topic, transactional_id, write_raw
+from registry.log import PlainWriter, TopicConfig, ensure_topic, write_raw
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 JOBREG = [sys.executable, "-m", "registry.cli"]
 TOPIC = "jobreg"
-TXN_PREFIX = transactional_id(TOPIC, "")  # "jobreg.jobreg.": every namespace's id
 PASSWORDS = {"creator": "creator-pw-1", "jobreg": "coordinator-pw-1", "audit": "audit-pw-1",
              "nobody": "nobody-pw-1", "revoked": "revoked-pw-1", "reader": "reader-pw-1"}
 WRONG = "wr0ng-Pw-never-shown"
@@ -67,8 +66,7 @@ ROLES: dict[str, list[tuple[ResourceType, str, ResourcePatternType, AclOperation
                 (T, TOPIC, LITERAL, AclOperation.DESCRIBE_CONFIGS)],
     "jobreg": [(T, TOPIC, LITERAL, AclOperation.WRITE),
                (T, TOPIC, LITERAL, AclOperation.READ),
-               (T, TOPIC, LITERAL, AclOperation.DESCRIBE_CONFIGS),
-               (X, TXN_PREFIX, PREFIXED, AclOperation.WRITE)],
+               (T, TOPIC, LITERAL, AclOperation.DESCRIBE_CONFIGS)],
     "audit": [(T, TOPIC, LITERAL, AclOperation.READ),
               (T, TOPIC, LITERAL, AclOperation.DESCRIBE_CONFIGS)],
 }
@@ -317,17 +315,18 @@ def test_the_audit_user_reads_through_forensics_the_cli_and_the_audit_job(secure
 # -- refusals, each one line and at once ---------------------------------------------------
 
 def test_the_audit_user_is_refused_every_write_in_one_line(secured) -> None:
-    """A claim (its transactional producer first: nothing is written) and a raw write (the
-    idempotent producer of grants and write_raw); the log is as it was."""
+    """A claim (its idempotent producer gets no producer id without WRITE on a topic: nothing
+    is written) and a raw write (the same producer of grants and write_raw); the log is as it
+    was."""
     reg = _connect(secured, "audit", "refused")
     try:
         started = time.monotonic()
         with pytest.raises(NotAuthorized) as claim:
             reg.claim_leadership("auditor")
         claim_s = time.monotonic() - started
-        _names(claim.value, "WRITE", "transactional id", "jobreg.jobreg.refused", "audit")
-        assert "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in str(claim.value)
-        assert claim.value.event_ids == ()
+        _names(claim.value, "WRITE", "topic", TOPIC, "audit")
+        assert "CLUSTER_AUTHORIZATION_FAILED" in str(claim.value)
+        assert len(claim.value.event_ids) == 1  # the grant it sent, refused
         started = time.monotonic()
         with pytest.raises(NotAuthorized) as raw:
             write_raw(_kafka(secured, "audit"), TOPIC, reg.partition, "refused/job/z", b"x",
