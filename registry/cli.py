@@ -993,12 +993,12 @@ def state(settings: Settings, offset: int | None, at_time: int | None,
 
     def human() -> str:
         p = image.provenance
-        # The last record at or before the offset asked for: offsets are not dense (each
-        # transaction's commit marker takes one), so it is often the one before.
+        # The last record at or before the offset asked for: offsets are not dense
+        # (transaction markers take offsets, compaction removes records).
         where = (f"after offset {p.last_offset}" if p.last_offset >= 0 else "before any record")
         if offset is not None and 0 <= p.last_offset < offset:
             where += (f" (the last record at or before {offset}; offsets are not dense: "
-                      "commit markers take offsets too)")
+                      "transaction markers take offsets, compaction removes records)")
         lead = ("no leader" if image.leader is None else
                 f"epoch {image.epoch}, {image.leader}" + (" (revoked)" if image.revoked else ""))
         stamp = format_time(p.log_time)

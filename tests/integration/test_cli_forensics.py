@@ -143,10 +143,12 @@ def test_rejected_quarantine_state(incident) -> None:
     assert ahead["last_offset"] == as_json(incident, "jobs")["last_offset"]
     code, out, _ = cli(incident, "state", "--offset", str(incident["adopted"]))
     assert code == 0 and f"after offset {incident['adopted']}" in out and "epoch 2, jm-2" in out
-    # An offset between two records (a commit marker's): it says so (issue 15 item 9).
-    code, out, _ = cli(incident, "state", "--offset", str(incident["adopted"] + 1))
-    assert code == 0 and f"after offset {incident['adopted']} (the last record at or before " \
-        f"{incident['adopted'] + 1}; offsets are not dense" in out
+    # An offset that holds no record (a transaction marker's, a compacted record's; here one
+    # past the end): it says which record the state is after (issue 15 item 9).
+    past = incident["corrupt"] + 3
+    code, out, _ = cli(incident, "state", "--offset", str(past))
+    assert code == 0 and f"after offset {incident['corrupt']} (the last record at or before " \
+        f"{past}; offsets are not dense" in out
 
 
 def test_dump_then_every_command_from_the_file_with_no_broker(incident, tmp_path) -> None:
