@@ -38,11 +38,14 @@ What a read would return, but not yet necessarily what every reader reads: a
 read_committed reader reads only below the last stable offset, which a
 transaction of another producer open before the records holds back. So the
 records are taken only once a read_committed ListOffsets asked after the
-acknowledgement puts the last stable offset past them (one round trip; it used to
-be a probe fetch, which on Kafka asked past the end before a commit marker was
-written and waited out librdkafka's 100 ms offset reset). If it does not, the
-writer reads its records back, which waits for them to become readable. The
-reader's consumer is paused between reads, so it fetches only when asked.
+acknowledgement puts the last stable offset past them (one round trip), or, where
+it does not (the embedded broker answers the first offset of a producer's latest
+batch), a probe fetch from the offset after them shows the end of the partition
+there. (With transactions the probe asked two offsets on, past the commit marker:
+on Kafka past the end before the marker was written, which waited out librdkafka's
+100 ms offset reset.) If neither confirms, the writer reads its records back,
+which waits for them to become readable. The reader's consumers are paused
+between reads, so they fetch only when asked.
 """
 
 from __future__ import annotations
@@ -534,8 +537,10 @@ def transactional_id(topic: str, namespace: str) -> str:
 
 
 _STALL_S = 0.5  # a read without a record for this long asks whether records lie ahead
-# take_own's ListOffsets gives up after this; then the writer reads its records back, which
-# waits as long as the call may.
+# take_own's ListOffsets, and its probe fetch, give up after this; then the writer reads its
+# records back, which waits as long as the call may. The probe's fetches wait at most
+# _PROBE_WAIT_MS at the broker (at the end of the partition a fetch is held for its wait).
+_PROBE_WAIT_MS = 1
 _PROBE_S = 0.2
 _MAX_FETCH_WAIT_MS = 1000
 _MIN_UNSTICK_MS = 20  # the first lengthened wait, whatever the configured one (0 included)
@@ -571,6 +576,7 @@ class LogReader:
         the broker counts as open, else the high watermark). Nothing is read past it, so a
         write whose records lie at or after it cannot be confirmed until it moves."""
         self._moved = False  # the position moved without the consumer (take_own)
+        self._probe: Consumer | None = None  # made by the first take_own that needs it
         self._several_brokers: bool | None = None  # asked by the first _end_confirmed
 
     def _settings(self, fetch_wait_ms: int, reset: str) -> dict[str, Any]:
@@ -673,12 +679,51 @@ class LogReader:
             return False
         stable = self._stable_offset()
         if stable is None or stable <= last:
-            return False
+            # Not shown by ListOffsets (the embedded broker answers the first offset of the
+            # last batch while a producer's batch is its latest): ask a fetch.
+            stable = last + 1 if self._fetch_shows_end(last) else None
+            if stable is None:
+                return False
         self.position = last + 1
         # Where the partition ended when asked: known only if nothing followed ours.
         self._known_end = stable if stable == last + 1 else None
         self._moved = True
         return True
+
+    def _fetch_shows_end(self, last: int) -> bool:
+        """Whether a read_committed fetch from ``last + 1`` answered now shows the end of the
+        partition there or records after it (every reader then reads up to ``last``), within
+        _PROBE_S. A probe consumer of its own, so the reader's position and prefetched data
+        stay as they are; at the end of the partition a fetch carries no records, so it
+        stays cheap on the embedded broker, whose fetches with records cost more the more
+        batches a partition holds. On Kafka ``last + 1`` is never past the high watermark
+        once the records are acknowledged, so the fetch is never out of range (a fetch past
+        the end waited out librdkafka's 100 ms offset reset)."""
+        tp = TopicPartition(self.topic, self.partition, last + 1)
+        deadline = time.monotonic() + _PROBE_S
+        try:
+            if self._probe is None:
+                self._probe = _client(Consumer, self._settings(_PROBE_WAIT_MS, "latest"))
+                self._probe.assign([tp])
+            else:  # a seek wakes the fetcher at once (see _resume)
+                self._probe.resume([tp])
+                self._probe.seek(tp)
+            while (left := deadline - time.monotonic()) > 0:
+                first = self._probe.poll(left)  # consume(n, t) would wait all of t for n
+                for m in [] if first is None else [first, *self._probe.consume(100, 0)]:
+                    err = m.error()
+                    if err is None and m.offset() > last:
+                        return True
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF \
+                            and m.offset() > last:
+                        return True
+        except KafkaException:
+            return False  # the caller reads instead, and reports what fails there
+        finally:
+            if self._probe is not None:
+                with contextlib.suppress(KafkaException):
+                    self._probe.pause([tp])
+        return False
 
     def _stable_offset(self) -> int | None:
         """The partition's last stable offset as a read_committed ListOffsets answers it now
@@ -934,8 +979,10 @@ class LogReader:
     def close(self) -> None:
         """Leave the broker; the reader cannot be used afterwards."""
         consumer, self._consumer = self._consumer, _Closed("reader")
-        if not isinstance(consumer, _Closed):
-            consumer.close()
+        probe, self._probe = self._probe, None
+        for client in (consumer, probe):
+            if client is not None and not isinstance(client, _Closed):
+                client.close()
 
 
 def _warm_up(producer: Producer, timeout: float, topic: str | None) -> None:
