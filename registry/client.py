@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -611,6 +612,9 @@ class Term:
                                   registry.namespace, registry.partition, registry.timeout,
                                   epoch, self.fenced)
         self._groups = GroupCommit(self._run_group)  # concurrent calls share a write
+        self._planned: dict[str, tuple[object, object]] = {}
+        self._settling = threading.Lock()
+        """Job id -> (the group in flight that planned it, the checkpoint state it left)."""
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
@@ -1059,55 +1063,67 @@ class Term:
                               [codec.encode_as_read(e) for e in call], guard, restate)
         return self._groups.commit(pending)[:len(events)]
 
-    def _run_group(self, group: list[PendingCall]) -> None:
+    def _run_group(self, group: list[PendingCall], produced: Callable[[], None]) -> None:
         """Write the calls of one group (:class:`~registry.writes.GroupCommit`) in one
-        write, and give each call its own answer."""
+        write, and give each call its own answer. ``produced`` is called once the group's
+        records are handed to the producer: the next group is then formed and written
+        while this one is confirmed (its own thread; the log's lock is held only to fold
+        and to plan, never across a round trip)."""
         reg = self.registry
-        with reg._log.lock:
-            group = self._assemble(group)
-            if not group:
-                return
-            # Step 1: settle refused keys first (compaction safety), once for the group.
-            pairs: list[tuple[str, Event]] = list(
-                plan_reassertions(reg.image, self.epoch, self.contender))
-            spans: list[tuple[int, int]] = []
-            encoded: dict[str, tuple[bytes, Event]] = {}
-            for c in group:
-                spans.append((len(pairs), len(pairs) + len(c.pairs)))
-                pairs += c.pairs
-                encoded.update((e.event_id, enc) for (_, e), enc in zip(c.pairs, c.encoded, strict=True))
+        token = object()  # this group, as the owner of the checkpoint states it planned
+        try:
+            with reg._log.lock:
+                group = self._assemble(group, token)
+                if not group:
+                    return
+                # Step 1: settle refused keys first (compaction safety), once for the group.
+                pairs: list[tuple[str, Event]] = list(
+                    plan_reassertions(reg.image, self.epoch, self.contender))
+                spans: list[tuple[int, int]] = []
+                encoded: dict[str, tuple[bytes, Event]] = {}
+                for c in group:
+                    spans.append((len(pairs), len(pairs) + len(c.pairs)))
+                    pairs += c.pairs
+                    encoded.update((e.event_id, enc)
+                                   for (_, e), enc in zip(c.pairs, c.encoded, strict=True))
             verdicts: list[tuple[Decision | None, tuple[str, ...]]] = []
             failure: RegistryError | None = None
             try:
-                self._send(pairs, encoded=encoded, verdicts=verdicts)
+                self._send(pairs, encoded=encoded, verdicts=verdicts, produced=produced)
             except RegistryError as e:
                 failure = e
-            if failure is None:  # the group's write is in the log
-                self._metrics.observe_group(len(group), sum(len(c.pairs) for c in group))
-            if len(verdicts) != len(pairs):  # nothing known of any record
-                verdicts = [(None, ())] * len(pairs)
-            # Each call's answer: its decisions once the fold decided all its records
-            # (whatever became of the others), else the group's error with its own ids.
-            for c, (start, end) in zip(group, spans, strict=True):
-                mine = verdicts[start:end]
-                if all(d is not None for d, _ in mine):
-                    c.decisions = [d for d, _ in mine]  # type: ignore[misc]
-                else:
-                    assert failure is not None
-                    c.error = error_for_call(failure, tuple(i for _, ids in mine for i in ids))
-            if all(c.decisions is None for c in group):
-                return
-            # Step 4: settle any key a refused record landed on meanwhile (ours
-            # or anyone's). The calls are decided: this is best-effort, never a reason
-            # to raise; what it leaves unsettled the next write settles.
-            self._settle(any(c.guard for c in group))
+        finally:
+            with reg._log.lock:  # decided (or failed): the image holds what it planned
+                for job, (owner, _) in list(self._planned.items()):
+                    if owner is token:
+                        del self._planned[job]
+        if failure is None:  # the group's write is in the log
+            self._metrics.observe_group(len(group), sum(len(c.pairs) for c in group))
+        if len(verdicts) != len(pairs):  # nothing known of any record
+            verdicts = [(None, ())] * len(pairs)
+        # Each call's answer: its decisions once the fold decided all its records
+        # (whatever became of the others), else the group's error with its own ids.
+        for c, (start, end) in zip(group, spans, strict=True):
+            mine = verdicts[start:end]
+            if all(d is not None for d, _ in mine):
+                c.decisions = [d for d, _ in mine]  # type: ignore[misc]
+            else:
+                assert failure is not None
+                c.error = error_for_call(failure, tuple(i for _, ids in mine for i in ids))
+        if all(c.decisions is None for c in group):
+            return
+        # Step 4: settle any key a refused record landed on meanwhile (ours
+        # or anyone's). The calls are decided: this is best-effort, never a reason
+        # to raise; what it leaves unsettled the next write settles.
+        self._settle(any(c.guard for c in group))
 
-    def _assemble(self, group: list[PendingCall]) -> list[PendingCall]:
+    def _assemble(self, group: list[PendingCall], token: object) -> list[PendingCall]:
         """The calls of ``group`` that are sent, as they are sent: the write guard asked
         again now (a lease that ran out while a call waited for its group refuses it:
         nothing of it is sent), and each checkpoint call's state computed from the image
-        as now read and the calls before it in the group (two checkpoint calls of one job
-        in one group do not refuse each other). A call refused here is answered here."""
+        as now read, the groups still in flight before it and the calls before it in the
+        group (two checkpoint calls of one job in one group, or in overlapping groups, do
+        not refuse each other). A call refused here is answered here."""
         refusal: RegistryError | None = None
         if self._lease_guard is not None and any(c.guard for c in group):
             try:
@@ -1115,7 +1131,8 @@ class Term:
             except RegistryError as e:
                 refusal = e
         codec = self.registry._codec
-        states: dict[str, object] = {}
+        # Groups in flight planned these states; the image holds them once they are decided.
+        states: dict[str, object] = {job: state for job, (_, state) in self._planned.items()}
         sent: list[PendingCall] = []
         for c in group:
             if c.guard and refusal is not None:
@@ -1130,9 +1147,18 @@ class Term:
                     c.error = error_for_call(e, ())
                     continue
             sent.append(c)
+        for job, state in states.items():
+            if self._planned.get(job, (None, None))[1] is not state:
+                self._planned[job] = (token, state)
         return sent
 
     def _settle(self, guard: bool) -> None:
+        # One settling at a time: groups that overlap finish at once, and each would plan
+        # the same keys from an image that does not hold the other's reassertions yet.
+        with self._settling:
+            self._settle_once(guard)
+
+    def _settle_once(self, guard: bool) -> None:
         reg = self.registry
         for _ in range(2):
             if not reg.image.unsettled or self.fenced() is not None:

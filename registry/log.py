@@ -84,6 +84,7 @@ __all__ = [
     "ensure_topic",
     "kafka_error_of",
     "LeaderWriter",
+    "Sending",
     "WriteFailed",
     "WriteNotAuthorized",
     "not_authorized",
@@ -1245,6 +1246,18 @@ class WriteNotAuthorized(WriteFailed, NotAuthorized):
         self.resource, self.code = refused.resource, refused.code
 
 
+@dataclass(eq=False)
+class Sending:
+    """A write :meth:`LeaderWriter.start` began: its producer, its delivery reports, its
+    records, how many were handed over, and what failed while handing them over."""
+
+    producer: Any
+    delivery: _Delivery
+    records: list[tuple[str, bytes]]
+    produced: int = 0
+    failure: BaseException | None = None
+
+
 class LeaderWriter:
     """A term's producer: idempotent, ``acks=all``, no transaction (README "The write
     path"). A write produces its records to the namespace's partition and waits for
@@ -1268,10 +1281,7 @@ class LeaderWriter:
         self._producer = _client(Producer, self._kafka.settings(_CLIENT_DEFAULTS, {
             "enable.idempotence": True,
             "acks": "all",
-            # A flush sends at once whatever linger.ms says: a group's records go in one
-            # produce request rather than one each while the first is in flight
-            # (librdkafka wants it below message.timeout.ms).
-            "linger.ms": min(1000, patience_ms // 2),
+            "linger.ms": 0,  # a write leaves at once (start() queues a group in one call)
             # librdkafka gives up on a record within the write's own patience, so none
             # is retried after the caller was answered.
             "message.timeout.ms": patience_ms,
@@ -1286,23 +1296,55 @@ class LeaderWriter:
         """Write ``(key, value)`` records in order; return them as the log holds them
         (offset, key, value, the stamp a reader sees). Raises :class:`WriteFailed`
         (:class:`WriteNotAuthorized` for a refusal of the authorizer)."""
+        return self.wait(self.start(records))
+
+    def start(self, records: list[tuple[str, bytes]]) -> Sending:
+        """Hand ``records`` to the producer and send them at once, without waiting for the
+        acknowledgement (:meth:`wait`); writes started one after another land in that
+        order. Never raises: a failure to hand them over is :meth:`wait`'s to report."""
         p, delivery = self._producer, _Delivery()
-        produced = 0
-        failure: BaseException | None = None
+        sending = Sending(p, delivery, records)
         try:
-            for key, value in records:
-                p.produce(self.topic, value=value, key=key.encode("utf-8"),
-                          partition=self.partition, on_delivery=delivery)
-                produced += 1
-            left = p.flush(self._timeout)
-        except (KafkaException, BufferError, SystemError) as e:
-            failure, left = e, produced - delivery.reports
+            # One call queues them all, so librdkafka's broker thread finds them together
+            # and sends them in one produce request (linger.ms 0: a lone record leaves at
+            # once; queued one produce() at a time, the first left alone).
+            sending.produced = p.produce_batch(
+                self.topic, [{"key": key.encode("utf-8"), "value": value}
+                             for key, value in records],
+                partition=self.partition, on_delivery=delivery)
+            if sending.produced < len(records):
+                sending.failure = BufferError(f"{len(records) - sending.produced} record(s) "
+                                              "not queued (the producer's queue is full)")
+            p.poll(0)  # serves reports already in
+        except (KafkaException, BufferError, SystemError, RuntimeError) as e:
+            sending.failure = e  # RuntimeError: a producer another write retired
+        return sending
+
+    def wait(self, sending: Sending) -> list[LogRecord]:
+        """Wait (up to the writer's timeout) for every acknowledgement of a write
+        :meth:`start` began; the records as the log holds them, or :class:`WriteFailed`.
+        A failure retires the producer the write used (unless another failure did)."""
+        delivery, records = sending.delivery, sending.records
+        produced, failure = sending.produced, sending.failure
+        deadline = time.monotonic() + self._timeout
+        try:
+            while failure is None and delivery.reports < produced \
+                    and (left_s := deadline - time.monotonic()) > 0:
+                sending.producer.poll(min(left_s, 0.05))
+        except (KafkaException, SystemError, RuntimeError) as e:
+            failure = e
+        left = produced - delivery.reports
         if not failure and not left and delivery.error is None \
                 and not delivery.missing_offsets and len(delivery.offsets) == len(records):
             return [LogRecord(offset, key.encode("utf-8"), value, stamp, self.partition)
                     for offset, stamp, (key, value)
                     in zip(delivery.offsets, delivery.stamps, records, strict=True)]
-        self._retire()
+        if sending.producer is self._producer:
+            self._retire()
+        else:  # retired by another write's failure: serve what its purge reported
+            with contextlib.suppress(KafkaException, SystemError, RuntimeError):
+                sending.producer.poll(0)
+        left = produced - delivery.reports
         in_doubt = produced - len(delivery.offsets) - delivery.refused
         error = delivery.error or kafka_error_of(failure)
         refused = not_authorized(self._kafka, error, "WRITE", "topic", self.topic)
@@ -1322,14 +1364,20 @@ class LeaderWriter:
 
     def _retire(self) -> None:
         # Records it still holds are purged (never sent later), and the producer closed:
-        # the next write makes a new one, whose sequence starts afresh.
+        # the next write makes a new one, whose sequence starts afresh. Writes started on it
+        # meanwhile get their reports from the purge (never sent, or in doubt).
         producer, self._producer = self._producer, _Closed("leader producer")
         if isinstance(producer, _Closed):
             return
-        with contextlib.suppress(KafkaException):
+        with contextlib.suppress(KafkaException, SystemError):
             producer.purge()
             producer.poll(0)
-        threading.Thread(target=_destroy, args=(producer,), daemon=True,
+
+        def close_later() -> None:
+            time.sleep(self._timeout)  # writes started on it serve their purge reports first
+            _destroy(producer)
+
+        threading.Thread(target=close_later, daemon=True,
                          name=f"jobreg-close-{self.topic}-{self.partition}").start()
 
     @property

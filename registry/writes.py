@@ -34,11 +34,15 @@ from .kafka_config import Kafka
 from .keys import record_key
 from .log import LeaderWriter, WriteFailed
 
-__all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "GroupCommit", "PendingCall", "Restate",
-           "TermWrites"]
+__all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "MAX_IN_FLIGHT", "GroupCommit",
+           "PendingCall", "Restate", "TermWrites"]
 
 MAX_GROUP_RECORDS = 10_000
 """At most this many records in one group's write (a lone call may have more)."""
+
+MAX_IN_FLIGHT = 4
+"""At most this many groups between the start of their write and their answers (the
+idempotent producer keeps up to 5 requests in flight, in order)."""
 
 MAX_GROUP_BYTES = 1_000_000
 """At most this many encoded bytes in one group's write, librdkafka's default
@@ -87,7 +91,7 @@ class TermWrites:
     def send(self, pairs: list[tuple[str, Event]], *,
              encoded: dict[str, Encoded] | None = None,
              verdicts: list[tuple[Decision | None, tuple[str, ...]]] | None = None,
-             ) -> list[Decision]:
+             produced: Callable[[], None] | None = None) -> list[Decision]:
         """Steps 2 and 3: one write, then read until the fold decided every record.
 
         Returns one decision per pair. A record the log does not hold after a
@@ -101,6 +105,10 @@ class TermWrites:
         ``verdicts``, if given, receives per pair, also when this raises, the fold's
         decision on it (``None``: undecided) and the ids of every copy of it sent (none
         if nothing was sent): what a group tells each of its calls.
+        ``produced``, if given, is called once, when the records are handed to the producer
+        (or nothing will be): the next group may then start its own write while this one
+        waits for its acknowledgement and confirmation (writes of one producer land in the
+        order they were started). Several sends may run at once, each from its own thread.
         """
         log = self._log
         encoded = encoded or {}
@@ -194,8 +202,20 @@ class TermWrites:
                     self.open()
                     if not sent:
                         sent, first_sent = True, time.monotonic()
-                    # self.open() above made the writer if there was none
-                    written = self.writer.write(todo)  # type: ignore[union-attr]
+                    writer = self.writer
+                    assert writer is not None  # self.open() above made it if there was none
+                    sending = writer.start(todo)
+                    if produced is not None:
+                        hand_on: Callable[[], None] = produced
+                        produced = None  # once
+                        hand_on()
+                    try:
+                        written = writer.wait(sending)
+                    except WriteFailed as failed:
+                        if failed.fatal and self.writer is writer:
+                            self.writer = None  # retired: the next attempt makes a new one
+                            writer.close()
+                        raise
                     appended.extend(r.offset for r in written)
                     known = {r.offset: e for r, e in zip(written, events, strict=True)}
                     log.read_back(written, known, self.timeout)
@@ -205,9 +225,6 @@ class TermWrites:
                     if isinstance(e, WriteFailed):
                         appended.extend(e.appended)
                         in_doubt += e.in_doubt
-                    if isinstance(e, WriteFailed) and e.fatal and self.writer is not None:
-                        writer, self.writer = self.writer, None
-                        writer.close()
                     if isinstance(e, NotAuthorized):
                         # The broker's authorizer refused it: nothing of this attempt was
                         # appended, and no retry can help. Not accepted, unless an earlier
@@ -237,6 +254,8 @@ class TermWrites:
                               failure)
             return [self.decided(copies) for copies in slots]  # type: ignore[misc]
         finally:
+            if produced is not None:  # nothing was handed to the producer
+                produced()
             if verdicts is not None:
                 verdicts[:] = [(self.decided(copies),
                                 tuple(e.event_id for _, e in copies) if sent else ())
@@ -294,23 +313,29 @@ class PendingCall:
 
 
 class GroupCommit:
-    """Concurrent calls of one term share one write and one confirming read.
+    """Concurrent calls of one term share one write and one confirming read, and groups
+    overlap: the next group's write starts while this one waits for its confirmation.
 
-    ``run(group)`` writes a group (a list of :class:`PendingCall`, in arrival order) and
-    sets every call's ``decisions`` or ``error``; it is only ever running once at a time,
-    in the thread of the group's first call. Whatever ``run`` raises becomes the
-    answer of every call it left without one.
+    ``run(group, produced)`` writes a group (a list of :class:`PendingCall`, in arrival
+    order) and sets every call's ``decisions`` or ``error``, in the thread of the group's
+    first call; it calls ``produced()`` once the group's records are handed to the producer
+    (or nothing will be), and from then on the next group may be led, by the first call
+    waiting, while this one is confirmed: up to ``max_in_flight`` groups run at once, and
+    groups hand their records to the producer one after another, in the order they were
+    formed. Whatever ``run`` raises becomes the answer of every call it left without one.
     """
 
-    def __init__(self, run: Callable[[list[PendingCall]], None], *,
+    def __init__(self, run: Callable[[list[PendingCall], Callable[[], None]], None], *,
                  max_records: int = MAX_GROUP_RECORDS,
-                 max_bytes: int = MAX_GROUP_BYTES) -> None:
+                 max_bytes: int = MAX_GROUP_BYTES,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._run = run
         self.max_records = max_records
         self.max_bytes = max_bytes
+        self._in_flight = threading.BoundedSemaphore(max_in_flight)
         self._lock = threading.Lock()
         self._queue: deque[PendingCall] = deque()  # arrival order; a leader's call is first
-        self._busy = False  # a group is being formed or is in flight
+        self._busy = False  # a group is being formed or handed to the producer
 
     def commit(self, call: PendingCall) -> list[Decision]:
         """Join the next group; return this call's decisions or raise its error."""
@@ -348,10 +373,20 @@ class GroupCommit:
 
     def _lead(self, call: PendingCall) -> None:
         time.sleep(0)  # let callers the last group woke queue up (a yield, not a timer)
+        handed = False
+
+        def produced() -> None:  # the next group may start its write now
+            nonlocal handed
+            with self._lock:
+                if not handed:
+                    handed = True
+                    self._hand_on()
+
+        self._in_flight.acquire()  # calls queue meanwhile: the next group is larger
         group = self._take()
         assert group and group[0] is call
         try:
-            self._run(group)
+            self._run(group, produced)
         except BaseException as e:
             for c in group:
                 if c.decisions is None and c.error is None:
@@ -362,12 +397,15 @@ class GroupCommit:
             if not isinstance(e, Exception):
                 raise
         finally:
+            self._in_flight.release()
             with self._lock:
                 for c in group:
                     c._done = True
                     if c is not call:
                         c._wake.set()
-                self._hand_on()
+                if not handed:
+                    handed = True
+                    self._hand_on()
 
     def _hand_on(self) -> None:
         # Under the lock: the first waiting call leads the next group, else nobody.

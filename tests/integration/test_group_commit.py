@@ -19,7 +19,7 @@ from registry import OutcomeUnknown
 from registry.errors import BrokerError, CodecError, Fenced, WriteRejected
 from registry.folded import FoldedLog
 from registry.image import Outcome
-from registry.log import LeaderWriter, WriteFailed
+from registry.log import LeaderWriter, Sending, WriteFailed, _Delivery
 
 pytestmark = pytest.mark.integration
 
@@ -38,20 +38,20 @@ class Held:
         self._queued = threading.Condition()
         run = term._groups._run
 
-        def held_run(group) -> None:
+        def held_run(group, produced) -> None:
             self.groups.append([getattr(c.pairs[0][1], "job_id", None) for c in group])
             if len(self.groups) == 1:
                 self._wait_for_queue()
-            run(group)
+            run(group, produced)
 
         monkeypatch.setattr(term._groups, "_run", held_run)
-        write = LeaderWriter.write
+        start = LeaderWriter.start
 
         def counted(writer, records):
             self.writes += 1
-            return write(writer, records)
+            return start(writer, records)
 
-        monkeypatch.setattr(LeaderWriter, "write", counted)
+        monkeypatch.setattr(LeaderWriter, "start", counted)
 
     def _wait_for_queue(self) -> None:
         gc = self.term._groups
@@ -155,16 +155,17 @@ def test_a_group_whose_write_fails_is_resent_and_every_call_answered(
     reg = connect()
     term = reg.claim_leadership("jm-1")
     held = Held(term, monkeypatch)
-    counted = LeaderWriter.write
+    counted = LeaderWriter.start
     failed: list[int] = []
 
     def fail_once(writer, records):
         if len(held.groups) == 2 and not failed:  # the shared group's first write
-            failed.append(len(records))
-            raise WriteFailed("planted: the broker refused the batch", fatal=False)
+            failed.append(len(records))  # refused as a whole: nothing appended
+            return Sending(writer._producer, _Delivery(), records, 0,
+                           WriteFailed("planted: the broker refused the batch"))
         return counted(writer, records)
 
-    monkeypatch.setattr(LeaderWriter, "write", fail_once)
+    monkeypatch.setattr(LeaderWriter, "start", fail_once)
     out = held.run(lambda: term.submit("job-0", b"g"),
                    *[lambda i=i: term.submit(f"job-{i}", b"g") for i in range(1, 4)])
     assert failed == [3]  # the whole group failed once...
@@ -181,10 +182,10 @@ def test_a_group_fenced_by_a_newer_term_answers_each_call_fenced_with_its_own_id
     held = Held(term, monkeypatch)
     run = held.term._groups._run
 
-    def claim_then_run(group) -> None:
+    def claim_then_run(group, produced) -> None:
         if len(held.groups) == 1 and len(group) > 1:  # the shared group: a newer term first
             other.claim_leadership("jm-2")
-        run(group)
+        run(group, produced)
 
     monkeypatch.setattr(term._groups, "_run", claim_then_run)
     out = held.run(lambda: term.submit("job-0", b"g"),

@@ -55,9 +55,9 @@ def test_a_decided_cancel_is_returned_though_the_lease_lapses_before_the_follow_
     reg, term = _two_terms(connect)
     calls = []
 
-    def guard() -> None:  # the lease is valid for the call, lapses right after
-        calls.append(1)
-        if len(calls) > 1:
+    def guard() -> None:  # the lease is valid for the call (asked when it is made and when
+        calls.append(1)   # its group is sent), and lapses right after
+        if len(calls) > 2:
             raise LeaseExpired("lease lapsed after the call was sent")
 
     term.guard_writes(guard)
@@ -143,10 +143,11 @@ def test_a_write_whose_fate_is_unknown_says_which_records_to_look_for(connect, m
     reg, term = _two_terms(connect)
     from registry import log
 
-    def lost(self, records):  # the records are sent and the answer lost
-        raise BrokerError("no answer from the broker")
+    def lost(self, records):  # the records are handed over, and no answer ever comes
+        return log.Sending(self._producer, log._Delivery(), records, len(records),
+                           BrokerError("no answer from the broker"))
 
-    monkeypatch.setattr(log.LeaderWriter, "write", lost)
+    monkeypatch.setattr(log.LeaderWriter, "start", lost)
     monkeypatch.setattr(term._writes, "MAX_RESENDS", 0)
     with pytest.raises(OutcomeUnknown) as caught:
         term.cancel("job-a")
@@ -308,12 +309,12 @@ class _ClaimBeforeSend:
     def __init__(self, real, claim) -> None:
         self._real, self._claim, self.raced = real, claim, False
 
-    def flush(self, *args):
+    def produce_batch(self, *args, **kwargs):
         if self._claim is not None:
             claim, self._claim = self._claim, None
             claim()
             self.raced = True
-        return self._real.flush(*args)
+        return self._real.produce_batch(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -392,20 +393,22 @@ class _SendTimesOutAfterAClaim:
     OutcomeUnknown is true whatever it does."""
 
     def __init__(self, real, claim) -> None:
-        self._real, self._claim, self.timed_out = real, claim, False
+        self._real, self._claim, self.timed_out, self._served = real, claim, False, False
 
-    def produce(self, *args, **kwargs) -> None:
+    def produce_batch(self, topic, messages, **kwargs) -> int:
         if self._claim is None:
-            self._real.produce(*args, **kwargs)
-
-    def flush(self, *args):
-        if self._claim is None:
-            return self._real.flush(*args)
-        claim, self._claim = self._claim, None
+            return self._real.produce_batch(topic, messages, **kwargs)
+        claim, self._claim = self._claim, None  # "queued", never sent
         claim()
         self.timed_out = True
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out",
-                                        retriable=True))
+        return len(messages)
+
+    def poll(self, *args):
+        if self.timed_out and self._claim is None and not self._served:
+            self._served = True
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no report in time",
+                                            retriable=True))
+        return self._real.poll(*args)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -435,11 +438,11 @@ class _OtherTransactionOpensBeforeSend:
     def __init__(self, real, other) -> None:
         self._real, self._other = real, other
 
-    def flush(self, *args):
+    def produce_batch(self, *args, **kwargs):
         if self._other is not None:
             other, self._other = self._other, None
             other()
-        return self._real.flush(*args)
+        return self._real.produce_batch(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self._real, name)

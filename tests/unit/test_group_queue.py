@@ -46,7 +46,7 @@ class Recorder:
         if not hold_first:
             self.release.set()
 
-    def __call__(self, group: list[PendingCall]) -> None:
+    def __call__(self, group: list[PendingCall], produced=None) -> None:
         self.running += 1
         self.overlapped |= self.running > 1
         self.groups.append(list(group))
@@ -135,7 +135,7 @@ def test_a_failed_group_answers_each_of_its_calls_and_the_next_group_goes_on() -
     groups: list[list[PendingCall]] = []
     held, release = threading.Event(), threading.Event()
 
-    def run(group: list[PendingCall]) -> None:
+    def run(group: list[PendingCall], produced=None) -> None:
         groups.append(group)
         if len(groups) == 1:
             held.set()
@@ -168,7 +168,7 @@ def test_a_failed_group_answers_each_of_its_calls_and_the_next_group_goes_on() -
 def test_an_interrupted_leader_leaves_its_group_unknown_not_interrupted() -> None:
     held, release = threading.Event(), threading.Event()
 
-    def run(group: list[PendingCall]) -> None:
+    def run(group: list[PendingCall], produced=None) -> None:
         if len(group) == 1 and not release.is_set():
             held.set()
             assert release.wait(WAIT)
@@ -203,7 +203,7 @@ def test_a_call_that_leaves_the_queue_before_its_group_hands_the_lead_on() -> No
         gc._queue += [gone, stays]
         gone._leads = True  # the lead was handed to it just as it was interrupted
     gc._leave(gone)
-    assert gc._queue == [stays] and stays._leads and stays._wake.is_set()
+    assert list(gc._queue) == [stays] and stays._leads and stays._wake.is_set()
     gc._lead(stays)  # what its commit() does once woken as the leader
     assert run.groups == [[stays]] and stays.decisions and gone.decisions is None
     assert not gc._busy and not gc._queue
@@ -247,3 +247,54 @@ def test_a_pending_call_counts_its_encoded_bytes() -> None:
                                                                    strict=True))
     with pytest.raises(ValueError):
         PendingCall(call.pairs, call.encoded[:1])
+
+
+def _until(condition, what: str) -> None:
+    pause = threading.Event()
+    for _ in range(int(WAIT * 200)):
+        if condition():
+            return
+        pause.wait(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+def test_groups_overlap_once_produced_and_at_most_max_in_flight() -> None:
+    """A group that has handed its records to the producer (``produced()``) lets the next
+    group be formed and written while it waits for its confirmation; at most
+    ``max_in_flight`` groups are between their write and their answers, and calls that
+    arrive meanwhile wait for a slot and then form one group, in arrival order."""
+    release, lock = threading.Event(), threading.Lock()
+    groups: list[list[PendingCall]] = []
+    running, peak = [0], [0]
+
+    def run(group: list[PendingCall], produced) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+            groups.append(list(group))
+        produced()
+        assert release.wait(WAIT)
+        for c in group:
+            _decide(c)
+        with lock:
+            running[0] -= 1
+
+    gc = GroupCommit(run, max_in_flight=2)
+    calls = [_call(tag=str(i)) for i in range(5)]
+    threads = [threading.Thread(target=gc.commit, args=(c,), daemon=True) for c in calls]
+    for i in (0, 1):  # each leads a group of its own, and both are in flight at once
+        threads[i].start()
+        _until(lambda i=i: len(groups) == i + 1, f"group {i} running")
+    threads[2].start()  # it leads, and waits for a slot
+    _until(lambda: calls[2]._leads, "call 2 leading")
+    for i in (3, 4):
+        threads[i].start()
+        _until(lambda i=i: len(gc._queue) == i - 1, f"calls 2-{i} queued")
+    release.set()
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert peak[0] == 2
+    assert [[calls.index(c) for c in g] for g in groups] == [[0], [1], [2, 3, 4]]
+    assert all(c.decisions and c.error is None for c in calls)
+    assert not gc._busy and not gc._queue
