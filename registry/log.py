@@ -63,7 +63,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
@@ -1082,11 +1082,19 @@ class TransactionalWriter:
     """The leader's producer: every write is one transaction on the namespace's partition.
 
     ``transaction_timeout_ms``: its ``transaction.timeout.ms`` (default
-    :data:`TRANSACTION_TIMEOUT_MS`, read when the writer is made)."""
+    :data:`TRANSACTION_TIMEOUT_MS`, read when the writer is made).
+
+    ``fence=False`` makes the producer and brings its connections up but does not call
+    ``init_transactions``, so it fences nobody yet (librdkafka asks for a transactional
+    producer's id only in ``init_transactions``): a standby makes it while it waits, and
+    :meth:`fence` when its grant is accepted. It cannot write before that."""
 
     def __init__(self, bootstrap: str | Kafka, topic: str, namespace: str, partition: int,
-                 timeout: float = 10.0, *, transaction_timeout_ms: int | None = None) -> None:
+                 timeout: float = 10.0, *, transaction_timeout_ms: int | None = None,
+                 fence: bool = True) -> None:
         self.topic, self.partition = topic, partition
+        self.fenced_others = False
+        """Whether :meth:`fence` ran: the namespace's transactional id is this producer's."""
         self._timeout = timeout
         if transaction_timeout_ms is None:
             transaction_timeout_ms = TRANSACTION_TIMEOUT_MS
@@ -1104,15 +1112,31 @@ class TransactionalWriter:
         }))
         try:
             _warm_up(self._producer, timeout, topic)
-            self._producer.init_transactions(timeout)
         except KafkaException as e:
-            refused = not_authorized(bootstrap, e, "WRITE", "transactional id",
-                                     transactional_id(topic, namespace))
-            if refused is not None:
-                self.close()
-                raise TransactionNotAuthorized(refused, fatal=True) from None
-            raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
-                                    fatal=True) from e
+            self._init_failed(e)
+        if fence:
+            self.fence()
+
+    def fence(self) -> None:
+        """``init_transactions``: take the namespace's transactional id, fencing whichever
+        producer holds it now (and aborting its open transaction). Once only; raises as the
+        constructor does."""
+        if self.fenced_others:
+            return
+        try:
+            self._producer.init_transactions(self._timeout)
+        except KafkaException as e:
+            self._init_failed(e)
+        self.fenced_others = True
+
+    def _init_failed(self, e: KafkaException) -> NoReturn:
+        refused = not_authorized(self._kafka, e, "WRITE", "transactional id",
+                                 self._transactional_id)
+        if refused is not None:
+            self.close()
+            raise TransactionNotAuthorized(refused, fatal=True) from None
+        raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
+                                fatal=True) from e
 
     def write(self, records: list[tuple[str, bytes]]) -> list[LogRecord]:
         """Write ``(key, value)`` records in one transaction; return them as the log holds
