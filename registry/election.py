@@ -133,6 +133,9 @@ class Election:
         self._fenced: Fenced | None = None  # why the term is over, once the renewer learnt it
         self._warned = False  # the renewer reported an unexpected error in this run of failures
         self.term: Term | None = None
+        self.claim_started: float | None = None
+        """When (on the election's clock) the claim that won began: the wait for the lease
+        ends there, and the takeover starts (``None`` until this contender leads)."""
 
     # -- kazoo-shaped API --------------------------------------------------------
 
@@ -228,6 +231,7 @@ class Election:
             return None  # unreachable or unknown outcome: look again
         self._valid_until = started + _SAFETY * self.lease
         self._due = started + self.lease / 4
+        self.claim_started = started
         term.guard_writes(self._guard)
         self.term = term
         self._renewer = threading.Thread(target=self._renew_loop, args=(term,),
