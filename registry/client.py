@@ -7,15 +7,16 @@ the right to write that a granted leadership gives. Every write:
 1. prepends a :class:`~registry.events.JobReasserted` for every key that a
    refused record is the newest record of (so compaction cannot change the
    answer, README "Compaction");
-2. sends its records in one transaction of the namespace's transactional
-   producer (a newer term's producer fences this one at the broker), shared
+2. sends its records in one write of the term's idempotent producer
+   (``acks=all``, no transaction: the fold fences a stale term's records
+   wherever they land, README "The write path"), shared
    with the calls made at the same time on the term (group commit,
    :class:`~registry.writes.GroupCommit`: each call keeps its own answer); a call
    of several records carries its call id on each and ends with a
    :class:`~registry.events.CallCommitted`, so the fold applies them all or
    none (fold rule 8);
 3. reads the log until the fold has decided every record it sent; if the
-   transaction failed or timed out, it reads to the end of the log instead
+   write failed or timed out, it reads to the end of the log instead
    and takes what the fold decided, never a guess: records the log does not
    hold are re-sent (same event ids, so a copy that landed after all has no
    second effect) while this term is still current, else the write is
@@ -71,6 +72,7 @@ from .events import (
     CheckpointDiscarded,
     CheckpointEvent,
     CheckpointFailed,
+    CheckpointState,
     CheckpointTriggered,
     Event,
     GraphRef,
@@ -108,10 +110,10 @@ from .kafka_config import Kafka, check_client_config
 from .keys import check_id, partition_for, record_key
 from .log import (
     DEFAULT_TOPIC,
+    LeaderWriter,
     LogReader,
     PlainWriter,
     TopicConfig,
-    TransactionalWriter,
     check_bootstrap,
     ensure_topic,
 )
@@ -128,7 +130,7 @@ from .recovery import (
 )
 from .snapshot import read_snapshot, write_snapshot
 from .wire import Codec, default_codec
-from .writes import GroupCommit, PendingCall, TermWrites, error_for_call
+from .writes import GroupCommit, PendingCall, Restate, TermWrites, error_for_call
 
 __all__ = ["DEFAULT_INLINE_LIMIT", "Receipt", "Registry", "Term"]
 
@@ -204,7 +206,7 @@ class Registry:
                               self.metrics)
         self._log.on_folded = self._note_leading
         self._plain: PlainWriter | None = None
-        self._spare: TransactionalWriter | None = None  # prepare_claim: made, not fenced yet
+        self._spare: LeaderWriter | None = None  # the next term's producer (prepare_claim)
         self._terms: list[Term] = []
         self.started_from = "scratch"
         """Where the image began: ``scratch`` or the snapshot it was read from (and why not)."""
@@ -507,27 +509,9 @@ class Registry:
             if image.epoch == 0:  # the namespace's first grant: where and under which count
                 check_birth(self.kafka, self.topic, self.namespace, self.partitions,
                             self.timeout, codec=self._codec, topic_count=actual)
-            # Fence the namespace's transactional id before the grant: init_transactions
-            # aborts a transaction a dead leader left open (killed between produce and
-            # commit), which read-committed readers cannot read past; our grant lands
-            # after it, and reading it back would wait out transaction.timeout.ms (60 s)
-            # on Kafka, for ever on the embedded broker. Claims come when the leader is
-            # gone (or told to go): fencing its producer is what a new term does anyway.
-            # A standby's producer was made while it waited (prepare_claim); only this
-            # fences.
-            writer, self._spare = self._spare, None
-            if writer is None:
-                writer = TransactionalWriter(self.kafka, self.topic, self.namespace,
-                                             self.partition, self.timeout, fence=False)
-            try:
-                writer.fence()
-                return self._claim(contender, image, lease_ms, writer)
-            except BaseException:
-                writer.close()
-                raise
+            return self._claim(contender, image, lease_ms)
 
-    def _claim(self, contender: str, image: Image, lease_ms: int | None,
-               writer: TransactionalWriter) -> Term:
+    def _claim(self, contender: str, image: Image, lease_ms: int | None) -> Term:
         with self._log.lock:
             grant = LeadershipGranted(
                 event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
@@ -566,7 +550,8 @@ class Registry:
                 error.event_ids = (grant.event_id,)
                 raise error
             term = Term(self, grant.epoch, contender)
-            term._writes.writer = writer
+            # The producer a standby made while it waited (prepare_claim), if any.
+            term._writes.writer, self._spare = self._spare, None
             self._terms.append(term)
             self._log.note_leading()
             try:
@@ -580,14 +565,12 @@ class Registry:
             return term
 
     def prepare_claim(self) -> None:
-        """Make the producers a claim needs, ahead of it, without fencing anyone.
-
-        The grant's producer, and the next term's transactional producer with its
-        connections up but without its ``init_transactions`` (which fences the namespace's
-        current leader at the broker: only :meth:`claim_leadership` calls it). A standby
-        waiting in :meth:`elect` does this while it waits, so that its claim, when it
-        comes, does not wait for producers to start. Raises
-        :class:`~registry.errors.BrokerError` if the broker does not answer.
+        """Make the producers a claim needs, ahead of it: the grant's, and the next term's
+        (:class:`~registry.log.LeaderWriter`), connected and warmed up. They write nothing
+        until the claim and its term do, and fence nobody (nothing is fenced at the broker:
+        the fold refuses a stale term's records). A standby waiting in :meth:`elect` does
+        this while it waits, so that its claim, when it comes, does not wait for producers
+        to start. Raises :class:`~registry.errors.BrokerError` if the broker does not answer.
         """
         with self._log.lock:
             need_plain, need_spare = self._plain is None, self._spare is None
@@ -595,8 +578,7 @@ class Registry:
         # registry's reads go on meanwhile.
         plain = PlainWriter(self.kafka, self.timeout, self.topic) if need_plain else None
         try:
-            spare = (TransactionalWriter(self.kafka, self.topic, self.namespace,
-                                         self.partition, self.timeout, fence=False)
+            spare = (LeaderWriter(self.kafka, self.topic, self.partition, self.timeout)
                      if need_spare else None)
         finally:
             with self._log.lock:
@@ -670,7 +652,7 @@ class Term:
         self._writes = TermWrites(registry._log, registry.kafka, registry.topic,
                                   registry.namespace, registry.partition, registry.timeout,
                                   epoch, self.fenced)
-        self._groups = GroupCommit(self._run_group)  # concurrent calls share a transaction
+        self._groups = GroupCommit(self._run_group)  # concurrent calls share a write
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
@@ -996,19 +978,34 @@ class Term:
         if type(checkpoint_id) is not int:
             raise ConfigError(f"checkpoint ids are integers, not {checkpoint_id!r}")
         view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
-        # The record carries the state after it, computed with the fold's own rule
-        # (the fold recomputes it and refuses a record whose state differs).
-        try:
-            state, _ = checkpoint_step(view.checkpoints, kind, checkpoint_id,
-                                       location=str(payload.get("location", "")),
-                                       retained=view.retained_checkpoints,
-                                       failure_reason=str(payload.get("failure_reason",
-                                                                      "UNSPECIFIED")),
-                                       counts=payload.get("reason_counts"))  # type: ignore[arg-type]
-        except CheckpointRuleViolation:  # the fold refuses it, with the reason, in the log
-            state = replace(view.checkpoints, seq=view.checkpoints.seq + 1)
-        return self._write([self._event(kind, job_id, checkpoint_id=checkpoint_id,
-                                        state=state, **payload)])[0]
+
+        def step(before: CheckpointState) -> CheckpointState:
+            # The record carries the state after it, computed with the fold's own rule
+            # (the fold recomputes it and refuses a record whose state differs).
+            try:
+                state, _ = checkpoint_step(before, kind, checkpoint_id,
+                                           location=str(payload.get("location", "")),
+                                           retained=view.retained_checkpoints,
+                                           failure_reason=str(payload.get("failure_reason",
+                                                                          "UNSPECIFIED")),
+                                           counts=payload.get("reason_counts"))  # type: ignore[arg-type]
+            except CheckpointRuleViolation:  # the fold refuses it, with its reason, in the log
+                state = replace(before, seq=before.seq + 1)
+            return state
+
+        def restate(event: Event, states: dict[str, object]) -> Event:
+            # At group assembly: from the state the image holds now, or the one the calls
+            # before this one in the group leave.
+            now = self.registry.image.jobs.get(job_id)
+            before = states.get(job_id) or (now.checkpoints if now is not None
+                                            else view.checkpoints)
+            state = step(before)  # type: ignore[arg-type]
+            states[job_id] = state
+            return replace(event, state=state)  # type: ignore[call-arg]
+
+        event = self._event(kind, job_id, checkpoint_id=checkpoint_id,
+                            state=step(view.checkpoints), **payload)
+        return self._write([event], restate=restate)[0]
 
     def _known(self, job_id: str) -> str:
         # A guard against typos, not a rule: the fold would accept a cancel of an
@@ -1019,12 +1016,12 @@ class Term:
         return job_id
 
     def _start(self) -> None:
-        # Step 1 of a term: fence the previous term's producer at the broker (unless a
-        # newer grant already followed ours), then settle whatever refused records the
-        # log holds. From the image the claim has just read (its grant, and the end of the
-        # log after it): reading again would only add a round trip to every claim (two
-        # did: 23 ms of a 70 ms claim); a refused record that lands later is settled by
-        # the next write, as it would be after a read here.
+        # Step 1 of a term: make its producer (unless a newer grant already followed
+        # ours), then settle whatever refused records the log holds. From the image the
+        # claim has just read (its grant, and the end of the log after it): reading again
+        # would only add a round trip to every claim (two did: 23 ms of a 70 ms claim); a
+        # refused record that lands later is settled by the next write, as it would be
+        # after a read here.
         if self.fenced() is None:
             self._writes.open()
             if plan_reassertions(self.registry.image, self.epoch, self.contender):
@@ -1061,11 +1058,13 @@ class Term:
                                              self.contender),
                       expected_epoch=image.epoch, actual_epoch=self.epoch, leader=image.leader)
 
-    def _write(self, events: list[Event], *, guard: bool = True) -> list[Receipt]:
+    def _write(self, events: list[Event], *, guard: bool = True,
+               restate: Restate | None = None) -> list[Receipt]:
         """Write ``events``; a receipt each, or the first refusal raised. Counted in
-        ``jobreg_writes_total`` and ``jobreg_write_duration_seconds`` whatever the outcome."""
+        ``jobreg_writes_total`` and ``jobreg_write_duration_seconds`` whatever the outcome.
+        ``restate``: see :class:`~registry.writes.PendingCall`."""
         with _Meter(self._metrics):
-            decisions = self._commit(events, guard=guard)
+            decisions = self._commit(events, guard=guard, restate=restate)
             refused = _refusal(decisions)
             if refused is not None:
                 error = _rejection(refused)
@@ -1087,8 +1086,10 @@ class Term:
             else:
                 self._metrics.leading.dec()
 
-    def _commit(self, events: list[Event], *, guard: bool = True) -> list[Decision]:
-        """Write ``events`` in one transaction; the fold's decision on each.
+    def _commit(self, events: list[Event], *, guard: bool = True,
+                restate: Restate | None = None) -> list[Decision]:
+        """Write ``events`` in one write (fold rule 8 makes several one call); the fold's
+        decision on each.
 
         Never raises for a refusal. Raises only before anything was sent
         (:class:`~registry.errors.LeaseExpired` when an elected leader's lease
@@ -1116,14 +1117,17 @@ class Term:
         # call, before it joins a group.
         codec = reg._codec
         pending = PendingCall([(record_key(e), e) for e in call],
-                              [codec.encode_as_read(e) for e in call], guard)
+                              [codec.encode_as_read(e) for e in call], guard, restate)
         return self._groups.commit(pending)[:len(events)]
 
     def _run_group(self, group: list[PendingCall]) -> None:
         """Write the calls of one group (:class:`~registry.writes.GroupCommit`) in one
-        transaction, and give each call its own answer."""
+        write, and give each call its own answer."""
         reg = self.registry
         with reg._log.lock:
+            group = self._assemble(group)
+            if not group:
+                return
             # Step 1: settle refused keys first (compaction safety), once for the group.
             pairs: list[tuple[str, Event]] = list(
                 plan_reassertions(reg.image, self.epoch, self.contender))
@@ -1139,7 +1143,7 @@ class Term:
                 self._send(pairs, encoded=encoded, verdicts=verdicts)
             except RegistryError as e:
                 failure = e
-            if failure is None:  # the group's transaction is in the log
+            if failure is None:  # the group's write is in the log
                 self._metrics.observe_group(len(group), sum(len(c.pairs) for c in group))
             if len(verdicts) != len(pairs):  # nothing known of any record
                 verdicts = [(None, ())] * len(pairs)
@@ -1158,6 +1162,36 @@ class Term:
             # or anyone's). The calls are decided: this is best-effort, never a reason
             # to raise; what it leaves unsettled the next write settles.
             self._settle(any(c.guard for c in group))
+
+    def _assemble(self, group: list[PendingCall]) -> list[PendingCall]:
+        """The calls of ``group`` that are sent, as they are sent: the write guard asked
+        again now (a lease that ran out while a call waited for its group refuses it:
+        nothing of it is sent), and each checkpoint call's state computed from the image
+        as now read and the calls before it in the group (two checkpoint calls of one job
+        in one group do not refuse each other). A call refused here is answered here."""
+        refusal: RegistryError | None = None
+        if self._lease_guard is not None and any(c.guard for c in group):
+            try:
+                self._lease_guard()
+            except RegistryError as e:
+                refusal = e
+        codec = self.registry._codec
+        states: dict[str, object] = {}
+        sent: list[PendingCall] = []
+        for c in group:
+            if c.guard and refusal is not None:
+                c.error = error_for_call(refusal, ())
+                continue
+            if c.restate is not None:
+                try:
+                    events = [c.restate(e, states) for _, e in c.pairs]
+                    c.pairs = [(record_key(e), e) for e in events]
+                    c.encoded = [codec.encode_as_read(e) for e in events]
+                except RegistryError as e:
+                    c.error = error_for_call(e, ())
+                    continue
+            sent.append(c)
+        return sent
 
     def _settle(self, guard: bool) -> None:
         reg = self.registry

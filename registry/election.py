@@ -18,9 +18,8 @@ How it decides, with no clock shared between machines:
   into its registry's image, every job included, so its claim and its
   ``recover`` read only the tail of the log written since its last round, not
   the whole; and it makes its producers while it waits
-  (:meth:`~registry.client.Registry.prepare_claim`), without calling the
-  transactional one's ``init_transactions``, which would fence the live
-  leader's producer: only its claim does that.
+  (:meth:`~registry.client.Registry.prepare_claim`: they write nothing, and
+  fence nobody, until its claim and its term do).
 * The leader renews (``LeaseRenewed``) every ``lease / 4``, and retries a
   failed renewal after 0.1 s. Its lease runs
   from the moment it *sent* its last successful renewal (or its grant), which

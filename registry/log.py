@@ -28,27 +28,21 @@ ListOffsets answer (read_committed: the last stable offset) says nothing lies pa
 leader to change, and its ends are taken as they come.
 
 A writer's own records need not be read back (:meth:`LogReader.take_own`): when
-the reader knows the log to the very offset where the writer's transaction
-begins, nothing can lie between, and the records the writer sent, at the
-offsets the broker gave them, are exactly what a read would return. The chain
-goes on from one transaction to the next while each begins two offsets after
-the last (the one between is the previous transaction's commit marker); any
-other gap means records of others, and the writer reads.
+the reader knows the log to the very offset where the writer's records begin,
+nothing can lie between, and the records the writer sent, at the offsets the
+broker gave them, are exactly what a read would return. The chain goes on from
+one write to the next while each begins where the last ended; any gap means
+records of others, and the writer reads.
 
-What a read would return, but not yet what every reader reads: a commit's
-return does not make the records readable. Kafka answers EndTxn once the commit
-is decided and writes the markers after; the embedded broker keeps a transaction
-whose marker lands after another transaction's open record unreadable until that
-one ends (campaign seed 180083). So the records are taken only once a
-read_committed fetch answered after the commit puts the last stable offset past
-them: a probe consumer fetches from two offsets after the last record, where the
-partition ends when the commit marker follows it, and reports the end (or a
-record) there. A fetch from the end carries no records, so on the embedded broker,
-whose fetches with records cost more the more batches a partition holds, the probe
-stays cheap at size; on Kafka a fetch costs the same wherever it starts. If the
-probe does not confirm within a moment, the writer reads its records back, which
-waits for them to become readable. The reader's consumers are paused between
-reads, so they fetch only when asked.
+What a read would return, but not yet necessarily what every reader reads: a
+read_committed reader reads only below the last stable offset, which a
+transaction of another producer open before the records holds back. So the
+records are taken only once a read_committed ListOffsets asked after the
+acknowledgement puts the last stable offset past them (one round trip; it used to
+be a probe fetch, which on Kafka asked past the end before a commit marker was
+written and waited out librdkafka's 100 ms offset reset). If it does not, the
+writer reads its records back, which waits for them to become readable. The
+reader's consumer is paused between reads, so it fetches only when asked.
 """
 
 from __future__ import annotations
@@ -63,7 +57,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
@@ -86,6 +80,9 @@ __all__ = [
     "check_bootstrap",
     "ensure_topic",
     "kafka_error_of",
+    "LeaderWriter",
+    "WriteFailed",
+    "WriteNotAuthorized",
     "not_authorized",
     "refuse_fast",
     "topic_partitions",
@@ -529,16 +526,16 @@ def _list_topics(admin: _Admin, bootstrap: str | Kafka, timeout: float) -> Clust
 
 
 def transactional_id(topic: str, namespace: str) -> str:
-    """The ``transactional.id`` of a namespace's leader: one per namespace, so a new
-    term's ``init_transactions()`` fences the previous term at the broker."""
+    """The ``transactional.id`` a namespace's leader had while leaders wrote in
+    transactions (before the idempotent write path; README "The write path"). Kept for
+    :class:`TransactionalWriter`, which tests and benchmarks use as another producer's
+    transactions on a partition, and for ACL examples of older deployments."""
     return f"jobreg.{topic}.{namespace}"
 
 
 _STALL_S = 0.5  # a read without a record for this long asks whether records lie ahead
-# A take_own probe: its fetches wait at most this at the broker (at the end of the partition
-# a fetch is held for its whole wait), and it gives up after _PROBE_S; then the writer reads
-# its records back, which waits as long as the call may.
-_PROBE_WAIT_MS = 1
+# take_own's ListOffsets gives up after this; then the writer reads its records back, which
+# waits as long as the call may.
 _PROBE_S = 0.2
 _MAX_FETCH_WAIT_MS = 1000
 _MIN_UNSTICK_MS = 20  # the first lengthened wait, whatever the configured one (0 included)
@@ -574,7 +571,6 @@ class LogReader:
         the broker counts as open, else the high watermark). Nothing is read past it, so a
         write whose records lie at or after it cannot be confirmed until it moves."""
         self._moved = False  # the position moved without the consumer (take_own)
-        self._probe: Consumer | None = None  # made by the first take_own
         self._several_brokers: bool | None = None  # asked by the first _end_confirmed
 
     def _settings(self, fetch_wait_ms: int, reset: str) -> dict[str, Any]:
@@ -668,55 +664,35 @@ class LogReader:
         # consumer saw it (forgetting it made every later write read its records back).
 
     def take_own(self, records: list[LogRecord]) -> bool:
-        """Take a writer's own just-committed records as read, if nothing can lie before
+        """Take a writer's own just-acknowledged records as read, if nothing can lie before
         them and every reader can read them (see the module docstring); ``False``: read
         them instead."""
         first, last = records[0].offset, records[-1].offset
         if self._known_end != first or last - first != len(records) - 1 \
-                or self.position > first or not self._readable(last):
+                or self.position > first:
+            return False
+        stable = self._stable_offset()
+        if stable is None or stable <= last:
             return False
         self.position = last + 1
-        self._known_end = last + 2  # if our commit marker is all that follows
+        # Where the partition ended when asked: known only if nothing followed ours.
+        self._known_end = stable if stable == last + 1 else None
         self._moved = True
         return True
 
-    def _readable(self, last: int) -> bool:
-        """Whether a read_committed fetch answered now puts the last stable offset past
-        ``last`` (every reader then reads the records up to it), within _PROBE_S.
-
-        The probe fetches from ``last + 2``, the end of the partition if the commit marker
-        follows the records and nothing else was appended; it never reads what it fetches
-        for the log, so where it starts decides only what a fetch costs. Evidence is an
-        end of partition past ``last``, or any record at ``last`` or after (a
-        read_committed fetch returns only stable records). On Kafka a probe before the
-        marker is written asks past the end: the consumer then starts from the last
-        stable offset (``latest``), and the records themselves confirm.
-        """
-        tp = TopicPartition(self.topic, self.partition, last + 2)
-        deadline = time.monotonic() + _PROBE_S
+    def _stable_offset(self) -> int | None:
+        """The partition's last stable offset as a read_committed ListOffsets answers it now
+        (``None`` if the broker does not answer within _PROBE_S): every reader reads every
+        record below it. On Kafka an acknowledged (``acks=all``) record lies below the high
+        watermark, so below this unless a transaction of another producer is open before it.
+        The embedded broker answers 0 while any transaction is open on the partition: then
+        the writer reads its records back."""
         try:
-            if self._probe is None:
-                self._probe = _client(Consumer, self._settings(_PROBE_WAIT_MS, "latest"))
-                self._probe.assign([tp])
-            else:  # a seek wakes the fetcher at once (see _resume)
-                self._probe.resume([tp])
-                self._probe.seek(tp)
-            while (left := deadline - time.monotonic()) > 0:
-                first = self._probe.poll(left)  # consume(n, t) would wait all of t for n
-                for m in [] if first is None else [first, *self._probe.consume(100, 0)]:
-                    err = m.error()
-                    if err is None and m.offset() >= last:
-                        return True
-                    if err is not None and err.code() == KafkaError._PARTITION_EOF \
-                            and m.offset() > last:
-                        return True
+            _low, stable = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), timeout=_PROBE_S, cached=False)
         except KafkaException:
-            return False  # the caller reads instead, and reports what fails there
-        finally:
-            if self._probe is not None:
-                with contextlib.suppress(KafkaException):
-                    self._probe.pause([tp])
-        return False
+            return None  # the caller reads instead, and reports what fails there
+        return stable
 
     def _resume(self) -> None:
         moved, self._moved = self._moved, False
@@ -958,10 +934,8 @@ class LogReader:
     def close(self) -> None:
         """Leave the broker; the reader cannot be used afterwards."""
         consumer, self._consumer = self._consumer, _Closed("reader")
-        probe, self._probe = self._probe, None
-        for client in (consumer, probe):
-            if client is not None and not isinstance(client, _Closed):
-                client.close()
+        if not isinstance(consumer, _Closed):
+            consumer.close()
 
 
 def _warm_up(producer: Producer, timeout: float, topic: str | None) -> None:
@@ -1082,19 +1056,11 @@ class TransactionalWriter:
     """The leader's producer: every write is one transaction on the namespace's partition.
 
     ``transaction_timeout_ms``: its ``transaction.timeout.ms`` (default
-    :data:`TRANSACTION_TIMEOUT_MS`, read when the writer is made).
-
-    ``fence=False`` makes the producer and brings its connections up but does not call
-    ``init_transactions``, so it fences nobody yet (librdkafka asks for a transactional
-    producer's id only in ``init_transactions``): a standby makes it while it waits, and
-    :meth:`fence` when its grant is accepted. It cannot write before that."""
+    :data:`TRANSACTION_TIMEOUT_MS`, read when the writer is made)."""
 
     def __init__(self, bootstrap: str | Kafka, topic: str, namespace: str, partition: int,
-                 timeout: float = 10.0, *, transaction_timeout_ms: int | None = None,
-                 fence: bool = True) -> None:
+                 timeout: float = 10.0, *, transaction_timeout_ms: int | None = None) -> None:
         self.topic, self.partition = topic, partition
-        self.fenced_others = False
-        """Whether :meth:`fence` ran: the namespace's transactional id is this producer's."""
         self._timeout = timeout
         if transaction_timeout_ms is None:
             transaction_timeout_ms = TRANSACTION_TIMEOUT_MS
@@ -1112,31 +1078,15 @@ class TransactionalWriter:
         }))
         try:
             _warm_up(self._producer, timeout, topic)
+            self._producer.init_transactions(timeout)
         except KafkaException as e:
-            self._init_failed(e)
-        if fence:
-            self.fence()
-
-    def fence(self) -> None:
-        """``init_transactions``: take the namespace's transactional id, fencing whichever
-        producer holds it now (and aborting its open transaction). Once only; raises as the
-        constructor does."""
-        if self.fenced_others:
-            return
-        try:
-            self._producer.init_transactions(self._timeout)
-        except KafkaException as e:
-            self._init_failed(e)
-        self.fenced_others = True
-
-    def _init_failed(self, e: KafkaException) -> NoReturn:
-        refused = not_authorized(self._kafka, e, "WRITE", "transactional id",
-                                 self._transactional_id)
-        if refused is not None:
-            self.close()
-            raise TransactionNotAuthorized(refused, fatal=True) from None
-        raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
-                                fatal=True) from e
+            refused = not_authorized(bootstrap, e, "WRITE", "transactional id",
+                                     transactional_id(topic, namespace))
+            if refused is not None:
+                self.close()
+                raise TransactionNotAuthorized(refused, fatal=True) from None
+            raise TransactionFailed(f"init_transactions failed: {e.args[0].str()}",
+                                    fatal=True) from e
 
     def write(self, records: list[tuple[str, bytes]]) -> list[LogRecord]:
         """Write ``(key, value)`` records in one transaction; return them as the log holds
@@ -1215,6 +1165,136 @@ class TransactionalWriter:
                          "(its open transaction's end is still being retried); left to "
                          "finish in the background", self.topic, self.partition,
                          min(self._timeout, 2.0))
+
+
+class WriteFailed(BrokerError):
+    """A leader's write (:class:`LeaderWriter`) was not confirmed; whether its records landed
+    must be read from the log.
+
+    The writer is unusable afterwards (``fatal``): its unconfirmed records were purged, and
+    the next write makes a new producer. ``appended``: offsets the broker reported for
+    records of the write; ``in_doubt``: records sent with no report of where they went or
+    that they were refused (a record in flight may still be appended later, by a broker
+    that received it before the client gave up: a reader decides it then, at its offset).
+    """
+
+    def __init__(self, message: str, *, fatal: bool = True, appended: tuple[int, ...] = (),
+                 in_doubt: int = 0) -> None:
+        super().__init__(message)
+        self.fatal = fatal
+        self.appended = appended
+        self.in_doubt = in_doubt
+
+
+class WriteNotAuthorized(WriteFailed, NotAuthorized):
+    """A leader's write the broker's authorizer refused (:class:`NotAuthorized`'s one line
+    and attributes, with :class:`WriteFailed`'s: what was appended, what is in doubt)."""
+
+    def __init__(self, refused: NotAuthorized, *, appended: tuple[int, ...] = (),
+                 in_doubt: int = 0) -> None:
+        BrokerError.__init__(self, str(refused))
+        self.fatal, self.appended, self.in_doubt = True, appended, in_doubt
+        self.operation, self.resource_type = refused.operation, refused.resource_type
+        self.resource, self.code = refused.resource, refused.code
+
+
+class LeaderWriter:
+    """A term's producer: idempotent, ``acks=all``, no transaction (README "The write
+    path"). A write produces its records to the namespace's partition and waits for
+    every acknowledgement: Kafka answers ``acks=all`` once the high watermark covers the
+    record, so it is then readable by every reader (read_committed ones too, unless a
+    transaction of another producer is open before it on the partition).
+
+    Nothing is fenced at the broker: the fold refuses a stale term's records wherever
+    they land, and a call of several records is atomic by its ``CallCommitted`` (fold
+    rule 8). Order holds within a producer (idempotence keeps it through retries); a
+    failed write purges what it still holds and retires the producer, so no record of
+    it is re-sent by librdkafka behind the caller's back.
+    """
+
+    def __init__(self, bootstrap: str | Kafka, topic: str, partition: int,
+                 timeout: float = 10.0) -> None:
+        self.topic, self.partition = topic, partition
+        self._timeout = timeout
+        self._kafka = Kafka.of(bootstrap)
+        patience_ms = max(2, int(timeout * 1000))
+        self._producer = _client(Producer, self._kafka.settings(_CLIENT_DEFAULTS, {
+            "enable.idempotence": True,
+            "acks": "all",
+            # A flush sends at once whatever linger.ms says: a group's records go in one
+            # produce request rather than one each while the first is in flight
+            # (librdkafka wants it below message.timeout.ms).
+            "linger.ms": min(1000, patience_ms // 2),
+            # librdkafka gives up on a record within the write's own patience, so none
+            # is retried after the caller was answered.
+            "message.timeout.ms": patience_ms,
+        }))
+        try:
+            _warm_up(self._producer, timeout, topic)
+        except KafkaException as e:
+            self.close()
+            raise no_broker(bootstrap, timeout, e.args[0].str()) from e
+
+    def write(self, records: list[tuple[str, bytes]]) -> list[LogRecord]:
+        """Write ``(key, value)`` records in order; return them as the log holds them
+        (offset, key, value, the stamp a reader sees). Raises :class:`WriteFailed`
+        (:class:`WriteNotAuthorized` for a refusal of the authorizer)."""
+        p, delivery = self._producer, _Delivery()
+        produced = 0
+        failure: BaseException | None = None
+        try:
+            for key, value in records:
+                p.produce(self.topic, value=value, key=key.encode("utf-8"),
+                          partition=self.partition, on_delivery=delivery)
+                produced += 1
+            left = p.flush(self._timeout)
+        except (KafkaException, BufferError, SystemError) as e:
+            failure, left = e, produced - delivery.reports
+        if not failure and not left and delivery.error is None \
+                and not delivery.missing_offsets and len(delivery.offsets) == len(records):
+            return [LogRecord(offset, key.encode("utf-8"), value, stamp, self.partition)
+                    for offset, stamp, (key, value)
+                    in zip(delivery.offsets, delivery.stamps, records, strict=True)]
+        self._retire()
+        in_doubt = produced - len(delivery.offsets) - delivery.refused
+        error = delivery.error or kafka_error_of(failure)
+        refused = not_authorized(self._kafka, error, "WRITE", "topic", self.topic)
+        if refused is not None:
+            raise WriteNotAuthorized(refused, appended=tuple(delivery.offsets),
+                                     in_doubt=in_doubt) from None
+        if delivery.missing_offsets and not left and delivery.error is None:
+            why = (f"{delivery.missing_offsets} record(s) confirmed without their offset "
+                   "(a retry the broker already had)")
+        elif left:
+            why = f"{left} record(s) not confirmed within {self._timeout:g} s"
+        else:
+            why = f"delivery failed: {error.name() if error else failure} " \
+                  f"({error.str() if error else ''})"
+        raise WriteFailed(f"write to {self.topic}[{self.partition}] failed: {why}",
+                          appended=tuple(delivery.offsets), in_doubt=in_doubt) from failure
+
+    def _retire(self) -> None:
+        # Records it still holds are purged (never sent later), and the producer closed:
+        # the next write makes a new one, whose sequence starts afresh.
+        producer, self._producer = self._producer, _Closed("leader producer")
+        if isinstance(producer, _Closed):
+            return
+        with contextlib.suppress(KafkaException):
+            producer.purge()
+            producer.poll(0)
+        threading.Thread(target=_destroy, args=(producer,), daemon=True,
+                         name=f"jobreg-close-{self.topic}-{self.partition}").start()
+
+    @property
+    def usable(self) -> bool:
+        """False once a failed write retired the producer."""
+        return not isinstance(self._producer, _Closed)
+
+    def close(self) -> None:
+        """Close the producer (what it still holds is purged: every write was answered)."""
+        producer, self._producer = self._producer, _Closed("leader producer")
+        if not isinstance(producer, _Closed):
+            _destroy(producer)
 
 
 def _destroy(producer: Producer) -> None:

@@ -1,7 +1,8 @@
 """Steps 2 and 3 of a term's write (:mod:`registry.client`'s module docstring): one
-transaction of the namespace's transactional producer, then reading until the fold decided
-every record sent, re-sending what the log does not hold while the term is current; and
-group commit, which lets concurrent calls of one term share that transaction.
+produce of the term's idempotent producer (``acks=all``, no transaction: README "The write
+path"), then reading until the fold decided every record sent, re-sending what the log does
+not hold while the term is current; and group commit, which lets concurrent calls of one
+term share that produce.
 
 :class:`TermWrites` holds the term's producer and talks to the log only through a
 :class:`~registry.folded.FoldedLog` (it never sees the :class:`~registry.client.Registry`);
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -30,15 +32,16 @@ from .folded import FoldedLog
 from .image import Decision
 from .kafka_config import Kafka
 from .keys import record_key
-from .log import TransactionalWriter, TransactionFailed
+from .log import LeaderWriter, WriteFailed
 
-__all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "GroupCommit", "PendingCall", "TermWrites"]
+__all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "GroupCommit", "PendingCall", "Restate",
+           "TermWrites"]
 
 MAX_GROUP_RECORDS = 10_000
-"""At most this many records in one group's transaction (a lone call may have more)."""
+"""At most this many records in one group's write (a lone call may have more)."""
 
 MAX_GROUP_BYTES = 1_000_000
-"""At most this many encoded bytes in one group's transaction, librdkafka's default
+"""At most this many encoded bytes in one group's write, librdkafka's default
 ``message.max.bytes`` (a lone call may have more; it then fails or succeeds alone)."""
 
 Encoded = tuple[bytes, Event]
@@ -66,15 +69,14 @@ class TermWrites:
         self.timeout = timeout
         self.epoch = epoch
         self._fenced = fenced
-        self.writer: TransactionalWriter | None = None
-        """The term's transactional producer, once made (:meth:`open`)."""
+        self.writer: LeaderWriter | None = None
+        """The term's producer, once made (:meth:`open`)."""
 
     def open(self) -> None:
-        """Make the term's producer, if it has none: its ``init_transactions`` fences
-        whichever producer holds the namespace's transactional id now, at the broker."""
+        """Make the term's producer, if it has none."""
         if self.writer is None:
-            self.writer = TransactionalWriter(self._kafka, self._topic, self._namespace,
-                                              self._partition, self.timeout)
+            self.writer = LeaderWriter(self._kafka, self._topic, self._partition,
+                                       self.timeout)
 
     def close(self) -> None:
         """Drop the producer (the term goes on until fenced or revoked)."""
@@ -86,10 +88,10 @@ class TermWrites:
              encoded: dict[str, Encoded] | None = None,
              verdicts: list[tuple[Decision | None, tuple[str, ...]]] | None = None,
              ) -> list[Decision]:
-        """Steps 2 and 3: one transaction, then read until the fold decided every record.
+        """Steps 2 and 3: one write, then read until the fold decided every record.
 
         Returns one decision per pair. A record the log does not hold after a
-        failed transaction is re-sent while this term is current: a job
+        failed write is re-sent while this term is current: a job
         record verbatim (a copy that lands after all is a duplicate on a key
         the next write reasserts), a leadership record as a fresh event under
         a fresh key (so no leadership key is ever written twice).
@@ -108,20 +110,19 @@ class TermWrites:
         failure: Exception | None = None
         sent, first_sent = False, 0.0
         appended: list[int] = []  # offsets the broker gave our records, committed or not
-        in_doubt = 0  # records of failed transactions that may sit at offsets nobody said
+        in_doubt = 0  # records of failed writes that may sit at offsets nobody said
 
         def fenced_now(fenced: Fenced) -> RegistryError:
             # The log holds a newer grant (or the revoke) and none of the undecided records.
-            # On Kafka that settles it: a read that reached the grant read every committed
-            # record before it (the last stable offset), and a fenced or failed
-            # transaction's records never become readable, so any that lands later lands
-            # after the grant and is refused: not accepted. The embedded broker shows
-            # neither rule (it can hide a committed record while showing a later one, and
-            # shows a fenced producer's records once the id's new owner commits): a record
-            # the broker placed *before* the term ended may yet be decided at its own
-            # offset, inside our term. Then the answer is unknown, which is true on both;
-            # so it is for a record whose transaction failed with no report of where it
-            # went (campaign seed 150081). Records reported refused or never sent do not
+            # On Kafka that settles it: a read that reached the grant read every record
+            # before it (below the high watermark, and no transaction of ours holds the
+            # last stable offset), so a record of ours still in flight, if it lands at all,
+            # lands after the grant and is refused: not accepted. That rests on the
+            # broker's offsets and visibility alone; where it cannot be shown (a record the
+            # broker said it placed before the term ended and no reader sees, or one in
+            # flight with no report of where it went: campaign seed 150081, on the
+            # embedded broker's transactions), the answer is unknown, which is true
+            # whatever the broker does. Records reported refused or never sent do not
             # count: they were not appended anywhere.
             end = self.term_end()
             early = sorted(o for o in appended if end is None or o < end)
@@ -132,7 +133,7 @@ class TermWrites:
             if in_doubt:
                 return unknown(f"the term ended (offset {end}); the broker may have placed "
                                f"{in_doubt} record(s) of the call before that, at offsets "
-                               "it never reported (their transaction failed)", failure)
+                               "it never reported (their write failed)", failure)
             fenced.event_ids = ids()
             return fenced
 
@@ -183,15 +184,14 @@ class TermWrites:
                                   f"({DUPLICATE_WINDOW_MS / 2000:g} s); not re-sent{held()}",
                                   failure)
                 try:
+                    # A term known to be over sends nothing (as far as the log was read;
+                    # a term without a producer reads it first: its last write failed).
                     if self.writer is None:
-                        # A new producer fences whichever holds the namespace's id now,
-                        # the current leader's included: read the log first, and make
-                        # one only while this term is still current.
                         log.sync(self.timeout)
-                        fenced = self._fenced()
-                        if fenced is not None:
-                            raise fenced_now(fenced)
-                        self.open()
+                    fenced = self._fenced()
+                    if fenced is not None:
+                        raise fenced_now(fenced)
+                    self.open()
                     if not sent:
                         sent, first_sent = True, time.monotonic()
                     # self.open() above made the writer if there was none
@@ -200,12 +200,12 @@ class TermWrites:
                     known = {r.offset: e for r, e in zip(written, events, strict=True)}
                     log.read_back(written, known, self.timeout)
                     failure = None
-                except BrokerError as e:  # TransactionFailed included
+                except BrokerError as e:  # WriteFailed included
                     failure = e
-                    if isinstance(e, TransactionFailed):
+                    if isinstance(e, WriteFailed):
                         appended.extend(e.appended)
                         in_doubt += e.in_doubt
-                    if isinstance(e, TransactionFailed) and e.fatal and self.writer is not None:
+                    if isinstance(e, WriteFailed) and e.fatal and self.writer is not None:
                         writer, self.writer = self.writer, None
                         writer.close()
                     if isinstance(e, NotAuthorized):
@@ -263,6 +263,12 @@ class TermWrites:
         return next((d for d in found if d.accepted), found[0] if found else None)
 
 
+Restate = Callable[[Event, dict[str, object]], Event]
+"""A call's records computed again when its group is assembled: given a record as the call
+made it and a scratch dict the group's calls share (in order), the record to send. A
+checkpoint call computes its state there (README "Group commit")."""
+
+
 @dataclass(eq=False)
 class PendingCall:
     """One call waiting in a :class:`GroupCommit`: its records (``pairs``, already
@@ -273,6 +279,8 @@ class PendingCall:
     encoded: list[Encoded]
     guard: bool = True
     """Whether the term's write guard applies to it (a lease renewal passes it)."""
+    restate: Restate | None = None
+    """Its records computed again at group assembly, if they depend on the image."""
     decisions: list[Decision] | None = None
     error: BaseException | None = None
     size: int = field(init=False)
@@ -286,7 +294,7 @@ class PendingCall:
 
 
 class GroupCommit:
-    """Concurrent calls of one term share one transaction and one confirming read.
+    """Concurrent calls of one term share one write and one confirming read.
 
     ``run(group)`` writes a group (a list of :class:`PendingCall`, in arrival order) and
     sets every call's ``decisions`` or ``error``; it is only ever running once at a time,
@@ -301,7 +309,7 @@ class GroupCommit:
         self.max_records = max_records
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._queue: list[PendingCall] = []  # arrival order; a leader's call is first
+        self._queue: deque[PendingCall] = deque()  # arrival order; a leader's call is first
         self._busy = False  # a group is being formed or is in flight
 
     def commit(self, call: PendingCall) -> list[Decision]:
@@ -333,7 +341,7 @@ class GroupCommit:
                 if group and (records + len(nxt.pairs) > self.max_records
                               or size + nxt.size > self.max_bytes):
                     break
-                group.append(self._queue.pop(0))
+                group.append(self._queue.popleft())
                 records += len(nxt.pairs)
                 size += nxt.size
         return group

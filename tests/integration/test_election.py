@@ -282,32 +282,6 @@ class Rounds:
                 self._changed.wait(0.05)
 
 
-def _renewal_bytes(term) -> tuple[bytes, bytes]:
-    from registry.events import LeaseRenewed, new_event_id, now_ms
-    from registry.keys import record_key
-
-    event = LeaseRenewed(event_id=new_event_id(), namespace=term.namespace, epoch=term.epoch,
-                         writer=term.contender, created_at=now_ms())
-    return record_key(event).encode(), term.registry._codec.encode(event)
-
-
-def _leave_the_fencing_error_pending(term) -> None:
-    """Put ``term``'s producer where the failed run's was: paused between a produce and its
-    commit while a newer term's producer fenced it, so the fencing's fatal error is queued in
-    the producer and not yet served. confluent-kafka raises a fatal error from whichever call
-    serves it; ``close()`` serves it (measured: every time), and in the failed run the write
-    path's ``close()`` raised ``KafkaException(_FENCED)``, which killed the renewer."""
-    producer = term._writes.writer._producer
-    key, value = _renewal_bytes(term)
-    producer.begin_transaction()
-    producer.produce(term.registry.topic, value=value, key=key,
-                     partition=term.registry.partition)
-    hang = time.monotonic() + 60
-    while len(producer) <= 1:  # the record, then the fencing's error events
-        assert time.monotonic() < hang, "the broker never fenced the old producer"
-        time.sleep(0.01)
-
-
 def _records_of(bootstrap: str, topic: str, namespace: str, writer: str, after: int) -> list:
     """The fold's decision on every record of ``writer`` at an offset past ``after``."""
     from registry.fold import fold_batches
@@ -328,9 +302,10 @@ def _records_of(bootstrap: str, topic: str, namespace: str, writer: str, after: 
 @pytest.mark.parametrize("lease_run_out", [True, False], ids=["lease-run-out", "lease-left"])
 def test_a_resumed_leader_learns_in_its_first_round_that_it_lost(broker, topic,
                                                                  lease_run_out) -> None:
-    """The failed run, made certain: the leader is frozen; a newer term is granted and its
-    producer fences the leader's; the leader resumes with the fencing's fatal error pending in
-    its producer. Its first round must read the log and call ``on_revoked`` exactly once;
+    """The failed run, made certain: the leader is frozen; a newer term is granted and
+    writes; the leader resumes (then with the fencing's fatal error pending in its
+    transactional producer; nothing is fenced at the broker now, README "The write path").
+    Its first round must read the log and call ``on_revoked`` exactly once;
     user writes raise ``LeaseExpired`` before (nothing sent) and ``Fenced`` after.
     ``lease-left``: the leader's own clock says its lease still runs (a slow clock, or a
     takeover by an external election), so its first round does try to renew."""
@@ -347,13 +322,12 @@ def test_a_resumed_leader_learns_in_its_first_round_that_it_lost(broker, topic,
     rounds.step()  # one ordinary round: a renewal
     assert a.sync().term.renewals == 1 and election.is_leader
 
-    # Frozen from here. A newer term is granted; its producer fences the leader's.
+    # Frozen from here. A newer term is granted and writes.
     if lease_run_out:
         now[0] = LEASE  # past 0.9 x lease since the last renewal was sent
     newer = b.claim_leadership("jm-b", lease_ms=round(LEASE * 1000))
     newer.submit("b-1", b"g")
     grant2 = b.sync().term.granted_offset
-    _leave_the_fencing_error_pending(term)
     if lease_run_out:
         with pytest.raises(LeaseExpired) as expired:
             term.submit("a-late", b"g")
@@ -433,67 +407,41 @@ def test_a_resumed_leader_that_cannot_read_the_log_keeps_trying_and_learns_when_
             r.close()
 
 
-def test_a_fenced_producer_closes_without_raising(broker, topic) -> None:
-    """Where the failed run's renewer died: ``TransactionalWriter.close()`` of a fenced
-    producer raised the fencing's fatal error (``KafkaException``, not a ``RegistryError``),
-    out of the write path, which then neither dropped the closed producer nor read the log."""
-    from registry.log import TransactionalWriter, ensure_topic
-
-    ensure_topic(broker.bootstrap, topic, None, 10)
-    old = TransactionalWriter(broker.bootstrap, topic, "close", 0, LEASE / 2)
-    new = TransactionalWriter(broker.bootstrap, topic, "close", 0, LEASE / 2)  # fences old
-    producer = old._producer
-    producer.begin_transaction()
-    producer.produce(topic, value=b"x", key=b"k", partition=0)
-    hang = time.monotonic() + 60
-    while len(producer) <= 1:  # the record, then the fencing's error events
-        assert time.monotonic() < hang, "the broker never fenced the old producer"
-        time.sleep(0.01)
-    old.close()  # raised KafkaException(_FENCED) before the fix
-    assert new.write([("k", b"v")])
-    new.close()
-
-
-_DIES_MID_TRANSACTION = r'''
+_DIES_MID_CALL = r'''
 import os, signal, sys
-from confluent_kafka import Producer
 from registry import Registry
-from registry.log import transactional_id
+from registry.log import LeaderWriter
 bootstrap, topic, ns = sys.argv[1:4]
 reg = Registry.connect(bootstrap, ns, topic=topic)
 term = reg.claim_leadership("jm-dead")
 term.submit("committed", b"g")
-# the leader's own producer, in the middle of its next transaction: one record sent,
-# the transaction never ended (a SIGKILL between produce and commit)
-p = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id(topic, ns),
-              "linger.ms": 0})
-p.init_transactions(10)
-p.begin_transaction()
-p.produce(topic, key=f"{ns}/job/in-flight".encode(), value=b"\x00", partition=reg.partition)
-p.flush(10)
-print("open", flush=True)
-os.kill(os.getpid(), signal.SIGKILL)
+write = LeaderWriter.write
+
+def first_record_then_die(self, records):
+    write(self, records[:1])  # the call's first record lands, its CallCommitted never
+    print("sent", flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+LeaderWriter.write = first_record_then_die
+term.submit_many([("half-a", b"g"), ("half-b", b"g")])
 '''
 
 
-def test_a_leader_killed_mid_transaction_does_not_block_the_next_one(broker, topic) -> None:
-    """A leader SIGKILLed between a transaction's produce and its commit leaves the
-    transaction open. Read-committed readers cannot read past it (the last stable offset)
-    until it is aborted: on Kafka by the next init_transactions of the namespace's
-    transactional id or after transaction.timeout.ms (60 s); on the embedded broker never
-    by itself. The next leader's grant lands after it, so a claim that read its grant back
-    before fencing the id waited out the timeout (for ever on the embedded broker). A claim
-    fences the id first: it takes over at once, and everything committed stays."""
-    # The default timeout (10 s): a loaded machine must not fail this test; without the fix
-    # the claim waits for ever on the embedded broker, 60 s on Kafka, so it still fails.
+def test_a_leader_killed_mid_call_does_not_block_the_next_one(broker, topic) -> None:
+    """A leader SIGKILLed after the first record of a call of several landed and before
+    its ``CallCommitted``: nothing is left open at the broker (no transaction), the next
+    leader takes over at once, the half call is refused at its grant
+    (``call_not_committed``, fold rule 8) and everything decided before stays."""
     reg = Registry.connect(broker.bootstrap, "killed", topic=topic)  # before the dead leader
-    dead = subprocess.run([sys.executable, "-c", _DIES_MID_TRANSACTION, broker.bootstrap,
+    dead = subprocess.run([sys.executable, "-c", _DIES_MID_CALL, broker.bootstrap,
                            topic, "killed"], capture_output=True, text=True, timeout=120)
-    assert dead.returncode == -signal.SIGKILL and "open" in dead.stdout, dead.stderr[-2000:]
+    assert dead.returncode == -signal.SIGKILL and "sent" in dead.stdout, dead.stderr[-2000:]
     term = reg.claim_leadership("jm-next")
     term.submit("after", b"g")
     fresh = Registry.connect(broker.bootstrap, "killed", topic=topic)
     assert (fresh.leader().epoch, fresh.leader().contender) == (term.epoch, "jm-next")
     assert fresh.job("committed").status == fresh.job("after").status == "ACTIVE"
+    assert "half-a" not in fresh.jobs() and "half-b" not in fresh.jobs()
+    assert any(d.reason == "call_not_committed" for d in fresh.rejected())
     fresh.close()
     reg.close()

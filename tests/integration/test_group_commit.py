@@ -1,5 +1,5 @@
 """Group commit on a real broker: concurrent calls of one :class:`~registry.client.Term`
-share one transaction, and each still gets exactly its own answer (README "Group commit",
+share one write, and each still gets exactly its own answer (README "Group commit",
 registry/errors.py).
 
 Each test holds the term's first group in flight until the calls under test have queued
@@ -19,7 +19,7 @@ from registry import OutcomeUnknown
 from registry.errors import BrokerError, CodecError, Fenced, WriteRejected
 from registry.folded import FoldedLog
 from registry.image import Outcome
-from registry.log import TransactionalWriter, TransactionFailed
+from registry.log import LeaderWriter, WriteFailed
 
 pytestmark = pytest.mark.integration
 
@@ -28,12 +28,12 @@ WAIT = 60.0  # only a failing test waits this long
 
 class Held:
     """Holds the term's next group in flight until ``queued`` calls wait behind it, and
-    records every group (each call's first record's job id) and every transaction."""
+    records every group (each call's first record's job id) and every write."""
 
     def __init__(self, term, monkeypatch) -> None:
         self.term = term
         self.groups: list[list[str | None]] = []
-        self.transactions = 0
+        self.writes = 0
         self._want = 0
         self._queued = threading.Condition()
         run = term._groups._run
@@ -45,13 +45,13 @@ class Held:
             run(group)
 
         monkeypatch.setattr(term._groups, "_run", held_run)
-        write = TransactionalWriter.write
+        write = LeaderWriter.write
 
         def counted(writer, records):
-            self.transactions += 1
+            self.writes += 1
             return write(writer, records)
 
-        monkeypatch.setattr(TransactionalWriter, "write", counted)
+        monkeypatch.setattr(LeaderWriter, "write", counted)
 
     def _wait_for_queue(self) -> None:
         gc = self.term._groups
@@ -103,7 +103,7 @@ def _decisions(reg) -> dict[str, str]:
     return {d.event_id: d.outcome for d in reg.forensics().decisions() if d.event_id}
 
 
-def test_concurrent_calls_share_one_transaction_and_each_gets_its_own_receipts(
+def test_concurrent_calls_share_one_write_and_each_gets_its_own_receipts(
         connect, monkeypatch) -> None:
     collector = CollectorRegistry()
     reg = connect(metrics=collector)
@@ -113,7 +113,7 @@ def test_concurrent_calls_share_one_transaction_and_each_gets_its_own_receipts(
                    *[lambda i=i: term.submit(f"job-{i}", b"g") for i in range(1, 5)],
                    lambda: term.submit_many([("many-a", b"a"), ("many-b", b"b")]))
     assert held.groups == [["job-0"], ["job-1", "job-2", "job-3", "job-4", "many-a"]]
-    assert held.transactions == 2  # one per group
+    assert held.writes == 2  # one per group
     labels = {"topic": reg.topic, "namespace": reg.namespace}
     sample = collector.get_sample_value
     assert sample("jobreg_write_group_calls_count", labels) == 2  # the groups, as metrics
@@ -139,7 +139,7 @@ def test_a_refused_call_does_not_sink_the_others_of_its_group(connect, monkeypat
                    lambda: term.submit_many([("atomic-a", b"a"), ("known", b"k")]),  # all or none
                    lambda: term.submit("fine-2", b"g"))
     # Two groups, then one settling of the key the refused records landed on (step 4).
-    assert len(held.groups) == 2 and held.transactions == 3
+    assert len(held.groups) == 2 and held.writes == 3
     assert not reg.image.unsettled
     assert isinstance(out[1], WriteRejected) and out[1].reason == "job_exists"
     assert isinstance(out[3], WriteRejected)
@@ -150,21 +150,21 @@ def test_a_refused_call_does_not_sink_the_others_of_its_group(connect, monkeypat
     assert set(reg.jobs()) == {"known", "first", "fine-1", "fine-2"}  # no atomic-a
 
 
-def test_a_group_whose_transaction_fails_is_resent_and_every_call_answered(
+def test_a_group_whose_write_fails_is_resent_and_every_call_answered(
         connect, monkeypatch) -> None:
     reg = connect()
     term = reg.claim_leadership("jm-1")
     held = Held(term, monkeypatch)
-    counted = TransactionalWriter.write
+    counted = LeaderWriter.write
     failed: list[int] = []
 
     def fail_once(writer, records):
-        if len(held.groups) == 2 and not failed:  # the shared group's first transaction
+        if len(held.groups) == 2 and not failed:  # the shared group's first write
             failed.append(len(records))
-            raise TransactionFailed("planted: the broker refused the batch", fatal=False)
+            raise WriteFailed("planted: the broker refused the batch", fatal=False)
         return counted(writer, records)
 
-    monkeypatch.setattr(TransactionalWriter, "write", fail_once)
+    monkeypatch.setattr(LeaderWriter, "write", fail_once)
     out = held.run(lambda: term.submit("job-0", b"g"),
                    *[lambda i=i: term.submit(f"job-{i}", b"g") for i in range(1, 4)])
     assert failed == [3]  # the whole group failed once...
@@ -228,7 +228,7 @@ def test_a_group_whose_fate_is_unknown_answers_each_call_unknown_with_its_own_id
     assert len({e.event_ids[0] for e in errors}) == 3
     monkeypatch.setattr(FoldedLog, "read_back", read_back)
     monkeypatch.setattr(FoldedLog, "sync", sync)
-    decided = _decisions(reg)  # the log is the truth: the transaction had committed
+    decided = _decisions(reg)  # the log is the truth: the write had landed
     assert all(decided[e.event_ids[0]] == Outcome.ACCEPTED for e in errors)
 
 
@@ -248,3 +248,58 @@ def test_a_call_that_cannot_be_encoded_fails_alone_before_it_joins(connect,
     assert held.groups == [["job-0"], ["job-1", "b"]]
     assert reg.sync().jobs["a"].status == "ACTIVE"
     assert reg.job("b").status == "CANCELLED"
+
+
+def test_two_checkpoint_calls_of_one_job_in_one_group_are_both_accepted(
+        connect, monkeypatch) -> None:
+    """A checkpoint record carries the job's checkpoint state after it, which the fold
+    recomputes. Computed when the call was made, two calls of one job that share a group
+    both started from the same state, and the fold refused the second; computed when the
+    group is assembled, each starts from the state the one before it leaves."""
+    reg = connect()
+    term = reg.claim_leadership("jm-1")
+    term.submit("job", b"g")
+    held = Held(term, monkeypatch)
+    out = held.run(lambda: term.submit("other", b"g"),
+                   lambda: term.checkpoint_triggered("job", 1),
+                   lambda: term.checkpoint_completed("job", 1, "s3://cp/1"))
+    assert held.groups == [["other"], ["job", "job"]]  # the two calls shared a group
+    assert not [r for r in out if isinstance(r, Exception)], out
+    decided = _decisions(reg)
+    assert all(decided[r.event_id] == Outcome.ACCEPTED for r in out)
+    assert reg.job("job").checkpoints.last_completed == 1
+
+
+def test_a_lease_that_runs_out_while_calls_wait_for_their_group_refuses_them_unsent(
+        connect, monkeypatch) -> None:
+    """The write guard is asked when a call is made and again when its group is sent: calls
+    that passed it and then waited behind a group while the lease ran out raise
+    LeaseExpired, with no event ids (nothing of them was sent); a lease renewal, which
+    passes the guard, is still sent."""
+    from registry.errors import LeaseExpired
+
+    reg = connect()
+    term = reg.claim_leadership("jm-1")
+    expired: list[bool] = []
+
+    def guard() -> None:
+        if expired:
+            raise LeaseExpired("planted: the lease ran out")
+
+    term.guard_writes(guard)
+    held = Held(term, monkeypatch)
+    wait = held._wait_for_queue
+
+    def wait_then_expire() -> None:
+        wait()
+        expired.append(True)  # every call below has passed the guard and now waits
+
+    monkeypatch.setattr(held, "_wait_for_queue", wait_then_expire)
+    out = held.run(lambda: term.submit("job-0", b"g"),
+                   lambda: term.submit("job-1", b"g"),
+                   term.renew_lease)
+    assert isinstance(out[0], LeaseExpired) and isinstance(out[1], LeaseExpired), out
+    assert out[0].event_ids == out[1].event_ids == ()
+    assert out[2].epoch == term.epoch  # the renewal's receipt
+    reg.sync()
+    assert not reg.jobs() and reg.image.term.renewals == 1  # type: ignore[union-attr]

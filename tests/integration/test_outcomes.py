@@ -22,7 +22,7 @@ from registry.errors import BrokerError, Fenced, WriteRejected
 from registry.events import JobCancelled, new_event_id, now_ms
 from registry.image import Outcome
 from registry.keys import job_key
-from registry.log import TransactionalWriter, TransactionFailed, ensure_topic, write_raw
+from registry.log import LeaderWriter, WriteFailed, write_raw
 
 
 def _zombie_cancel(reg, job_id: str, epoch: int, writer: str) -> int:
@@ -143,10 +143,10 @@ def test_a_write_whose_fate_is_unknown_says_which_records_to_look_for(connect, m
     reg, term = _two_terms(connect)
     from registry import log
 
-    def lost(self, records):  # the transaction is sent and the answer lost
+    def lost(self, records):  # the records are sent and the answer lost
         raise BrokerError("no answer from the broker")
 
-    monkeypatch.setattr(log.TransactionalWriter, "write", lost)
+    monkeypatch.setattr(log.LeaderWriter, "write", lost)
     monkeypatch.setattr(term._writes, "MAX_RESENDS", 0)
     with pytest.raises(OutcomeUnknown) as caught:
         term.cancel("job-a")
@@ -200,16 +200,16 @@ def test_an_accepted_claim_is_returned_though_its_start_fails(connect, monkeypat
 
 
 def test_a_claim_whose_producer_cannot_start_sends_nothing(connect, monkeypatch):
-    """A claim fences the namespace's transactional id before its grant (so a transaction
-    a dead leader left open cannot hold the grant back): if it cannot, nothing is sent."""
+    """A claim whose producer cannot start (no broker answers it) sends nothing, and says
+    so: not accepted, no event ids to look for."""
     from registry import log
 
     reg = connect()
 
     def no_producer(self, *args, **kwargs):
-        raise log.TransactionFailed("init_transactions failed: no coordinator", fatal=True)
+        raise BrokerError("no Kafka broker answered: planted")
 
-    monkeypatch.setattr(log.TransactionalWriter, "__init__", no_producer)
+    monkeypatch.setattr(log.PlainWriter, "__init__", no_producer)
     with pytest.raises(BrokerError) as caught:
         reg.claim_leadership("jm-1")
     assert not isinstance(caught.value, OutcomeUnknown) and caught.value.event_ids == ()
@@ -301,36 +301,32 @@ def _leader_racing_a_claim(connect, proxy_class):
     return old, new, term, proxy, claimed
 
 
-class _ClaimBeforeCommit:
-    """Stands in for a leader's producer: before the transaction commits, another client
-    claims the namespace (which fences the producer's transactional id)."""
+class _ClaimBeforeSend:
+    """Stands in for a leader's producer: its records are queued, and before they are sent
+    another client claims the namespace (its grant lands first)."""
 
     def __init__(self, real, claim) -> None:
-        self._real, self._claim, self.fenced = real, claim, False
+        self._real, self._claim, self.raced = real, claim, False
 
-    def commit_transaction(self, *args):
+    def flush(self, *args):
         if self._claim is not None:
             claim, self._claim = self._claim, None
             claim()
-        try:
-            return self._real.commit_transaction(*args)
-        except Exception:
-            self.fenced = True
-            raise
+            self.raced = True
+        return self._real.flush(*args)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
 
 @pytest.mark.integration
-def test_a_write_fenced_between_produce_and_commit_never_answers_falsely(connect) -> None:
-    """Campaign seed 140180: a leader's record was appended, a claim fenced its producer
-    before the commit, and the call raised Fenced; the record was accepted later (the
-    embedded broker shows a fenced producer's records once the id's new owner commits, at
-    their own offsets, inside the old term). Whatever the broker does with such records,
-    the call's answer must be true: Fenced only if the record never counts, a receipt only
-    if it does, else OutcomeUnknown."""
-    old, new, term, proxy, claimed = _leader_racing_a_claim(connect, _ClaimBeforeCommit)
+def test_a_write_raced_by_a_claim_never_answers_falsely(connect) -> None:
+    """Campaign seed 140180 (transactions then: a claim fenced the producer before its
+    commit, and the embedded broker showed the records later, inside the old term). Now
+    the grant lands between the call's produce and its send: whatever the broker does with
+    the records, the call's answer must be true: Fenced only if the record never counts, a
+    receipt only if it does, else OutcomeUnknown."""
+    old, new, term, proxy, claimed = _leader_racing_a_claim(connect, _ClaimBeforeSend)
     try:
         term.submit("raced", b"g")
         answer = "ok"
@@ -338,8 +334,8 @@ def test_a_write_fenced_between_produce_and_commit_never_answers_falsely(connect
         answer = "unknown"
     except WriteRejected:  # Fenced included
         answer = "refused"
-    assert proxy.fenced and claimed, "the race did not happen"
-    claimed[0].submit("after", b"g")  # the new owner of the id commits
+    assert proxy.raced and claimed, "the race did not happen"
+    claimed[0].submit("after", b"g")  # the new leader writes
     fresh = connect()
     counts = "raced" in fresh.sync().jobs
     assert (answer, counts) in {("ok", True), ("unknown", True), ("unknown", False),
@@ -368,66 +364,32 @@ def paused_broker(broker):
 
 @pytest.mark.integration
 @pytest.mark.embedded_only("freezes the session's broker with SIGSTOP")
-def test_a_commit_that_times_out_leaves_its_records_in_doubt(broker, topic, paused_broker
-                                                            ) -> None:
-    """No delivery report, no offset: the writer cannot say the records were not appended."""
-    writer = TransactionalWriter(broker.bootstrap, topic, "doubt", 0, timeout=1.0)
+def test_a_write_that_times_out_leaves_its_records_in_doubt(broker, topic, paused_broker
+                                                           ) -> None:
+    """No delivery report, no offset: the writer cannot say the records were not appended,
+    and it retires its producer (nothing of the write is sent after the answer)."""
+    writer = LeaderWriter(broker.bootstrap, topic, 0, timeout=1.0)
     try:
         writer.write([("doubt/job/warm", b"w")])
         paused_broker()
-        with pytest.raises(TransactionFailed) as failed:
+        with pytest.raises(WriteFailed) as failed:
             writer.write([("doubt/job/a", b"a"), ("doubt/job/b", b"b")])
-        assert (failed.value.appended, failed.value.in_doubt) == ((), 2)
+        assert (failed.value.fatal, failed.value.appended, failed.value.in_doubt) == \
+            (True, (), 2)
+        assert not writer.usable
     finally:
         os.kill(broker.pid, signal.SIGCONT)
         writer.close()
 
 
-@pytest.mark.integration
-def test_a_fenced_producers_records_are_not_in_doubt(broker, topic) -> None:
-    """A producer fenced before it sent: its records' reports say they were never sent."""
-    ensure_topic(broker.bootstrap, topic)  # Kafka creates no topic on a produce (Tansu does)
-    writer = TransactionalWriter(broker.bootstrap, topic, "fenced", 0)
-    writer.write([("fenced/job/warm", b"w")])
-    successor = TransactionalWriter(broker.bootstrap, topic, "fenced", 0)
-    try:
-        with pytest.raises(TransactionFailed) as failed:
-            writer.write([("fenced/job/a", b"a")])
-        assert (failed.value.fatal, failed.value.appended, failed.value.in_doubt) == \
-            (True, (), 0)
-    finally:
-        writer.close()
-        successor.close()
-
-
-@pytest.mark.integration
-def test_closing_a_producer_fenced_mid_transaction_returns(broker, topic) -> None:
-    """Its records appended, then fenced: the embedded broker drops the connection when it
-    ends the transaction and librdkafka retries for ever; the close is bounded all the same
-    (before: it never returned)."""
-    ensure_topic(broker.bootstrap, topic)  # Kafka creates no topic on a produce (Tansu does)
-    writer = TransactionalWriter(broker.bootstrap, topic, "mid", 0, timeout=1.0)
-    writer.write([("mid/job/warm", b"w")])
-    producer = writer._producer
-    producer.begin_transaction()
-    producer.produce(topic, b"v", key=b"mid/job/a", partition=0)
-    producer.flush(5)
-    successor = TransactionalWriter(broker.bootstrap, topic, "mid", 0)
-    try:
-        writer.close()  # returns; before the fix it hung here
-        with pytest.raises(RuntimeError):
-            writer.write([("mid/job/b", b"b")])
-    finally:
-        successor.close()
-
-
-class _CommitTimesOutAfterAClaim:
+class _SendTimesOutAfterAClaim:
     """Stands in for a leader's producer whose records are sent but never reported, and
-    whose commit times out (campaign seed 150081: the leader was paused past its lease
-    between produce and commit). Before the timeout is raised, another client claims the
-    namespace. The records are dropped here, so the log never holds them: what matters is
-    the answer, which must not be Fenced, because a broker may show such a record later,
-    before the grant (the embedded broker did)."""
+    whose flush times out (campaign seed 150081: the leader was paused past its lease
+    between produce and commit, in a transaction then). Before the timeout is raised,
+    another client claims the namespace. The records are dropped here, so the log never
+    holds them: what matters is the answer, which is not Fenced, because a broker may yet
+    show such a record (the embedded broker did, before the grant, with transactions):
+    OutcomeUnknown is true whatever it does."""
 
     def __init__(self, real, claim) -> None:
         self._real, self._claim, self.timed_out = real, claim, False
@@ -436,13 +398,13 @@ class _CommitTimesOutAfterAClaim:
         if self._claim is None:
             self._real.produce(*args, **kwargs)
 
-    def commit_transaction(self, *args):
+    def flush(self, *args):
         if self._claim is None:
-            return self._real.commit_transaction(*args)
+            return self._real.flush(*args)
         claim, self._claim = self._claim, None
         claim()
         self.timed_out = True
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out",
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out",
                                         retriable=True))
 
     def __getattr__(self, name):
@@ -451,9 +413,9 @@ class _CommitTimesOutAfterAClaim:
 
 @pytest.mark.integration
 def test_records_in_doubt_when_the_term_ends_are_unknown_not_fenced(connect) -> None:
-    """The term ended and the log does not hold the call's records, but their transaction
+    """The term ended and the log does not hold the call's records, but their write
     failed without a delivery report for them: the answer is OutcomeUnknown naming them."""
-    old, new, term, proxy, claimed = _leader_racing_a_claim(connect, _CommitTimesOutAfterAClaim)
+    old, new, term, proxy, claimed = _leader_racing_a_claim(connect, _SendTimesOutAfterAClaim)
     with pytest.raises(OutcomeUnknown) as unknown:
         term.submit("raced", b"g")
     assert proxy.timed_out and claimed, "the race did not happen"
@@ -463,21 +425,21 @@ def test_records_in_doubt_when_the_term_ends_are_unknown_not_fenced(connect) -> 
         reg.close()
 
 
-class _OtherTransactionOpensBeforeCommit:
-    """Stands in for a leader's producer: once its records are appended and before it
-    commits, another transactional producer (another namespace's leader on the same
-    partition) appends a record and leaves its transaction open. The leader's commit
-    marker then lands after that record (campaign seed 180083)."""
+class _OtherTransactionOpensBeforeSend:
+    """Stands in for a leader's producer: before its records are sent, another
+    transactional producer (a tool's on the same partition) appends a record and leaves
+    its transaction open. The leader's records then lie after that record, below the high
+    watermark once acknowledged but above the last stable offset (campaign seed 180083,
+    then with transactions of two leaders)."""
 
     def __init__(self, real, other) -> None:
         self._real, self._other = real, other
 
-    def commit_transaction(self, *args):
+    def flush(self, *args):
         if self._other is not None:
             other, self._other = self._other, None
-            self._real.flush(10)
             other()
-        return self._real.commit_transaction(*args)
+        return self._real.flush(*args)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -485,10 +447,10 @@ class _OtherTransactionOpensBeforeCommit:
 
 @pytest.mark.integration
 def test_a_write_is_acknowledged_only_once_every_reader_can_read_it(connect) -> None:
-    """A commit's return does not make its records readable: Kafka writes the commit
-    markers after it answers, and the embedded broker keeps a transaction that overlaps an
-    open one unreadable until that one ends. An acknowledged write must be in what any
-    reader reads from then on."""
+    """An acknowledgement does not make records readable to read_committed readers while a
+    transaction of another producer is open before them (the last stable offset stays at
+    its first record). An acknowledged write must be in what any reader reads from then
+    on."""
     import threading
 
     from confluent_kafka import Producer
@@ -505,7 +467,7 @@ def test_a_write_is_acknowledged_only_once_every_reader_can_read_it(connect) -> 
         other.produce(reg.topic, key=b"other", value=b"x", partition=reg.partition)
         other.flush(10)
 
-    term._writes.writer._producer = _OtherTransactionOpensBeforeCommit(term._writes.writer._producer,
+    term._writes.writer._producer = _OtherTransactionOpensBeforeSend(term._writes.writer._producer,
                                                                 open_other)
     answers: list[object] = []
 

@@ -19,7 +19,7 @@ from registry.client import Term
 from registry.codec import encode
 from registry.events import JobCancelled, new_event_id
 from registry.keys import job_key
-from registry.log import TransactionalWriter, write_raw
+from registry.log import write_raw
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +105,8 @@ def test_a_waiting_standby_folds_the_log_and_takes_over_with_its_tail(broker, to
         r.close()
 
 
-def test_a_standby_makes_its_producers_while_it_waits_and_fences_nobody(broker, topic) -> None:
+def test_a_standby_makes_its_producers_while_it_waits_and_its_term_writes_with_them(
+        broker, topic) -> None:
     a, b = connect_fast(broker, topic, "warm"), connect_fast(broker, topic, "warm")
     lead = a.elect("jm-a", lease=LEASE)
     term = lead.acquire(timeout=LEASE * 10)
@@ -113,18 +114,15 @@ def test_a_standby_makes_its_producers_while_it_waits_and_fences_nobody(broker, 
     wait_until("the standby made its producers", lambda: b._spare is not None
                and b._plain is not None)
     spare = b._spare
-    assert spare is not None and not spare.fenced_others
-    # The leader's transactions still commit: the standby's producer did not fence it.
+    # The leader goes on writing: the standby's producers wrote nothing and fenced nobody.
     for i in range(3):
         assert term.submit(f"job-{i}", b"g").epoch == 1
-    assert a.sync().term.renewals >= 1 and lead.is_leader
+    assert lead.is_leader
     lead._cancelled.set()
     new = standby.join()
-    assert new._writes.writer is spare and spare.fenced_others  # its claim fenced with it
-    assert b._spare is None
+    assert new._writes.writer is spare and b._spare is None  # the term writes with it
     assert new.submit("after", b"g").epoch == 2
-    # The old leader's producer is fenced at the broker now (its writes are refused by the
-    # fold anyway): a write past its lease guard fails, and nothing of it is accepted.
+    # The old leader's writes are refused by the fold, past its lease guard too.
     term.guard_writes(None)
     with pytest.raises(Fenced):
         term.submit("zombie", b"g")
@@ -134,22 +132,19 @@ def test_a_standby_makes_its_producers_while_it_waits_and_fences_nobody(broker, 
         r.close()
 
 
-def test_a_producer_made_without_fencing_lets_the_holder_write_until_it_fences(
-        broker, topic) -> None:
+def test_a_registry_closed_with_prepared_producers_closes_them(broker, topic) -> None:
     a = connect_fast(broker, topic, "spare")
+    a.prepare_claim()
+    a.prepare_claim()  # made once: a second call changes nothing
+    spare, plain = a._spare, a._plain
+    assert spare is not None and plain is not None
     term = a.claim_leadership("jm-a")
-    term.submit("one", b"g")
-    spare = TransactionalWriter(broker.bootstrap, topic, "spare", a.partition, LEASE / 2,
-                                fence=False)
-    try:
-        assert term.submit("two", b"g").epoch == 1  # the holder's producer is not fenced
-        spare.fence()
-        spare.fence()  # once only: a second call changes nothing
-        assert spare.fenced_others
-        assert len(spare.write([("k", b"v")])) == 1
-    finally:
-        spare.close()
+    assert term._writes.writer is spare and a._spare is None and a._plain is plain
+    assert term.submit("one", b"g").epoch == 1
+    a.prepare_claim()  # for a later claim
+    assert a._spare is not None and a._spare is not spare
     a.close()
+    assert a._spare is None and a._plain is None
 
 
 def test_a_claim_from_a_standby_settles_refused_keys_without_reading_again(

@@ -367,15 +367,9 @@ def _collect(bootstrap: str, topic: str, names: list[str], partitions: dict[str,
              run_dir: Path, *, embedded: bool) -> None:
     """Step 5: the raw log, then the library's answers about it."""
     from registry.client import Registry
-    from registry.log import LogReader, TransactionalWriter
+    from registry.log import LogReader
     from registry.render import decision_json, state_json
 
-    if not embedded:
-        # A killed leader's open transaction hides later records from read_committed
-        # readers until it times out; a new producer of the same id aborts it now.
-        for ns in names:
-            with contextlib.suppress(Exception):
-                TransactionalWriter(bootstrap, topic, ns, partitions[ns], 10.0).close()
     with (run_dir / "log.jsonl").open("w") as out:
         for part in sorted(set(partitions.values())):
             reader = LogReader(bootstrap, topic, part)
