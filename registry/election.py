@@ -8,11 +8,18 @@
 
 How it decides, with no clock shared between machines:
 
-* A contender reads the log every ``lease / 4``. It notes, on its *own*
+* A contender reads the log every ``lease / 4`` (and once more when the lease
+  it waits out runs out). It notes, on its *own*
   monotonic clock, when it last saw the leadership make progress (a grant, a
   renewal, a revoke). It claims the next epoch (a compare-and-set grant, so
   of several contenders one wins) when no term is active, or when it has seen
   no progress for a full lease of the current term.
+* A waiting contender is a hot standby: each read folds the namespace's log
+  into its registry's image, every job included, so its claim and its
+  ``recover`` read only the tail of the log written since its last round, not
+  the whole; and it makes its producers while it waits
+  (:meth:`~registry.client.Registry.prepare_claim`: they write nothing, and
+  fence nobody, until its claim and its term do).
 * The leader renews (``LeaseRenewed``) every ``lease / 4``, and retries a
   failed renewal after 0.1 s. Its lease runs
   from the moment it *sent* its last successful renewal (or its grant), which
@@ -78,12 +85,23 @@ from .errors import (
 
 if TYPE_CHECKING:
     from .client import Registry, Term
+    from .image import Image
 
-__all__ = ["Election"]
+__all__ = ["Election", "next_look"]
 
 _log = logging.getLogger("registry")
 
 _SAFETY = 0.9  # the leader stops writing at 90% of its lease (clock rate drift, scheduling)
+
+
+def next_look(lease: float, lease_ms: int | None, silent: float) -> float:
+    """How long a contender of ``lease`` seconds waits before it reads the log again, when
+    the current term's lease is ``lease_ms`` (``None``: not said) and it has seen no progress
+    of the leadership for ``silent`` seconds: ``lease / 4``, or less when the term's lease
+    runs out sooner (so it claims when it runs out, not up to ``lease / 4`` later)."""
+    if lease_ms is None:
+        return lease / 4
+    return max(0.0, min(lease / 4, lease_ms / 1000 - silent))
 
 
 class Election:
@@ -114,6 +132,9 @@ class Election:
         self._fenced: Fenced | None = None  # why the term is over, once the renewer learnt it
         self._warned = False  # the renewer reported an unexpected error in this run of failures
         self.term: Term | None = None
+        self.claim_started: float | None = None
+        """When (on the election's clock) the claim that won began: the wait for the lease
+        ends there, and the takeover starts (``None`` until this contender leads)."""
 
     # -- kazoo-shaped API --------------------------------------------------------
 
@@ -137,6 +158,7 @@ class Election:
         seen: tuple[int, int, bool] | None = None
         changed_at = self._clock()
         while not self._cancelled.is_set():
+            wait = self.lease / 4
             try:
                 image = self.registry.sync()
             except RegistryError:
@@ -150,13 +172,16 @@ class Election:
                 silent = self._clock() - changed_at
                 if image.active_leader is None or (
                         lease_ms is not None and silent >= lease_ms / 1000):
-                    term = self._claim()
+                    term = self._claim(image)
                     if term is not None:
                         return term
+                else:
+                    self._prepare()
+                    wait = next_look(self.lease, lease_ms, silent)
             if deadline is not None and self._clock() >= deadline:
                 raise ElectionTimeout(f"{self.contender!r} did not become leader within "
                                       f"{timeout} s")
-            self._cancelled.wait(self.lease / 4)
+            self._cancelled.wait(wait)
         raise ElectionCancelled("the election was cancelled")
 
     def cancel(self, revoke: bool = False) -> None:
@@ -182,11 +207,21 @@ class Election:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _claim(self) -> Term | None:
+    def _prepare(self) -> None:
+        # A standby makes its producers while it waits (Registry.prepare_claim: they fence
+        # nobody until its claim), so that its claim does not wait for them to start.
+        try:
+            self.registry.prepare_claim()
+        except RegistryError as e:  # the claim makes them if they are not made by then
+            _log.debug("%r could not prepare its claim (%s); trying again next round",
+                       self.contender, e)
+
+    def _claim(self, image: Image) -> Term | None:
         started = self._clock()  # the lease runs from before the grant was sent
         try:
-            term = self.registry.claim_leadership(self.contender,
-                                                  lease_ms=round(self.lease * 1000))
+            # From the image this round has just read: the compare-and-set decides anyway.
+            term = self.registry._claim_leadership(self.contender, round(self.lease * 1000),
+                                                   image)
         except ClaimRejected:
             return None  # another contender won the compare-and-set
         except ConfigError:
@@ -195,6 +230,7 @@ class Election:
             return None  # unreachable or unknown outcome: look again
         self._valid_until = started + _SAFETY * self.lease
         self._due = started + self.lease / 4
+        self.claim_started = started
         term.guard_writes(self._guard)
         self.term = term
         self._renewer = threading.Thread(target=self._renew_loop, args=(term,),

@@ -46,7 +46,7 @@ def test_a_tiny_run_prints_the_three_stores_side_by_side(tmp_path) -> None:
                           "jobreg/ZooKeeper"]
     rows = ["one writer (20 calls): p50", "one writer (20 calls): p99",
             "one writer (20 calls): jobs/s", "native batch of 1,000 jobs, one atomic call",
-            "failover, 200 live jobs: claim -> all taken over"]
+            "failover, 200 live jobs, hot standby: claim -> all taken over"]
     rows += [f"{w} writers, one leader (40 calls): {what}" for w in (2, 4)
              for what in ("jobs/s", "p50", "p99")]
     for row in rows:  # the same workload on every store
@@ -80,8 +80,12 @@ def test_a_tiny_run_on_kafka_puts_it_next_to_the_embedded_broker(tmp_path) -> No
     assert out.splitlines()[0].split()[:3] == ["measure", "jobreg", "kafka"]
     rows = ["one writer (10 calls): p99", "2 writers, one leader (20 calls): jobs/s",
             "native batch of 1,000 jobs, one atomic call",
-            "failover, 100 live jobs: claim -> all taken over",
-            "failover, 100 live jobs, cold standby", "2 namespaces, a leader each (20 calls)"]
+            "failover, 100 live jobs, hot standby: claim -> all taken over",
+            "failover, 100 live jobs, hot standby: claim -> every job to the hook",
+            "failover, 100 live jobs, cold standby",
+            "failover, 100 live jobs, elected (2 s lease): last write -> first write",
+            "failover, 100 live jobs, elected (2 s lease): claim -> first write",
+            "2 namespaces, a leader each (20 calls)"]
     ratios = out[out.index("over jobreg on the embedded broker's"):]
     assert ratios.splitlines()[1].split() == ["measure", "kafka/jobreg"]
     for row in rows:  # the same workload, failover included, on both brokers
