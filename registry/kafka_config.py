@@ -20,7 +20,7 @@ did not write (the broker's reason, librdkafka's complaint) is shown :func:`scru
 secret values.
 
 **Guarded properties**: jobreg's guarantees rest on some settings (idempotent
-producers, read_committed readers, its own transactional id per namespace), so a
+producers, read_committed readers, writers without transactions), so a
 configuration that sets one of :data:`GUARDED` is refused with the reason.
 """
 
@@ -42,8 +42,9 @@ GUARDED: dict[str, str] = {
     "bootstrap.servers": "give the brokers as the bootstrap address (--bootstrap)",
     "enable.idempotence": "jobreg's producers are idempotent: a retried record must never "
                           "land twice out of order",
-    "transactional.id": "jobreg names one transactional id per namespace: it is what fences "
-                        "the previous leader's producer",
+    "transactional.id": "jobreg's leaders write without transactions (the fold fences a "
+                        "stale term): a transactional producer refuses every produce outside "
+                        "a transaction",
     "acks": "jobreg's writes wait for every in-sync replica (acks=all)",
     "isolation.level": "jobreg's readers read committed records only",
     "auto.offset.reset": "jobreg's readers position themselves",
