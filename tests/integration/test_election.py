@@ -415,14 +415,14 @@ bootstrap, topic, ns = sys.argv[1:4]
 reg = Registry.connect(bootstrap, ns, topic=topic)
 term = reg.claim_leadership("jm-dead")
 term.submit("committed", b"g")
-write = LeaderWriter.write
+start = LeaderWriter.start
 
 def first_record_then_die(self, records):
-    write(self, records[:1])  # the call's first record lands, its CallCommitted never
+    self.wait(start(self, records[:1]))  # the call's first record lands, its commit never
     print("sent", flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
 
-LeaderWriter.write = first_record_then_die
+LeaderWriter.start = first_record_then_die
 term.submit_many([("half-a", b"g"), ("half-b", b"g")])
 '''
 
