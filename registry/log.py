@@ -1055,12 +1055,17 @@ class _Delivery:
     records are, and the caller must read the log (``missing_offsets``). ``refused``
     counts the reports that say their record was not appended (:data:`_NOT_APPENDED`)."""
 
-    __slots__ = ("error", "missing_offsets", "offsets", "refused", "reports", "stamps")
+    __slots__ = ("error", "missing_offsets", "offsets", "placed", "refused", "reports")
 
     def __init__(self) -> None:
         self.reports = 0  # every report, whatever it says
-        self.offsets: list[int] = []
-        self.stamps: list[int | None] = []
+        self.offsets: list[int] = []  # in the order the reports came
+        self.placed: list[tuple[int, bytes | None, bytes | None, int | None]] = []
+        """(offset, key, value, stamp) of every record reported appended, as the report
+        says: reports may come in another order than the records were produced (seen in
+        the fault campaign, seed 6029: a write's records labelled with each other's
+        offsets), so a record is matched to its offset by its own bytes, never by the
+        order of the reports (:meth:`in_order`)."""
         self.error: KafkaError | None = None
         self.missing_offsets = 0
         self.refused = 0
@@ -1079,7 +1084,22 @@ class _Delivery:
             # the produce response), else the producer's, which is then what it stored:
             # either way what a reader of the record sees.
             ts_type, ts = msg.timestamp()
-            self.stamps.append(ts if ts_type != 0 else None)
+            self.placed.append((msg.offset(), msg.key(), msg.value(),
+                                ts if ts_type != 0 else None))
+
+    def in_order(self, records: list[tuple[str, bytes]], partition: int
+                 ) -> list[LogRecord] | None:
+        """The written ``records`` as the log holds them, in the order given (which is the
+        log's: one producer, one partition), each with the offset and stamp its own report
+        gave it; ``None`` if the reports do not account for every record, one each, in
+        that order (then the caller must read the log)."""
+        placed = sorted(self.placed)
+        if len(placed) != len(records) or any(
+                key != want.encode("utf-8") or value != data
+                for (_, key, value, _), (want, data) in zip(placed, records, strict=True)):
+            return None
+        return [LogRecord(offset, key, value, stamp, partition)
+                for offset, key, value, stamp in placed]
 
 
 TRANSACTION_TIMEOUT_MS = 15_000
@@ -1185,9 +1205,11 @@ class TransactionalWriter:
                                     "their offset (a retry the broker already had)", fatal=False)
         if delivery.error is not None or len(delivery.offsets) != len(records):
             raise TransactionFailed(f"delivery failed: {delivery.error}", fatal=False)
-        return [LogRecord(offset, key.encode("utf-8"), value, stamp, self.partition)
-                for offset, stamp, (key, value)
-                in zip(delivery.offsets, delivery.stamps, records, strict=True)]
+        written = delivery.in_order(records, self.partition)
+        if written is None:  # committed, but the reports do not say where: read the log
+            raise TransactionFailed("the delivery reports do not match the records written",
+                                    fatal=False)
+        return written
 
     def close(self) -> None:
         """Close the producer (the ``transactional.id`` stays ours until another fences it).
@@ -1336,9 +1358,14 @@ class LeaderWriter:
         left = produced - delivery.reports
         if not failure and not left and delivery.error is None \
                 and not delivery.missing_offsets and len(delivery.offsets) == len(records):
-            return [LogRecord(offset, key.encode("utf-8"), value, stamp, self.partition)
-                    for offset, stamp, (key, value)
-                    in zip(delivery.offsets, delivery.stamps, records, strict=True)]
+            written = delivery.in_order(records, self.partition)
+            if written is not None:
+                return written
+            # Acknowledged, but the reports do not say which record went where: the log
+            # does (the producer stays: nothing of it failed).
+            raise WriteFailed(f"write to {self.topic}[{self.partition}]: the delivery "
+                              "reports do not match the records written; read the log",
+                              fatal=False, appended=tuple(delivery.offsets))
         if sending.producer is self._producer:
             self._retire()
         else:  # retired by another write's failure: serve what its purge reported
