@@ -75,12 +75,15 @@ class TermWrites:
         self._fenced = fenced
         self.writer: LeaderWriter | None = None
         """The term's producer, once made (:meth:`open`)."""
+        self._opening = threading.Lock()
 
     def open(self) -> None:
-        """Make the term's producer, if it has none."""
-        if self.writer is None:
-            self.writer = LeaderWriter(self._kafka, self._topic, self._partition,
-                                       self.timeout)
+        """Make the term's producer, if it has none (once, however many groups re-send at
+        once)."""
+        with self._opening:
+            if self.writer is None:
+                self.writer = LeaderWriter(self._kafka, self._topic, self._partition,
+                                           self.timeout)
 
     def close(self) -> None:
         """Drop the producer (the term goes on until fenced or revoked)."""
