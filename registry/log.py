@@ -1103,25 +1103,20 @@ class _Delivery:
 
 
 TRANSACTION_TIMEOUT_MS = 15_000
-"""``transaction.timeout.ms`` of a leader's producer: how long Kafka lets a transaction stay
-open before its coordinator aborts it (and fences the producer).
+"""``transaction.timeout.ms`` of a :class:`TransactionalWriter`: how long Kafka lets its
+transaction stay open before the coordinator aborts it (and fences the producer).
 
-A transaction left open (its leader killed between produce and commit) holds the last stable
-offset of its partition, which other namespaces share: no read_committed reader, their
-leaders' read-backs included, reads past its first record until it ends. A claim of the dead
-leader's namespace ends it at once (it fences the id before its grant); if none comes, Kafka
-aborts it between this timeout and this timeout plus the broker's
-``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default). A held
-write gives up (``OutcomeUnknown``) half a duplicate window (30 s) after it was first sent
-(README "Compaction", assumption 5), so 15 s + 10 s ends the hold before then, where Kafka's
-60 s default did not (measured: README "What differs", tests/integration/
-test_kafka_fencing.py). A healthy transaction lasts one commit, bounded by the client's
-``timeout`` (10 s by default); one that outlives this is aborted by the broker, and the
-write reads the log as for any failed transaction."""
+Leaders wrote in transactions until issue 35 (README "The write path"); this is the value they
+used, bounding how long a leader killed mid-transaction held the last stable offset of its
+partition: Kafka aborts it between this timeout and this timeout plus the broker's
+``transaction.abort.timed.out.transaction.cleanup.interval.ms`` (10 s by default), before a
+held write gives up (half the duplicate window, 30 s). Kept for :class:`TransactionalWriter`,
+which the tests and benchmarks use as another producer's transactions on a partition."""
 
 
 class TransactionalWriter:
-    """The leader's producer: every write is one transaction on the namespace's partition.
+    """A producer whose every write is one transaction on a partition: the leaders' before
+    issue 35, now another producer's transactions in tests and benchmarks.
 
     ``transaction_timeout_ms``: its ``transaction.timeout.ms`` (default
     :data:`TRANSACTION_TIMEOUT_MS`, read when the writer is made)."""
