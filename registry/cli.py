@@ -884,16 +884,22 @@ def leader(settings: Settings) -> None:
 @main.command()
 @pass_settings
 def terms(settings: Settings) -> None:
-    """Every leadership term: leader, how it started and ended, its span and write counts."""
-    from registry.render import table, term_json
+    """Every leadership term: leader, how and when it started and ended (the record times of
+    its grant and of the revoke or next grant, UTC), its duration, span and write counts.
+
+    A time the log does not give (a record without a stamp) shows as "unknown".
+    """
+    from registry.render import table, term_json, term_times
 
     with _reading(settings) as f:
         found = f.terms()
     settings.emit("terms", {"namespace": f.namespace, "terms": [term_json(t) for t in found]},
-                  lambda: table(["epoch", "leader", "started", "ended", "first", "last",
-                                 "accepted", "rejected"],
-                                ([t.epoch, t.leader, t.started, t.ended, t.first_offset,
-                                  t.last_offset, t.accepted, t.rejected] for t in found))
+                  lambda: table(["epoch", "leader", "started", "ended", "from (UTC)",
+                                 "until (UTC)", "duration", "first", "last", "accepted",
+                                 "rejected"],
+                                ([t.epoch, t.leader, t.started, t.ended, *term_times(t),
+                                  t.first_offset, t.last_offset, t.accepted, t.rejected]
+                                 for t in found), right=(6, 7, 8, 9, 10))
                   if found else "(no terms)")
 
 
