@@ -189,6 +189,27 @@ class Concurrent:
 
 
 @dataclass
+class Namespaces(Concurrent):
+    """The namespaces row: ``writers`` namespaces with a leader each, one writer each, in one
+    process (threads) or a process each; the rate is the aggregate. Where the time went:
+    ``client_cpu_s`` (the leaders' processes, librdkafka's threads included) and
+    ``broker_cpu_s`` (the broker's processes, from ``/proc/<pid>/stat``) over the timed
+    phase, ``elapsed_s`` long; ``partitions`` the topic's, ``shared`` the most namespaces
+    on one partition."""
+
+    processes: bool = False
+    elapsed_s: float = 0.0
+    client_cpu_s: float | None = None
+    broker_cpu_s: float | None = None
+    partitions: int = 0
+    shared: int = 1
+
+    def cores(self, cpu_s: float | None) -> float | None:
+        """CPU seconds over the timed phase as cores kept busy on average."""
+        return cpu_s / self.elapsed_s if cpu_s is not None and self.elapsed_s else None
+
+
+@dataclass
 class StoreFigures:
     """One store's figures and how it was run."""
 
@@ -205,7 +226,8 @@ class StoreFigures:
     failover_claim_s: float = 0.0
     failover_s: float = 0.0
     failover_cold_s: float | None = None  # jobreg only: a standby that starts cold
-    namespaces: Concurrent | None = None  # jobreg only: a leader per namespace, one writer each
+    namespaces: Namespaces | None = None  # jobreg only: a leader thread per namespace
+    namespace_processes: Namespaces | None = None  # jobreg only: a leader process each
 
 
 @dataclass
@@ -217,6 +239,7 @@ class PeersFigures:
     calls: int = 2000
     writers: tuple[int, ...] = WRITERS
     namespaces: int = 16
+    namespace_partitions: int = 0  # the namespaces' topic's partitions (0: one per namespace)
     stores: dict[str, StoreFigures] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
@@ -392,7 +415,7 @@ class _Server:
 
 def _run_jobreg(store: str, choice: BrokerChoice, work: Path, submits: int, calls: int,
                 writer_levels: tuple[int, ...], jobs: int, namespaces: int,
-                progress: _Progress) -> StoreFigures:
+                progress: _Progress, namespace_partitions: int = 0) -> StoreFigures:
     """The workload on jobreg, on the broker ``choice`` names (started here, stopped at the
     end); ``store`` is its name in the figures and the progress lines."""
     from registry.client import Registry
@@ -426,12 +449,21 @@ def _run_jobreg(store: str, choice: BrokerChoice, work: Path, submits: int, call
                                                  (RegistryError,))
 
             if namespaces:
-                progress(f"{say}: {calls} submits in {namespaces} namespaces, a leader and "
-                         "a thread each")
-                terms = [connect(f"ns-{i}", "jobreg-peers-namespaces").claim_leadership(
-                    "leader-1") for i in range(namespaces)]
-                f.namespaces = _threads([t.submit for t in terms], calls, "job",
-                                        (RegistryError,))
+                layout = NamespaceLayout.spread(namespaces, namespace_partitions or namespaces)
+                config = broker.topic_config(partitions=layout.partitions)
+                progress(f"{say}: {calls} submits in {namespaces} namespaces on "
+                         f"{layout.partitions} partitions, a leader process each")
+                f.namespace_processes = _namespace_processes(
+                    broker.bootstrap, "jobreg-peers-ns-processes", config, layout, calls,
+                    broker.pids)
+                progress(f"{say}: {calls} submits in {namespaces} namespaces on "
+                         f"{layout.partitions} partitions, a leader thread each, one process")
+                terms = [Registry.connect(broker.bootstrap, ns, topic="jobreg-peers-ns-threads",
+                                          topic_config=config) for ns in layout.names]
+                regs += terms
+                f.namespaces = _namespace_threads(
+                    [r.claim_leadership("leader-1") for r in terms], layout, calls,
+                    broker.pids, (RegistryError,))
 
             progress(f"{say}: {jobs} jobs in submit_many calls of {BATCH}")
             topic = "jobreg-peers-failover"
@@ -463,6 +495,193 @@ def _run_jobreg(store: str, choice: BrokerChoice, work: Path, submits: int, call
                 with contextlib.suppress(Exception):
                     r.close()
     return f
+
+
+# -- jobreg's namespaces, a leader each ------------------------------------------------------------
+
+NAMESPACE_WARM_UP = 5  # untimed submits of each namespace's leader before the start
+NAMESPACES_START_S = 600.0  # how long the leader processes may take to connect and claim
+NAMESPACES_PROFILE = "JOBREG_BENCH_PROFILE"
+"""An environment variable: a directory where each leader process of the namespaces row writes
+its cProfile of the timed phase (``<namespace>.prof``; ``python -m pstats`` reads it)."""
+
+
+@dataclass(frozen=True)
+class NamespaceLayout:
+    """The namespaces of the row and the topic's partition count. Namespaces live on
+    ``crc32(namespace) % partitions`` (:func:`registry.keys.partition_for`), so names taken
+    as they come share partitions unevenly (``ns-0`` to ``ns-15`` on 8 partitions: up to 3 on
+    one, on 16 still 2 on two): :meth:`spread` picks each name so that namespace ``i`` lands on
+    partition ``i % partitions``, every partition holding as many as the next."""
+
+    names: tuple[str, ...]
+    partitions: int
+
+    @classmethod
+    def spread(cls, count: int, partitions: int) -> NamespaceLayout:
+        from registry.keys import partition_for
+
+        names = []
+        for i in range(count):
+            k = 0
+            while partition_for(f"ns-{i}-{k}", partitions) != i % partitions:
+                k += 1
+            names.append(f"ns-{i}-{k}")
+        return cls(tuple(names), partitions)
+
+    @property
+    def shared(self) -> int:
+        """The most namespaces on one partition."""
+        return -(-len(self.names) // self.partitions)
+
+
+def _cpu_seconds(pids: list[int]) -> float | None:
+    """The CPU time (user + system) the processes ``pids`` have used so far, from
+    ``/proc/<pid>/stat``; ``None`` where there is no ``/proc`` or a process is gone."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / tick if pids else None
+
+
+def _namespace_leader(bootstrap: str, topic: str, topic_config: Any, namespace: str, k: int,
+                      count: int, calls: int, start: Any, results: Any) -> None:
+    """One leader process of the namespaces row (spawned): connect, claim, warm up, wait for
+    the others at ``start``, submit its share (the jobs ``j`` with ``j % count == k``), put
+    ``(k, latencies in ms, start, end, CPU seconds, failure or "", error or "")`` on
+    ``results``. ``$JOBREG_BENCH_PROFILE``: profile the timed phase into that directory."""
+    import traceback
+
+    from registry.client import Registry
+    from registry.errors import RegistryError
+
+    lat: list[float] = []
+    failure = error = ""
+    t0 = t1 = cpu = 0.0
+    reg = None
+    try:
+        reg = Registry.connect(bootstrap, namespace, topic=topic, topic_config=topic_config)
+        term = reg.claim_leadership("leader-1")
+        for i in range(NAMESPACE_WARM_UP):
+            term.submit(f"warm-{k}-{i}", _graph(i))
+        profile_dir = os.environ.get(NAMESPACES_PROFILE)
+        profiler = None
+        if profile_dir:
+            import cProfile
+
+            profiler = cProfile.Profile()
+        start.wait(NAMESPACES_START_S)
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        for j in range(k, calls, count):
+            graph = _graph(j)
+            t = time.perf_counter()
+            try:
+                term.submit(f"job-{j}", graph)
+            except RegistryError as e:
+                failure = f"after {time.perf_counter() - t:.1f} s: {type(e).__name__}: {e}"
+                break
+            lat.append((time.perf_counter() - t) * 1000)
+        t1 = time.perf_counter()
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(str(profile_dir), f"{namespace}.prof"))
+        cpu = time.process_time() - cpu0
+    except BaseException as e:  # reported to the parent, which says which leader failed
+        error = f"{namespace}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
+        with contextlib.suppress(Exception):
+            start.abort()  # the others do not wait for this one
+    finally:
+        if reg is not None:
+            with contextlib.suppress(Exception):
+                reg.close()
+    results.put((k, lat, t0, t1, cpu, failure, error))
+
+
+def _namespace_processes(bootstrap: str, topic: str, topic_config: Any,
+                         layout: NamespaceLayout, calls: int,
+                         broker_pids: Callable[[], list[int]]) -> Namespaces:
+    """The namespaces row as users run it: a leader process per namespace (spawned, so each
+    is a fresh interpreter with its own librdkafka), each connecting, claiming and warming
+    up, then all starting at once at a barrier. The rate is every call over the time from
+    the first leader's start to the last one's end (``perf_counter`` is the system's
+    monotonic clock, one for every process)."""
+    import multiprocessing
+    import queue
+
+    ctx = multiprocessing.get_context("spawn")
+    count = len(layout.names)
+    start = ctx.Barrier(count + 1)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=_namespace_leader, name=f"jobreg-bench-{ns}", daemon=True,
+                         args=(bootstrap, topic, topic_config, ns, k, count, calls, start,
+                               results))
+             for k, ns in enumerate(layout.names)]
+    answers: list[tuple[Any, ...]] = []
+    try:
+        for proc in procs:
+            proc.start()
+        with contextlib.suppress(threading.BrokenBarrierError):
+            start.wait(NAMESPACES_START_S)
+        broker0 = _cpu_seconds(broker_pids())
+        deadline = time.monotonic() + NAMESPACES_START_S
+        while len(answers) < count:
+            try:
+                answers.append(results.get(timeout=1.0))
+            except queue.Empty:
+                dead = [p for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    what = (f"leader process {dead[0].name} exited with {dead[0].exitcode}"
+                            if dead else f"no answer within {NAMESPACES_START_S:.0f} s")
+                    raise PeersError(f"namespaces, a leader process each: {what}") from None
+        broker1 = _cpu_seconds(broker_pids())
+        for proc in procs:
+            proc.join(30)
+    finally:
+        for proc in procs:  # only ours, by their pids
+            if proc.is_alive():
+                proc.kill()
+                proc.join(10)
+    errors = [a[6] for a in answers if a[6]]
+    if errors:
+        raise PeersError(f"namespaces, a leader process each: {len(errors)} leader(s) failed; "
+                         f"the first: {errors[0]}")
+    ran = [a for a in answers if a[3] > a[2]]
+    elapsed = max(a[3] for a in ran) - min(a[2] for a in ran) if ran else 0.0
+    figures = _summary(count, [ms for a in answers for ms in a[1]], elapsed)
+    failures = [a[5] for a in answers if a[5]]
+    out = Namespaces(**vars(figures), processes=True, elapsed_s=elapsed,
+                     client_cpu_s=sum(a[4] for a in answers),
+                     broker_cpu_s=None if broker0 is None or broker1 is None
+                     else broker1 - broker0,
+                     partitions=layout.partitions, shared=layout.shared)
+    if failures:
+        out.failed, out.failure = len(failures), min(failures)
+    return out
+
+
+def _namespace_threads(terms: list[Any], layout: NamespaceLayout, calls: int,
+                       broker_pids: Callable[[], list[int]],
+                       counted: tuple[type[BaseException], ...]) -> Namespaces:
+    """The namespaces row in one process: a term and a thread per namespace."""
+    for k, term in enumerate(terms):
+        for i in range(NAMESPACE_WARM_UP):
+            term.submit(f"warm-{k}-{i}", _graph(i))
+    broker0, cpu0 = _cpu_seconds(broker_pids()), time.process_time()
+    figures = _threads([t.submit for t in terms], calls, "job", counted)
+    cpu, broker1 = time.process_time() - cpu0, _cpu_seconds(broker_pids())
+    elapsed = figures.calls / figures.jobs_per_s if figures.jobs_per_s else 0.0
+    return Namespaces(**vars(figures), processes=False, elapsed_s=elapsed, client_cpu_s=cpu,
+                      broker_cpu_s=None if broker0 is None or broker1 is None
+                      else broker1 - broker0,
+                      partitions=layout.partitions, shared=layout.shared)
 
 
 # -- etcd, Kubernetes-HA-style --------------------------------------------------------------------
@@ -848,12 +1067,15 @@ def _work_dir(parent: str | None) -> Iterator[Path]:
 def bench_peers(*, submits: int = 1000, calls: int = 2000,
                 writers: tuple[int, ...] = WRITERS, jobs: int = 10_000, namespaces: int = 16,
                 only: tuple[str, ...] = STORES, work_dir: str | None = None,
-                progress: _Progress = lambda _: None) -> PeersFigures:
+                progress: _Progress = lambda _: None,
+                namespace_partitions: int = 0) -> PeersFigures:
     """Run the workload (the module docstring) on each store of ``only`` that can run here;
     the others are skipped with the reason in ``figures.skipped``. ``namespaces`` 0 leaves
-    out jobreg's row of namespaces with a leader each."""
+    out jobreg's rows of namespaces with a leader each; ``namespace_partitions``: their
+    topic's partitions (0: one per namespace), the namespaces spread evenly over them."""
     figures = PeersFigures(submits=submits, jobs=jobs, calls=calls, writers=writers,
-                           namespaces=namespaces)
+                           namespaces=namespaces,
+                           namespace_partitions=namespace_partitions or namespaces)
     figures.skipped = missing_peers(tuple(s for s in only if s != "jobreg"))
     for line in figures.skipped.values():
         progress(line)
@@ -865,7 +1087,8 @@ def bench_peers(*, submits: int = 1000, calls: int = 2000,
                 (work / f"{store}-run").mkdir()
                 figures.stores[store] = _run_jobreg(store, JOBREG_STORES[store],
                                                     work / f"{store}-run", submits, calls,
-                                                    writers, jobs, namespaces, progress)
+                                                    writers, jobs, namespaces, progress,
+                                                    namespace_partitions)
             elif store == "etcd":
                 (work / "etcd-run").mkdir()
                 figures.stores[store] = _run_etcd(work / "etcd-run", submits, calls, writers,
@@ -903,6 +1126,71 @@ def _ratio_groups(p: PeersFigures) -> tuple[list[tuple[str, list[str]]], bool]:
     if "jobreg" in ran:
         groups.append(("jobreg", [s for s in ours if s in KAFKA_STORES]))
     return groups, False
+
+
+_Get = Callable[[StoreFigures], "float | None"]
+
+
+def _of_namespaces(attr: str, what: Callable[[Namespaces, StoreFigures], float | None]) -> _Get:
+    """A store's figure of one namespaces row (``attr``: ``namespace_processes`` or
+    ``namespaces``), or ``None`` where the row did not run."""
+    def get(f: StoreFigures) -> float | None:
+        ns: Namespaces | None = getattr(f, attr)
+        return None if ns is None else what(ns, f)
+
+    return get
+
+
+def _namespace_measures(p: PeersFigures, jr: StoreFigures | None
+                        ) -> list[tuple[str, _Get, _Get | None, str, str]]:
+    """The rows of jobreg's namespaces, a leader each: in a process each (the target's form),
+    then in one process; per form the aggregate rate, its ratio to one namespace's (the lone
+    writer's rate, measured on the same broker in the same run), p99, and the cores the
+    clients and the broker kept busy."""
+    single = f"{jr.single_jobs_per_s:,.0f} jobs/s" if jr is not None else "not run"
+    none: _Get = lambda f: None  # noqa: E731 - no peer has the row
+    rows: list[tuple[str, _Get, _Get | None, str, str]] = []
+    for attr, form in (("namespace_processes", "a leader process each"),
+                       ("namespaces", "leader threads of one process")):
+        name = f"{p.namespaces} namespaces, {form} ({p.calls:,} calls) (***)"
+        target = ""
+        if attr == "namespace_processes":
+            ns = jr.namespace_processes if jr is not None else None
+            ok = (ns.jobs_per_s >= 8 * jr.single_jobs_per_s
+                  if jr is not None and ns is not None and ns.calls else None)
+            target = f">= 8x one writer's ({single})" + _verdict(ok)
+        rows += [
+            (f"{name}: jobs/s", _of_namespaces(attr, lambda ns, f: ns.jobs_per_s), none,
+             "{:,.0f} jobs/s", target),
+            (f"{name}: x one writer's jobs/s", _of_namespaces(
+                attr, lambda ns, f: ns.jobs_per_s / f.single_jobs_per_s
+                if f.single_jobs_per_s else None), none, "{:.1f}x", ""),
+            (f"{name}: p99", _of_namespaces(attr, lambda ns, f: ns.p99_ms), none,
+             "{:.2f} ms", ""),
+            (f"{name}: client CPU (cores)", _of_namespaces(
+                attr, lambda ns, f: ns.cores(ns.client_cpu_s)), none, "{:.2f}", ""),
+            (f"{name}: broker CPU (cores)", _of_namespaces(
+                attr, lambda ns, f: ns.cores(ns.broker_cpu_s)), none, "{:.2f}", ""),
+        ]
+    return rows
+
+
+def _namespaces_note(p: PeersFigures) -> str:
+    """The (***) note: how the namespaces rows were run."""
+    parts = p.namespace_partitions or p.namespaces
+    per = -(-p.namespaces // parts)
+    return (f"(***) jobreg only: {p.namespaces} namespaces on a topic of {parts} partitions, "
+            f"namespace i on partition i % {parts} ({'one' if per == 1 else per} per partition"
+            f"{'' if per == 1 else ' at most'}; names chosen so, since crc32 % {parts} of names "
+            f"taken as they come shares partitions unevenly), a leader each: in a process each "
+            f"(multiprocessing, spawned: connect, claim, {NAMESPACE_WARM_UP} untimed submits, "
+            "then all start at a barrier), then as registries, terms and threads of one "
+            "process; the rate is the aggregate, from the first leader's start to the last "
+            "one's end. The target compares it with one writer's rate above (one namespace's) "
+            "in this run. Client CPU: the leaders' processes (librdkafka's threads included) "
+            "over the timed phase; broker CPU: the broker's processes (/proc/<pid>/stat); "
+            f"both as cores kept busy on average; this machine has {os.cpu_count()} cores "
+            "for both.")
 
 
 def format_peers(p: PeersFigures) -> str:
@@ -984,17 +1272,7 @@ def format_peers(p: PeersFigures) -> str:
          "{:.3f} s", ""),
     ]
     if p.namespaces:
-        spread: Get = lambda f: f.namespaces.jobs_per_s if f.namespaces else None  # noqa: E731
-        single = f"{jr.single_jobs_per_s:,.0f} jobs/s" if jr is not None else "not run"
-        name = f"{p.namespaces} namespaces, a leader each ({p.calls:,} calls) (***)"
-        measures += [
-            (f"{name}: jobs/s", spread, lambda f: None, "{:,.0f} jobs/s",
-             f">= 8x one writer's ({single})" + verdict(
-                 lambda j, e: j.namespaces.jobs_per_s >= 8 * j.single_jobs_per_s
-                 if j.namespaces else None)),
-            (f"{name}: p99", lambda f: f.namespaces.p99_ms if f.namespaces else None,
-             lambda f: None, "{:.2f} ms", ""),
-        ]
+        measures += _namespace_measures(p, jr)
     groups, inline = _ratio_groups(p)
     pairs = [(a, b) for b, numerators in groups for a in numerators]
     headers = (["measure"] + [HEADERS[s] for s in columns]
@@ -1024,8 +1302,11 @@ def format_peers(p: PeersFigures) -> str:
         fig = present[store]
         levels = [] if fig is None else [
             (f"{c.writers} writers", c) for c in fig.concurrent.values()]
+        if fig is not None and fig.namespace_processes is not None:
+            levels.append((f"{p.namespaces} namespaces, a process each",
+                           fig.namespace_processes))
         if fig is not None and fig.namespaces is not None:
-            levels.append((f"{p.namespaces} namespaces", fig.namespaces))
+            levels.append((f"{p.namespaces} namespaces, one process", fig.namespaces))
         for what, c in levels:
             if c.failed:
                 out += para(f"FAILED: {TITLES[store]}, {what}: {c.failed} call(s) raised and "
@@ -1043,10 +1324,7 @@ def format_peers(p: PeersFigures) -> str:
                 "pointer, locks node and lock). These batches create the failover's live "
                 "jobs.")
     if p.namespaces:
-        out += para(f"(***) jobreg only: {p.namespaces} registries in one process, each "
-                    "claiming its own namespace and submitting from its own thread, on the "
-                    "topic's default 8 partitions; the target compares the aggregate with one "
-                    "writer's rate above (one namespace's) in this run.")
+        out += para(_namespaces_note(p))
     out += para("Writers: jobreg threads calling Term.submit on one term; etcd asyncio tasks on "
                 "one gRPC channel; ZooKeeper threads on one session. A call's latency is from "
                 "its start to its answer.")
