@@ -17,9 +17,9 @@ from registry.dev.bench_peers import (
     _cpu_seconds,
     format_peers,
 )
-from registry.keys import partition_for
 from registry.dev.brokers import FSYNC_EVERY_APPEND, BrokerChoice
 from registry.errors import ConfigError
+from registry.keys import partition_for
 
 
 def test_a_choice_gives_its_topics_the_replicas_its_min_insync_needs() -> None:
