@@ -200,6 +200,7 @@ class Namespaces(Concurrent):
     processes: bool = False
     elapsed_s: float = 0.0
     client_cpu_s: float | None = None
+    client_rdkafka_cpu_s: float | None = None  # of client_cpu_s: librdkafka's threads
     broker_cpu_s: float | None = None
     partitions: int = 0
     shared: int = 1
@@ -207,6 +208,18 @@ class Namespaces(Concurrent):
     def cores(self, cpu_s: float | None) -> float | None:
         """CPU seconds over the timed phase as cores kept busy on average."""
         return cpu_s / self.elapsed_s if cpu_s is not None and self.elapsed_s else None
+
+    def per_call_ms(self, cpu_s: float | None) -> float | None:
+        """CPU seconds over the timed phase per answered call, in ms."""
+        return cpu_s / self.calls * 1000 if cpu_s is not None and self.calls else None
+
+    def ceiling(self, cores: int) -> float | None:
+        """The rate ``cores`` cores could give at this run's client and broker CPU per call,
+        were they spent on nothing else (the CPU bound of the aggregate)."""
+        cpu = (self.client_cpu_s or 0.0) + (self.broker_cpu_s or 0.0)
+        if self.client_cpu_s is None or self.broker_cpu_s is None or not cpu:
+            return None
+        return cores * self.calls / cpu
 
 
 @dataclass
@@ -550,12 +563,36 @@ def _cpu_seconds(pids: list[int]) -> float | None:
     return total / tick if pids else None
 
 
+def _rdkafka_cpu_seconds() -> float | None:
+    """The CPU time this process's librdkafka threads (named ``rdk:*``) have used so far,
+    from ``/proc/self/task``; ``None`` where there is no ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                if not comm.read().startswith("rdk:"):
+                    continue
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / tick
+
+
 def _namespace_leader(bootstrap: str, topic: str, topic_config: Any, namespace: str, k: int,
                       count: int, calls: int, start: Any, results: Any) -> None:
     """One leader process of the namespaces row (spawned): connect, claim, warm up, wait for
     the others at ``start``, submit its share (the jobs ``j`` with ``j % count == k``), put
-    ``(k, latencies in ms, start, end, CPU seconds, failure or "", error or "")`` on
-    ``results``. ``$JOBREG_BENCH_PROFILE``: profile the timed phase into that directory."""
+    ``(k, latencies in ms, start, end, CPU seconds, librdkafka's CPU seconds, failure or "",
+    error or "")`` on ``results``. ``$JOBREG_BENCH_PROFILE``: profile the timed phase's CPU
+    in Python's thread (``time.thread_time``; librdkafka's threads are not in it) into that
+    directory."""
     import traceback
 
     from registry.client import Registry
@@ -564,6 +601,7 @@ def _namespace_leader(bootstrap: str, topic: str, topic_config: Any, namespace: 
     lat: list[float] = []
     failure = error = ""
     t0 = t1 = cpu = 0.0
+    rdk: float | None = None
     reg = None
     try:
         reg = Registry.connect(bootstrap, namespace, topic=topic, topic_config=topic_config)
@@ -575,9 +613,9 @@ def _namespace_leader(bootstrap: str, topic: str, topic_config: Any, namespace: 
         if profile_dir:
             import cProfile
 
-            profiler = cProfile.Profile()
+            profiler = cProfile.Profile(time.thread_time)
         start.wait(NAMESPACES_START_S)
-        cpu0, t0 = time.process_time(), time.perf_counter()
+        rdk0, cpu0, t0 = _rdkafka_cpu_seconds(), time.process_time(), time.perf_counter()
         if profiler is not None:
             profiler.enable()
         for j in range(k, calls, count):
@@ -593,7 +631,8 @@ def _namespace_leader(bootstrap: str, topic: str, topic_config: Any, namespace: 
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(os.path.join(str(profile_dir), f"{namespace}.prof"))
-        cpu = time.process_time() - cpu0
+        cpu, rdk1 = time.process_time() - cpu0, _rdkafka_cpu_seconds()
+        rdk = None if rdk0 is None or rdk1 is None else rdk1 - rdk0
     except BaseException as e:  # reported to the parent, which says which leader failed
         error = f"{namespace}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
         with contextlib.suppress(Exception):
@@ -602,7 +641,7 @@ def _namespace_leader(bootstrap: str, topic: str, topic_config: Any, namespace: 
         if reg is not None:
             with contextlib.suppress(Exception):
                 reg.close()
-    results.put((k, lat, t0, t1, cpu, failure, error))
+    results.put((k, lat, t0, t1, cpu, rdk, failure, error))
 
 
 def _namespace_processes(bootstrap: str, topic: str, topic_config: Any,
@@ -649,16 +688,19 @@ def _namespace_processes(bootstrap: str, topic: str, topic_config: Any,
             if proc.is_alive():
                 proc.kill()
                 proc.join(10)
-    errors = [a[6] for a in answers if a[6]]
+    # A leader that failed breaks the barrier for the others: its own error first.
+    errors = sorted((a[7] for a in answers if a[7]), key=lambda e: "BrokenBarrierError" in e)
     if errors:
         raise PeersError(f"namespaces, a leader process each: {len(errors)} leader(s) failed; "
                          f"the first: {errors[0]}")
     ran = [a for a in answers if a[3] > a[2]]
     elapsed = max(a[3] for a in ran) - min(a[2] for a in ran) if ran else 0.0
     figures = _summary(count, [ms for a in answers for ms in a[1]], elapsed)
-    failures = [a[5] for a in answers if a[5]]
+    failures = [a[6] for a in answers if a[6]]
+    rdks = [a[5] for a in answers]
     out = Namespaces(**vars(figures), processes=True, elapsed_s=elapsed,
                      client_cpu_s=sum(a[4] for a in answers),
+                     client_rdkafka_cpu_s=None if None in rdks else sum(rdks),
                      broker_cpu_s=None if broker0 is None or broker1 is None
                      else broker1 - broker0,
                      partitions=layout.partitions, shared=layout.shared)
@@ -674,11 +716,15 @@ def _namespace_threads(terms: list[Any], layout: NamespaceLayout, calls: int,
     for k, term in enumerate(terms):
         for i in range(NAMESPACE_WARM_UP):
             term.submit(f"warm-{k}-{i}", _graph(i))
-    broker0, cpu0 = _cpu_seconds(broker_pids()), time.process_time()
+    broker0, rdk0 = _cpu_seconds(broker_pids()), _rdkafka_cpu_seconds()
+    cpu0 = time.process_time()
     figures = _threads([t.submit for t in terms], calls, "job", counted)
-    cpu, broker1 = time.process_time() - cpu0, _cpu_seconds(broker_pids())
+    cpu, rdk1 = time.process_time() - cpu0, _rdkafka_cpu_seconds()
+    broker1 = _cpu_seconds(broker_pids())
     elapsed = figures.calls / figures.jobs_per_s if figures.jobs_per_s else 0.0
     return Namespaces(**vars(figures), processes=False, elapsed_s=elapsed, client_cpu_s=cpu,
+                      client_rdkafka_cpu_s=None if rdk0 is None or rdk1 is None
+                      else rdk1 - rdk0,
                       broker_cpu_s=None if broker0 is None or broker1 is None
                       else broker1 - broker0,
                       partitions=layout.partitions, shared=layout.shared)
@@ -1145,9 +1191,11 @@ def _namespace_measures(p: PeersFigures, jr: StoreFigures | None
                         ) -> list[tuple[str, _Get, _Get | None, str, str]]:
     """The rows of jobreg's namespaces, a leader each: in a process each (the target's form),
     then in one process; per form the aggregate rate, its ratio to one namespace's (the lone
-    writer's rate, measured on the same broker in the same run), p99, and the cores the
-    clients and the broker kept busy."""
+    writer's rate, measured on the same broker in the same run), p99, the CPU a call cost
+    the clients (and of it librdkafka's threads) and the broker, and the rate this machine's
+    cores could give at that cost were they spent on nothing else."""
     single = f"{jr.single_jobs_per_s:,.0f} jobs/s" if jr is not None else "not run"
+    cores = os.cpu_count() or 1
     none: _Get = lambda f: None  # noqa: E731 - no peer has the row
     rows: list[tuple[str, _Get, _Get | None, str, str]] = []
     for attr, form in (("namespace_processes", "a leader process each"),
@@ -1167,10 +1215,15 @@ def _namespace_measures(p: PeersFigures, jr: StoreFigures | None
                 if f.single_jobs_per_s else None), none, "{:.1f}x", ""),
             (f"{name}: p99", _of_namespaces(attr, lambda ns, f: ns.p99_ms), none,
              "{:.2f} ms", ""),
-            (f"{name}: client CPU (cores)", _of_namespaces(
-                attr, lambda ns, f: ns.cores(ns.client_cpu_s)), none, "{:.2f}", ""),
-            (f"{name}: broker CPU (cores)", _of_namespaces(
-                attr, lambda ns, f: ns.cores(ns.broker_cpu_s)), none, "{:.2f}", ""),
+            (f"{name}: client CPU per call", _of_namespaces(
+                attr, lambda ns, f: ns.per_call_ms(ns.client_cpu_s)), none, "{:.2f} ms", ""),
+            (f"{name}: of it librdkafka's threads", _of_namespaces(
+                attr, lambda ns, f: ns.per_call_ms(ns.client_rdkafka_cpu_s)), none,
+             "{:.2f} ms", ""),
+            (f"{name}: broker CPU per call", _of_namespaces(
+                attr, lambda ns, f: ns.per_call_ms(ns.broker_cpu_s)), none, "{:.2f} ms", ""),
+            (f"{name}: CPU bound on {cores} cores", _of_namespaces(
+                attr, lambda ns, f: ns.ceiling(cores)), none, "{:,.0f} jobs/s", ""),
         ]
     return rows
 
@@ -1187,10 +1240,12 @@ def _namespaces_note(p: PeersFigures) -> str:
             "then all start at a barrier), then as registries, terms and threads of one "
             "process; the rate is the aggregate, from the first leader's start to the last "
             "one's end. The target compares it with one writer's rate above (one namespace's) "
-            "in this run. Client CPU: the leaders' processes (librdkafka's threads included) "
-            "over the timed phase; broker CPU: the broker's processes (/proc/<pid>/stat); "
-            f"both as cores kept busy on average; this machine has {os.cpu_count()} cores "
-            "for both.")
+            "in this run. CPU per call: the leaders' processes' CPU time over the timed phase "
+            "(librdkafka's threads, named rdk:*, included and also shown alone), and the "
+            "broker's processes' (/proc/<pid>/stat), each over the calls answered; the CPU "
+            f"bound is this machine's {os.cpu_count()} cores over their sum, the rate if "
+            "clients and broker had every core and nothing else ran (here other work shares "
+            "them).")
 
 
 def format_peers(p: PeersFigures) -> str:

@@ -84,7 +84,7 @@ def test_a_tiny_run_on_kafka_puts_it_next_to_the_embedded_broker(tmp_path) -> No
             "failover, 100 live jobs: claim -> all taken over",
             "failover, 100 live jobs, cold standby",
             "2 namespaces, a leader process each (20 calls) (***): jobs/s",
-            "2 namespaces, a leader process each (20 calls) (***): broker CPU (cores)",
+            "2 namespaces, a leader process each (20 calls) (***): broker CPU per call",
             "2 namespaces, leader threads of one process (20 calls) (***): jobs/s"]
     ratios = out[out.index("over jobreg on the embedded broker's"):]
     assert ratios.splitlines()[1].split() == ["measure", "kafka/jobreg"]
@@ -118,8 +118,8 @@ def test_the_namespaces_rows_run_a_leader_process_each_and_then_one_process(tmp_
     assert "3 namespaces on 3 partitions, a leader process each" in err
     for form in ("a leader process each", "leader threads of one process"):
         name = f"3 namespaces, {form} (30 calls) (***)"
-        for what in ("jobs/s", "x one writer's jobs/s", "p99", "client CPU (cores)",
-                     "broker CPU (cores)"):
+        for what in ("jobs/s", "x one writer's jobs/s", "p99", "client CPU per call",
+                     "of it librdkafka's threads", "broker CPU per call", "CPU bound on"):
             cells = re.split(r"\s{2,}", next(line for line in out.splitlines()
                                               if line.startswith(f"{name}: {what}")))
             assert cells[1] != "-", cells  # measured (a CPU figure from /proc)

@@ -3,6 +3,7 @@ its figures with and without jobreg on Apache Kafka: pure logic, no broker start
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -65,7 +66,7 @@ def _store(name: str, scale: float) -> StoreFigures:
         f.namespace_processes = Namespaces(4, 100, 400 / scale, 5 * scale, 9 * scale,
                                            processes=True, elapsed_s=0.25 * scale,
                                            client_cpu_s=0.25 * scale, broker_cpu_s=0.125,
-                                           partitions=4)
+                                           client_rdkafka_cpu_s=0.05, partitions=4)
         f.namespaces = Namespaces(4, 100, 200 / scale, 5 * scale, 9 * scale, elapsed_s=0.5,
                                   client_cpu_s=0.5, broker_cpu_s=None, partitions=4)
     return f
@@ -140,11 +141,17 @@ def test_the_namespaces_rows_give_both_forms_their_ratio_to_one_writer_and_the_c
     assert cells[1:3] == ["400 jobs/s", "200 jobs/s"]
     assert cells[-1] == ">= 8x one writer's (100 jobs/s) (missed)"
     assert _cells(out, f"{procs}: x one writer's jobs/s")[1:3] == ["4.0x", "4.0x"]
-    assert _cells(out, f"{procs}: client CPU (cores)")[1:3] == ["1.00", "1.00"]
-    assert _cells(out, f"{procs}: broker CPU (cores)")[1:3] == ["0.50", "0.25"]
+    assert _cells(out, f"{procs}: client CPU per call")[1:3] == ["2.50 ms", "5.00 ms"]
+    assert _cells(out, f"{procs}: of it librdkafka's threads")[1:3] == ["0.50 ms", "0.50 ms"]
+    assert _cells(out, f"{procs}: broker CPU per call")[1:3] == ["1.25 ms", "1.25 ms"]
+    cores = os.cpu_count()
+    # the machine's cores over the CPU a call costs: 100 calls / (0.25 + 0.125) s per core
+    assert _cells(out, f"{procs}: CPU bound on {cores} cores")[1] == \
+        f"{cores * 100 / 0.375:,.0f} jobs/s"
     assert _cells(out, f"{threads}: jobs/s")[1:3] == ["200 jobs/s", "100 jobs/s"]
     assert _cells(out, f"{threads}: x one writer's jobs/s")[1:3] == ["2.0x", "2.0x"]
-    assert _cells(out, f"{threads}: broker CPU (cores)")[1:3] == ["-", "-"]
+    assert _cells(out, f"{threads}: broker CPU per call")[1:3] == ["-", "-"]  # not read
+    assert _cells(out, f"{threads}: CPU bound on {cores} cores")[1:3] == ["-", "-"]
     prose = " ".join(out.split())
     assert "namespace i on partition i % 4 (one per partition" in prose
     figures = _figures("jobreg")
@@ -162,8 +169,6 @@ def test_the_layout_puts_namespace_i_on_partition_i_mod_the_count(count, partiti
 
 
 def test_cpu_seconds_read_proc_and_say_none_for_a_process_that_is_gone() -> None:
-    import os
-
     used = _cpu_seconds([os.getpid()])
     assert used is None or used >= 0  # None: no /proc here
     assert _cpu_seconds([2**22 + 1]) is None  # above pid_max's default limit: no such process
