@@ -516,7 +516,8 @@ NAMESPACE_WARM_UP = 5  # untimed submits of each namespace's leader before the s
 NAMESPACES_START_S = 600.0  # how long the leader processes may take to connect and claim
 NAMESPACES_PROFILE = "JOBREG_BENCH_PROFILE"
 """An environment variable: a directory where each leader process of the namespaces row writes
-its cProfile of the timed phase (``<namespace>.prof``; ``python -m pstats`` reads it)."""
+its cProfile of the timed phase's CPU in Python's thread (``<namespace>.prof``; ``python -m
+pstats`` reads it; :mod:`registry.dev.bench_leader`)."""
 
 
 @dataclass(frozen=True)
@@ -563,147 +564,101 @@ def _cpu_seconds(pids: list[int]) -> float | None:
     return total / tick if pids else None
 
 
-def _rdkafka_cpu_seconds() -> float | None:
-    """The CPU time this process's librdkafka threads (named ``rdk:*``) have used so far,
-    from ``/proc/self/task``; ``None`` where there is no ``/proc``."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = 0
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as comm:
-                if not comm.read().startswith("rdk:"):
-                    continue
-            with open(f"/proc/self/task/{tid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that ended meanwhile
-    return total / tick
-
-
-def _namespace_leader(bootstrap: str, topic: str, topic_config: Any, namespace: str, k: int,
-                      count: int, calls: int, start: Any, results: Any) -> None:
-    """One leader process of the namespaces row (spawned): connect, claim, warm up, wait for
-    the others at ``start``, submit its share (the jobs ``j`` with ``j % count == k``), put
-    ``(k, latencies in ms, start, end, CPU seconds, librdkafka's CPU seconds, failure or "",
-    error or "")`` on ``results``. ``$JOBREG_BENCH_PROFILE``: profile the timed phase's CPU
-    in Python's thread (``time.thread_time``; librdkafka's threads are not in it) into that
-    directory."""
-    import traceback
-
-    from registry.client import Registry
-    from registry.errors import RegistryError
-
-    lat: list[float] = []
-    failure = error = ""
-    t0 = t1 = cpu = 0.0
-    rdk: float | None = None
-    reg = None
-    try:
-        reg = Registry.connect(bootstrap, namespace, topic=topic, topic_config=topic_config)
-        term = reg.claim_leadership("leader-1")
-        for i in range(NAMESPACE_WARM_UP):
-            term.submit(f"warm-{k}-{i}", _graph(i))
-        profile_dir = os.environ.get(NAMESPACES_PROFILE)
-        profiler = None
-        if profile_dir:
-            import cProfile
-
-            profiler = cProfile.Profile(time.thread_time)
-        start.wait(NAMESPACES_START_S)
-        rdk0, cpu0, t0 = _rdkafka_cpu_seconds(), time.process_time(), time.perf_counter()
-        if profiler is not None:
-            profiler.enable()
-        for j in range(k, calls, count):
-            graph = _graph(j)
-            t = time.perf_counter()
-            try:
-                term.submit(f"job-{j}", graph)
-            except RegistryError as e:
-                failure = f"after {time.perf_counter() - t:.1f} s: {type(e).__name__}: {e}"
-                break
-            lat.append((time.perf_counter() - t) * 1000)
-        t1 = time.perf_counter()
-        if profiler is not None:
-            profiler.disable()
-            profiler.dump_stats(os.path.join(str(profile_dir), f"{namespace}.prof"))
-        cpu, rdk1 = time.process_time() - cpu0, _rdkafka_cpu_seconds()
-        rdk = None if rdk0 is None or rdk1 is None else rdk1 - rdk0
-    except BaseException as e:  # reported to the parent, which says which leader failed
-        error = f"{namespace}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=5)}"
-        with contextlib.suppress(Exception):
-            start.abort()  # the others do not wait for this one
-    finally:
-        if reg is not None:
-            with contextlib.suppress(Exception):
-                reg.close()
-    results.put((k, lat, t0, t1, cpu, rdk, failure, error))
-
-
 def _namespace_processes(bootstrap: str, topic: str, topic_config: Any,
                          layout: NamespaceLayout, calls: int,
-                         broker_pids: Callable[[], list[int]]) -> Namespaces:
-    """The namespaces row as users run it: a leader process per namespace (spawned, so each
-    is a fresh interpreter with its own librdkafka), each connecting, claiming and warming
-    up, then all starting at once at a barrier. The rate is every call over the time from
-    the first leader's start to the last one's end (``perf_counter`` is the system's
-    monotonic clock, one for every process)."""
-    import multiprocessing
+                         broker_pids: Callable[[], list[int]],
+                         timeout: float = 10.0) -> Namespaces:
+    """The namespaces row as users run it: a leader process per namespace
+    (``python -m registry.dev.bench_leader``: a fresh interpreter with its own librdkafka),
+    each connecting, claiming and warming up, then all released at once. The rate is every
+    call over the time from the first leader's start to the last one's end."""
+    import dataclasses
     import queue
 
-    ctx = multiprocessing.get_context("spawn")
+    import registry
+
     count = len(layout.names)
-    start = ctx.Barrier(count + 1)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_namespace_leader, name=f"jobreg-bench-{ns}", daemon=True,
-                         args=(bootstrap, topic, topic_config, ns, k, count, calls, start,
-                               results))
-             for k, ns in enumerate(layout.names)]
-    answers: list[tuple[Any, ...]] = []
-    try:
-        for proc in procs:
-            proc.start()
-        with contextlib.suppress(threading.BrokenBarrierError):
-            start.wait(NAMESPACES_START_S)
-        broker0 = _cpu_seconds(broker_pids())
-        deadline = time.monotonic() + NAMESPACES_START_S
-        while len(answers) < count:
+    # The registry package this process runs, first on the children's path.
+    root = str(Path(registry.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    lines: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+    procs: list[subprocess.Popen[str]] = []
+
+    def listen(k: int, stream: Any) -> None:
+        for line in stream:
+            lines.put((k, line))
+        lines.put((k, ""))  # its stdout closed: it ended
+
+    def answer(what: str, patience: float | None) -> dict[int, dict[str, Any]]:
+        """One JSON line from every leader, or a PeersError naming the first that failed
+        (``patience``: for them all, in seconds; ``None``: their calls' own timeouts)."""
+        got: dict[int, dict[str, Any]] = {}
+        deadline = None if patience is None else time.monotonic() + patience
+        while len(got) < count:
             try:
-                answers.append(results.get(timeout=1.0))
+                k, line = lines.get(timeout=None if deadline is None
+                                    else max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    what = (f"leader process {dead[0].name} exited with {dead[0].exitcode}"
-                            if dead else f"no answer within {NAMESPACES_START_S:.0f} s")
-                    raise PeersError(f"namespaces, a leader process each: {what}") from None
+                raise PeersError(f"namespaces, a leader process each: {count - len(got)} "
+                                 f"leader(s) not {what} within {patience:.0f} s") from None
+            if k in got:
+                continue  # a leader that answered already, ending
+            try:
+                doc = json.loads(line) if line else {"error": (
+                    f"{layout.names[k]}: exited with {procs[k].wait(10)} before it was {what}")}
+            except json.JSONDecodeError:
+                continue  # not ours (a library's print)
+            if "error" in doc:
+                raise PeersError(f"namespaces, a leader process each: {doc['error']}")
+            got[k] = doc
+        return got
+
+    task = {"bootstrap": bootstrap, "topic": topic,
+            "topic_config": dataclasses.asdict(topic_config), "count": count, "calls": calls,
+            "warm_up": NAMESPACE_WARM_UP, "graph_bytes": GRAPH_BYTES,
+            "profile": os.environ.get(NAMESPACES_PROFILE) or None, "timeout": timeout}
+    try:
+        for k, ns in enumerate(layout.names):
+            proc = subprocess.Popen([sys.executable, "-m", "registry.dev.bench_leader"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    env=env, preexec_fn=_die_with_parent_hook())
+            procs.append(proc)
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({**task, "namespace": ns, "k": k}) + "\n")
+            proc.stdin.flush()
+            threading.Thread(target=listen, args=(k, proc.stdout), daemon=True).start()
+        answer("ready", NAMESPACES_START_S)
+        broker0 = _cpu_seconds(broker_pids())
+        for proc in procs:  # the start: one line each, as close together as it gets
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = answer("done", None)
         broker1 = _cpu_seconds(broker_pids())
-        for proc in procs:
-            proc.join(30)
+        for proc in procs:  # each has said its last line and is closing its registry
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
     finally:
         for proc in procs:  # only ours, by their pids
-            if proc.is_alive():
+            if proc.poll() is None:
                 proc.kill()
-                proc.join(10)
-    # A leader that failed breaks the barrier for the others: its own error first.
-    errors = sorted((a[7] for a in answers if a[7]), key=lambda e: "BrokenBarrierError" in e)
-    if errors:
-        raise PeersError(f"namespaces, a leader process each: {len(errors)} leader(s) failed; "
-                         f"the first: {errors[0]}")
-    ran = [a for a in answers if a[3] > a[2]]
-    elapsed = max(a[3] for a in ran) - min(a[2] for a in ran) if ran else 0.0
-    figures = _summary(count, [ms for a in answers for ms in a[1]], elapsed)
-    failures = [a[6] for a in answers if a[6]]
-    rdks = [a[5] for a in answers]
+                proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    if stream is not None:
+                        stream.close()
+    done = list(results.values())
+    elapsed = max(r["end"] for r in done) - min(r["start"] for r in done)
+    figures = _summary(count, [ms for r in done for ms in r["latencies_ms"]], elapsed)
+    rdk = [r["rdkafka_cpu_s"] for r in done]
     out = Namespaces(**vars(figures), processes=True, elapsed_s=elapsed,
-                     client_cpu_s=sum(a[4] for a in answers),
-                     client_rdkafka_cpu_s=None if None in rdks else sum(rdks),
+                     client_cpu_s=sum(r["cpu_s"] for r in done),
+                     client_rdkafka_cpu_s=None if None in rdk else sum(rdk),
                      broker_cpu_s=None if broker0 is None or broker1 is None
                      else broker1 - broker0,
                      partitions=layout.partitions, shared=layout.shared)
+    failures = [r["failure"] for r in done if r["failure"]]
     if failures:
         out.failed, out.failure = len(failures), min(failures)
     return out
@@ -716,10 +671,12 @@ def _namespace_threads(terms: list[Any], layout: NamespaceLayout, calls: int,
     for k, term in enumerate(terms):
         for i in range(NAMESPACE_WARM_UP):
             term.submit(f"warm-{k}-{i}", _graph(i))
-    broker0, rdk0 = _cpu_seconds(broker_pids()), _rdkafka_cpu_seconds()
+    from registry.dev.bench_leader import rdkafka_cpu_seconds
+
+    broker0, rdk0 = _cpu_seconds(broker_pids()), rdkafka_cpu_seconds()
     cpu0 = time.process_time()
     figures = _threads([t.submit for t in terms], calls, "job", counted)
-    cpu, rdk1 = time.process_time() - cpu0, _rdkafka_cpu_seconds()
+    cpu, rdk1 = time.process_time() - cpu0, rdkafka_cpu_seconds()
     broker1 = _cpu_seconds(broker_pids())
     elapsed = figures.calls / figures.jobs_per_s if figures.jobs_per_s else 0.0
     return Namespaces(**vars(figures), processes=False, elapsed_s=elapsed, client_cpu_s=cpu,
@@ -1236,8 +1193,9 @@ def _namespaces_note(p: PeersFigures) -> str:
             f"namespace i on partition i % {parts} ({'one' if per == 1 else per} per partition"
             f"{'' if per == 1 else ' at most'}; names chosen so, since crc32 % {parts} of names "
             f"taken as they come shares partitions unevenly), a leader each: in a process each "
-            f"(multiprocessing, spawned: connect, claim, {NAMESPACE_WARM_UP} untimed submits, "
-            "then all start at a barrier), then as registries, terms and threads of one "
+            f"(python -m registry.dev.bench_leader: connect, claim, {NAMESPACE_WARM_UP} "
+            "untimed submits, then all released at once), then as registries, terms and "
+            "threads of one "
             "process; the rate is the aggregate, from the first leader's start to the last "
             "one's end. The target compares it with one writer's rate above (one namespace's) "
             "in this run. CPU per call: the leaders' processes' CPU time over the timed phase "

@@ -105,7 +105,7 @@ def test_a_tiny_run_on_kafka_puts_it_next_to_the_embedded_broker(tmp_path) -> No
 @pytest.mark.integration
 @pytest.mark.embedded_only("`jobreg bench peers` starts its own embedded broker for jobreg's side")
 def test_the_namespaces_rows_run_a_leader_process_each_and_then_one_process(tmp_path) -> None:
-    """Issue 35 part 5, cheaply: 3 namespaces, each leader a process of its own (spawned),
+    """Issue 35 part 5, cheaply: 3 namespaces, each leader a process of its own (python -m registry.dev.bench_leader),
     then the three as threads of one process, both on a topic of 3 partitions, one namespace
     each; every leader process is gone at the end."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}

@@ -173,3 +173,25 @@ def test_cpu_seconds_read_proc_and_say_none_for_a_process_that_is_gone() -> None
     assert used is None or used >= 0  # None: no /proc here
     assert _cpu_seconds([2**22 + 1]) is None  # above pid_max's default limit: no such process
     assert _cpu_seconds([]) is None
+
+
+def test_a_leader_process_that_fails_is_one_line_naming_its_namespace() -> None:
+    """No broker answers on port 1: every leader process says why it could not connect, and
+    the bench raises one PeersError naming a namespace (no process is left behind)."""
+    import subprocess
+
+    from registry.dev.bench_peers import PeersError, _namespace_processes
+    from registry.log import TopicConfig
+
+    layout = NamespaceLayout.spread(2, 2)
+    with pytest.raises(PeersError) as e:
+        _namespace_processes("127.0.0.1:1", "t", TopicConfig(partitions=2), layout, 10,
+                             lambda: [], timeout=1.0)
+    said = str(e.value)
+    assert said.startswith("namespaces, a leader process each: ns-")
+    assert "BrokerError: no Kafka broker answered at 127.0.0.1:1" in said
+    assert "\n" not in said  # a registry error is one line
+    assert any(name in said for name in layout.names)
+    ps = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps.splitlines() if line.split()[0] == str(os.getpid())
+                and "bench_leader" in line]
