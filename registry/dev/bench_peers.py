@@ -39,9 +39,12 @@ The workload, the same on each store, one job per call unless said otherwise:
      of the jobs, a pipelined ``get`` of every pointer and every graph, then ``multi``s of
      1,000 lock creations, each fenced by a check of the leader znode's version;
 
-5. jobreg only: ``namespaces`` namespaces with a leader each (one registry, one term and one
-   thread each, on the topic's default 8 partitions), ``calls`` submits in all: the aggregate
-   rate next to one namespace's (row 1) in the same run.
+5. jobreg only: ``namespaces`` namespaces with a leader each, ``calls`` submits in all, as
+   users run them, a leader process each (:mod:`registry.dev.bench_leader`, all released at
+   once), then as registries, terms and threads of one process; on a topic of their own, one
+   partition per namespace unless ``namespace_partitions`` says otherwise
+   (:class:`NamespaceLayout`): the aggregate rate next to one namespace's (row 1) in the same
+   run, and the CPU a call costs the clients and the broker (what bounds the aggregate).
 
 Durability differs and the output says how: the embedded broker (Tansu, ``memory://``) never
 writes to disk; Kafka acknowledges (acks=all) once its in-sync replicas have appended the
@@ -192,10 +195,11 @@ class Concurrent:
 class Namespaces(Concurrent):
     """The namespaces row: ``writers`` namespaces with a leader each, one writer each, in one
     process (threads) or a process each; the rate is the aggregate. Where the time went:
-    ``client_cpu_s`` (the leaders' processes, librdkafka's threads included) and
-    ``broker_cpu_s`` (the broker's processes, from ``/proc/<pid>/stat``) over the timed
-    phase, ``elapsed_s`` long; ``partitions`` the topic's, ``shared`` the most namespaces
-    on one partition."""
+    ``client_cpu_s`` (the leaders' processes, librdkafka's threads included;
+    ``client_rdkafka_cpu_s`` those threads alone) and ``broker_cpu_s`` (the broker's
+    processes, from ``/proc/<pid>/stat``) over the timed phase, ``elapsed_s`` long
+    (``None``: not measured here); ``partitions`` the topic's, ``shared`` the most
+    namespaces on one partition."""
 
     processes: bool = False
     elapsed_s: float = 0.0
@@ -204,10 +208,6 @@ class Namespaces(Concurrent):
     broker_cpu_s: float | None = None
     partitions: int = 0
     shared: int = 1
-
-    def cores(self, cpu_s: float | None) -> float | None:
-        """CPU seconds over the timed phase as cores kept busy on average."""
-        return cpu_s / self.elapsed_s if cpu_s is not None and self.elapsed_s else None
 
     def per_call_ms(self, cpu_s: float | None) -> float | None:
         """CPU seconds over the timed phase per answered call, in ms."""
@@ -668,11 +668,11 @@ def _namespace_threads(terms: list[Any], layout: NamespaceLayout, calls: int,
                        broker_pids: Callable[[], list[int]],
                        counted: tuple[type[BaseException], ...]) -> Namespaces:
     """The namespaces row in one process: a term and a thread per namespace."""
+    from registry.dev.bench_leader import rdkafka_cpu_seconds
+
     for k, term in enumerate(terms):
         for i in range(NAMESPACE_WARM_UP):
             term.submit(f"warm-{k}-{i}", _graph(i))
-    from registry.dev.bench_leader import rdkafka_cpu_seconds
-
     broker0, rdk0 = _cpu_seconds(broker_pids()), rdkafka_cpu_seconds()
     cpu0 = time.process_time()
     figures = _threads([t.submit for t in terms], calls, "job", counted)
@@ -1195,8 +1195,8 @@ def _namespaces_note(p: PeersFigures) -> str:
             f"taken as they come shares partitions unevenly), a leader each: in a process each "
             f"(python -m registry.dev.bench_leader: connect, claim, {NAMESPACE_WARM_UP} "
             "untimed submits, then all released at once), then as registries, terms and "
-            "threads of one "
-            "process; the rate is the aggregate, from the first leader's start to the last "
+            "threads of one process; the rate is the aggregate, from the first leader's "
+            "start to the last "
             "one's end. The target compares it with one writer's rate above (one namespace's) "
             "in this run. CPU per call: the leaders' processes' CPU time over the timed phase "
             "(librdkafka's threads, named rdk:*, included and also shown alone), and the "
