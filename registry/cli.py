@@ -634,14 +634,19 @@ def _writer_levels(ctx: click.Context, param: click.Parameter, value: str) -> tu
 @click.option("--jobs", type=click.IntRange(10), default=10_000, show_default=True,
               help="Live jobs of the failover (submitted in native batches of 1,000).")
 @click.option("--namespaces", type=click.IntRange(0, 256), default=16, show_default=True,
-              help="jobreg: namespaces with a leader each, written at once (0: leave out).")
+              help="jobreg: namespaces with a leader each, written at once, a leader process "
+                   "each and then a thread each in one process (0: leave out).")
+@click.option("--namespace-partitions", type=click.IntRange(0, 256), default=0,
+              show_default=True,
+              help="Partitions of the namespaces' topic, the namespaces spread evenly over "
+                   "them (0: one partition per namespace).")
 @click.option("--only", default="jobreg,kafka,kafka3,kafka-fsync,etcd,zookeeper",
               show_default=True, callback=_store_list,
               help="The stores to run, comma-separated: jobreg (on the embedded broker), kafka "
                    "(jobreg on one Apache Kafka node), kafka3 (three nodes, replication 3), "
                    "kafka-fsync (one node fsyncing every append), etcd, zookeeper.")
 def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: int,
-                    namespaces: int, only: tuple[str, ...]) -> None:
+                    namespaces: int, namespace_partitions: int, only: tuple[str, ...]) -> None:
     """jobreg (on the embedded broker and on Apache Kafka: one node, three nodes, one node
     fsyncing every append) next to etcd (Kubernetes-HA-style) and ZooKeeper (Flink-style),
     started from Debian's packages on loopback, one workload on each: one writer's p50/p99,
@@ -653,6 +658,7 @@ def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: in
         try:
             figures = bench_peers(submits=submits, calls=calls, writers=writers, jobs=jobs,
                                   namespaces=namespaces, only=only,
+                                  namespace_partitions=namespace_partitions,
                                   progress=lambda msg: click.echo(f"... {msg}", err=True))
         except PeersError as e:
             raise CliError(str(e)) from e
@@ -884,16 +890,22 @@ def leader(settings: Settings) -> None:
 @main.command()
 @pass_settings
 def terms(settings: Settings) -> None:
-    """Every leadership term: leader, how it started and ended, its span and write counts."""
-    from registry.render import table, term_json
+    """Every leadership term: leader, how and when it started and ended (the record times of
+    its grant and of the revoke or next grant, UTC), its duration, span and write counts.
+
+    A time the log does not give (a record without a stamp) shows as "unknown".
+    """
+    from registry.render import table, term_json, term_times
 
     with _reading(settings) as f:
         found = f.terms()
     settings.emit("terms", {"namespace": f.namespace, "terms": [term_json(t) for t in found]},
-                  lambda: table(["epoch", "leader", "started", "ended", "first", "last",
-                                 "accepted", "rejected"],
-                                ([t.epoch, t.leader, t.started, t.ended, t.first_offset,
-                                  t.last_offset, t.accepted, t.rejected] for t in found))
+                  lambda: table(["epoch", "leader", "started", "ended", "from (UTC)",
+                                 "until (UTC)", "duration", "first", "last", "accepted",
+                                 "rejected"],
+                                ([t.epoch, t.leader, t.started, t.ended, *term_times(t),
+                                  t.first_offset, t.last_offset, t.accepted, t.rejected]
+                                 for t in found), right=(6, 7, 8, 9, 10))
                   if found else "(no terms)")
 
 

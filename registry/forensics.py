@@ -48,6 +48,7 @@ __all__ = [
     "Forensics",
     "LogSource",
     "TermSummary",
+    "term_duration",
 ]
 
 _BATCH = 1000
@@ -180,6 +181,14 @@ class TermSummary:
     no lease), ``end`` (``revoked``, ``superseded`` or ``current``), ``end_offset``
     (the revoke or the next grant; ``None`` while current) and ``next_epoch`` (the
     term that superseded it).
+
+    **Times** are the record times of the log (``LogRecord.timestamp``, ms since the Unix
+    epoch; the module docstring says what they mean): ``started_at`` the grant's,
+    ``ended_at`` the revoke's or the next grant's (``None`` while current), and
+    ``duration_ms`` the one less the other. ``None`` where a record carries no time (a
+    source that gives none) and, for ``duration_ms``, while the term is current or when its
+    end is stamped before its start (a producer's skewed clock on a ``CreateTime`` broker):
+    an unknown time is said so, never guessed.
     """
 
     epoch: int
@@ -194,6 +203,17 @@ class TermSummary:
     end: str = "current"
     end_offset: int | None = None
     next_epoch: int | None = None
+    started_at: int | None = None
+    ended_at: int | None = None
+    duration_ms: int | None = None
+
+
+def term_duration(started_at: int | None, ended_at: int | None) -> int | None:
+    """How long a term lasted by its records' times (ms), or ``None``: a time unknown, the
+    term not ended, or its end stamped before its start (no negative duration is shown)."""
+    if started_at is None or ended_at is None or ended_at < started_at:
+        return None
+    return ended_at - started_at
 
 
 class DumpCount(int):
@@ -355,7 +375,8 @@ class Forensics:
         return found.image, [d for d in found.decisions if d.job_id == job_id]
 
     def terms(self) -> list[TermSummary]:
-        """Every leadership term: who, how it started and ended, its span and write counts."""
+        """Every leadership term: who, how and when it started and ended, its span, duration
+        and write counts."""
         return self.terms_from(self.scan())
 
     @staticmethod
@@ -364,6 +385,10 @@ class Forensics:
         decisions, terms = found.decisions, found.terms
         counts: dict[int, list[int]] = {}
         last: dict[int, int] = {}
+        # Every record's time (the grants and revokes among them); a negative stamp is
+        # Kafka's "no timestamp" (-1), not a time.
+        stamp = {d.offset: d.timestamp for d in decisions
+                 if d.timestamp is not None and d.timestamp >= 0}
         for d in decisions:
             # a duplicate is neither: it is a copy of a record counted already
             if d.epoch is None or d.event_type == "LeadershipGranted" \
@@ -388,11 +413,14 @@ class Forensics:
                 ended = "current"
             started = "granted" + (f", lease {info.lease_ms} ms" if info.lease_ms else "")
             accepted, rejected = counts.get(epoch, [0, 0])
+            started_at = stamp.get(info.granted_offset)
+            ended_at = stamp.get(end_offset) if end_offset is not None else None
             out.append(TermSummary(epoch, info.leader, started, ended, info.granted_offset,
                                    max(last.get(epoch, info.granted_offset),
                                        info.revoked_offset or info.granted_offset),
                                    accepted, rejected, info.lease_ms, end, end_offset,
-                                   nxt.epoch if end == "superseded" and nxt else None))
+                                   nxt.epoch if end == "superseded" and nxt else None,
+                                   started_at, ended_at, term_duration(started_at, ended_at)))
         return out
 
     def explain(self, job_id: str) -> str:

@@ -13,7 +13,8 @@ removed. The shapes, field by field, are in the README ("JSON output"):
   :class:`~registry.image.Decision` plus ``time`` (UTC ISO 8601 of ``timestamp``)
   and ``accepted``;
 * a **term** (:func:`term_json`): the fields of
-  :class:`~registry.forensics.TermSummary`;
+  :class:`~registry.forensics.TermSummary` plus ``started_time`` and ``ended_time``
+  (UTC ISO 8601 of ``started_at`` and ``ended_at``);
 * a **state** (:func:`state_json`): ``namespace``, ``last_offset``, ``log_time``,
   ``epoch``, ``leader``, ``revoked`` and ``jobs``.
 """
@@ -29,13 +30,16 @@ from .forensics import TermSummary
 from .image import Decision, Image, JobView
 
 __all__ = [
+    "UNKNOWN",
     "decision_json",
+    "format_duration",
     "format_time",
     "job_json",
     "parse_time",
     "state_json",
     "table",
     "term_json",
+    "term_times",
 ]
 
 
@@ -100,11 +104,45 @@ def decision_json(d: Decision) -> dict[str, Any]:
 
 
 def term_json(t: TermSummary) -> dict[str, Any]:
-    """One leadership term."""
+    """One leadership term (times in ms since the Unix epoch, and as ISO 8601 UTC; ``None``
+    where unknown: :class:`~registry.forensics.TermSummary` says when)."""
     return {"epoch": t.epoch, "leader": t.leader, "started": t.started, "ended": t.ended,
             "first_offset": t.first_offset, "last_offset": t.last_offset,
             "accepted": t.accepted, "rejected": t.rejected, "lease_ms": t.lease_ms,
-            "end": t.end, "end_offset": t.end_offset, "next_epoch": t.next_epoch}
+            "end": t.end, "end_offset": t.end_offset, "next_epoch": t.next_epoch,
+            "started_at": t.started_at, "started_time": format_time(t.started_at),
+            "ended_at": t.ended_at, "ended_time": format_time(t.ended_at),
+            "duration_ms": t.duration_ms}
+
+
+UNKNOWN = "unknown"
+"""What a table shows for a time the log does not give (a record without a stamp)."""
+
+
+def term_times(t: TermSummary) -> tuple[str, str, str]:
+    """A term's start, end and duration for people: ISO 8601 UTC and a duration; ``-`` for
+    the end and duration of the current term, :data:`UNKNOWN` for what the log does not say
+    (a record without a time, or an end stamped before the start)."""
+    current = t.end == "current"
+    start = format_time(t.started_at) or UNKNOWN
+    end = "-" if current else format_time(t.ended_at) or UNKNOWN
+    took = "-" if current else UNKNOWN if t.duration_ms is None \
+        else format_duration(t.duration_ms)
+    return start, end, took
+
+
+def format_duration(ms: int) -> str:
+    """A duration for people, exact to the ms below a minute (``840 ms``, ``12.304 s``,
+    ``3 min 04.120 s``, ``2 h 05 min``, ``3 d 04 h``)."""
+    if ms < 1000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms // 1000}.{ms % 1000:03d} s"
+    if ms < 3_600_000:
+        return f"{ms // 60_000} min {ms % 60_000 // 1000:02d}.{ms % 1000:03d} s"
+    if ms < 86_400_000:
+        return f"{ms // 3_600_000} h {ms % 3_600_000 // 60_000:02d} min"
+    return f"{ms // 86_400_000} d {ms % 86_400_000 // 3_600_000:02d} h"
 
 
 def state_json(image: Image, *, include_terminal: bool = True) -> dict[str, Any]:

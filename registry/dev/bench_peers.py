@@ -44,9 +44,12 @@ The workload, the same on each store, one job per call unless said otherwise:
      of the jobs, a pipelined ``get`` of every pointer and every graph, then ``multi``s of
      1,000 lock creations, each fenced by a check of the leader znode's version;
 
-5. jobreg only: ``namespaces`` namespaces with a leader each (one registry, one term and one
-   thread each, on the topic's default 8 partitions), ``calls`` submits in all: the aggregate
-   rate next to one namespace's (row 1) in the same run.
+5. jobreg only: ``namespaces`` namespaces with a leader each, ``calls`` submits in all, as
+   users run them, a leader process each (:mod:`registry.dev.bench_leader`, all released at
+   once), then as registries, terms and threads of one process; on a topic of their own, one
+   partition per namespace unless ``namespace_partitions`` says otherwise
+   (:class:`NamespaceLayout`): the aggregate rate next to one namespace's (row 1) in the same
+   run, and the CPU a call costs the clients and the broker (what bounds the aggregate).
 
 Durability differs and the output says how: the embedded broker (Tansu, ``memory://``) never
 writes to disk; Kafka acknowledges (acks=all) once its in-sync replicas have appended the
@@ -195,6 +198,37 @@ class Concurrent:
 
 
 @dataclass
+class Namespaces(Concurrent):
+    """The namespaces row: ``writers`` namespaces with a leader each, one writer each, in one
+    process (threads) or a process each; the rate is the aggregate. Where the time went:
+    ``client_cpu_s`` (the leaders' processes, librdkafka's threads included;
+    ``client_rdkafka_cpu_s`` those threads alone) and ``broker_cpu_s`` (the broker's
+    processes, from ``/proc/<pid>/stat``) over the timed phase, ``elapsed_s`` long
+    (``None``: not measured here); ``partitions`` the topic's, ``shared`` the most
+    namespaces on one partition."""
+
+    processes: bool = False
+    elapsed_s: float = 0.0
+    client_cpu_s: float | None = None
+    client_rdkafka_cpu_s: float | None = None  # of client_cpu_s: librdkafka's threads
+    broker_cpu_s: float | None = None
+    partitions: int = 0
+    shared: int = 1
+
+    def per_call_ms(self, cpu_s: float | None) -> float | None:
+        """CPU seconds over the timed phase per answered call, in ms."""
+        return cpu_s / self.calls * 1000 if cpu_s is not None and self.calls else None
+
+    def ceiling(self, cores: int) -> float | None:
+        """The rate ``cores`` cores could give at this run's client and broker CPU per call,
+        were they spent on nothing else (the CPU bound of the aggregate)."""
+        cpu = (self.client_cpu_s or 0.0) + (self.broker_cpu_s or 0.0)
+        if self.client_cpu_s is None or self.broker_cpu_s is None or not cpu:
+            return None
+        return cores * self.calls / cpu
+
+
+@dataclass
 class StoreFigures:
     """One store's figures and how it was run."""
 
@@ -217,7 +251,8 @@ class StoreFigures:
     failover_cold_connect_s: float | None = None
     failover_elected_s: float | None = None  # the old leader's last write -> the new one's first
     failover_elected_claim_s: float | None = None  # the same from the claim
-    namespaces: Concurrent | None = None  # jobreg only: a leader per namespace, one writer each
+    namespaces: Namespaces | None = None  # jobreg only: a leader thread per namespace
+    namespace_processes: Namespaces | None = None  # jobreg only: a leader process each
 
 
 @dataclass
@@ -229,6 +264,7 @@ class PeersFigures:
     calls: int = 2000
     writers: tuple[int, ...] = WRITERS
     namespaces: int = 16
+    namespace_partitions: int = 0  # the namespaces' topic's partitions (0: one per namespace)
     stores: dict[str, StoreFigures] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
@@ -404,7 +440,7 @@ class _Server:
 
 def _run_jobreg(store: str, choice: BrokerChoice, work: Path, submits: int, calls: int,
                 writer_levels: tuple[int, ...], jobs: int, namespaces: int,
-                progress: _Progress) -> StoreFigures:
+                progress: _Progress, namespace_partitions: int = 0) -> StoreFigures:
     """The workload on jobreg, on the broker ``choice`` names (started here, stopped at the
     end); ``store`` is its name in the figures and the progress lines."""
     from registry.client import Registry
@@ -438,12 +474,21 @@ def _run_jobreg(store: str, choice: BrokerChoice, work: Path, submits: int, call
                                                  (RegistryError,))
 
             if namespaces:
-                progress(f"{say}: {calls} submits in {namespaces} namespaces, a leader and "
-                         "a thread each")
-                terms = [connect(f"ns-{i}", "jobreg-peers-namespaces").claim_leadership(
-                    "leader-1") for i in range(namespaces)]
-                f.namespaces = _threads([t.submit for t in terms], calls, "job",
-                                        (RegistryError,))
+                layout = NamespaceLayout.spread(namespaces, namespace_partitions or namespaces)
+                config = broker.topic_config(partitions=layout.partitions)
+                progress(f"{say}: {calls} submits in {namespaces} namespaces on "
+                         f"{layout.partitions} partitions, a leader process each")
+                f.namespace_processes = _namespace_processes(
+                    broker.bootstrap, "jobreg-peers-ns-processes", config, layout, calls,
+                    broker.pids)
+                progress(f"{say}: {calls} submits in {namespaces} namespaces on "
+                         f"{layout.partitions} partitions, a leader thread each, one process")
+                terms = [Registry.connect(broker.bootstrap, ns, topic="jobreg-peers-ns-threads",
+                                          topic_config=config) for ns in layout.names]
+                regs += terms
+                f.namespaces = _namespace_threads(
+                    [r.claim_leadership("leader-1") for r in terms], layout, calls,
+                    broker.pids, (RegistryError,))
 
             _jobreg_failover(connect, jobs, f, lambda line: progress(f"{say}: {line}"))
         finally:
@@ -526,6 +571,183 @@ def _jobreg_failover(connect: Callable[..., Any], jobs: int, f: StoreFigures,
     f.failover_cold_connect_s = connected - t0
     if len(results) != jobs + 1 or not all(r.ok for r in results):  # the first write's too
         raise PeersError("jobreg: recover() did not adopt every job (cold)")
+
+
+# -- jobreg's namespaces, a leader each ------------------------------------------------------------
+
+NAMESPACE_WARM_UP = 5  # untimed submits of each namespace's leader before the start
+NAMESPACES_START_S = 600.0  # how long the leader processes may take to connect and claim
+NAMESPACES_PROFILE = "JOBREG_BENCH_PROFILE"
+"""An environment variable: a directory where each leader process of the namespaces row writes
+its cProfile of the timed phase's CPU in Python's thread (``<namespace>.prof``; ``python -m
+pstats`` reads it; :mod:`registry.dev.bench_leader`)."""
+
+
+@dataclass(frozen=True)
+class NamespaceLayout:
+    """The namespaces of the row and the topic's partition count. Namespaces live on
+    ``crc32(namespace) % partitions`` (:func:`registry.keys.partition_for`), so names taken
+    as they come share partitions unevenly (``ns-0`` to ``ns-15`` on 8 partitions: up to 3 on
+    one, on 16 still 2 on two): :meth:`spread` picks each name so that namespace ``i`` lands on
+    partition ``i % partitions``, every partition holding as many as the next."""
+
+    names: tuple[str, ...]
+    partitions: int
+
+    @classmethod
+    def spread(cls, count: int, partitions: int) -> NamespaceLayout:
+        from registry.keys import partition_for
+
+        names = []
+        for i in range(count):
+            k = 0
+            while partition_for(f"ns-{i}-{k}", partitions) != i % partitions:
+                k += 1
+            names.append(f"ns-{i}-{k}")
+        return cls(tuple(names), partitions)
+
+    @property
+    def shared(self) -> int:
+        """The most namespaces on one partition."""
+        return -(-len(self.names) // self.partitions)
+
+
+def _cpu_seconds(pids: list[int]) -> float | None:
+    """The CPU time (user + system) the processes ``pids`` have used so far, from
+    ``/proc/<pid>/stat``; ``None`` where there is no ``/proc`` or a process is gone."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / tick if pids else None
+
+
+def _namespace_processes(bootstrap: str, topic: str, topic_config: Any,
+                         layout: NamespaceLayout, calls: int,
+                         broker_pids: Callable[[], list[int]],
+                         timeout: float = 10.0) -> Namespaces:
+    """The namespaces row as users run it: a leader process per namespace
+    (``python -m registry.dev.bench_leader``: a fresh interpreter with its own librdkafka),
+    each connecting, claiming and warming up, then all released at once. The rate is every
+    call over the time from the first leader's start to the last one's end."""
+    import dataclasses
+    import queue
+
+    import registry
+
+    count = len(layout.names)
+    # The registry package this process runs, first on the children's path.
+    root = str(Path(registry.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    lines: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+    procs: list[subprocess.Popen[str]] = []
+
+    def listen(k: int, stream: Any) -> None:
+        for line in stream:
+            lines.put((k, line))
+        lines.put((k, ""))  # its stdout closed: it ended
+
+    def answer(what: str, patience: float | None) -> dict[int, dict[str, Any]]:
+        """One JSON line from every leader, or a PeersError naming the first that failed
+        (``patience``: for them all, in seconds; ``None``: their calls' own timeouts)."""
+        got: dict[int, dict[str, Any]] = {}
+        deadline = None if patience is None else time.monotonic() + patience
+        while len(got) < count:
+            try:
+                k, line = lines.get(timeout=None if deadline is None
+                                    else max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise PeersError(f"namespaces, a leader process each: {count - len(got)} "
+                                 f"leader(s) not {what} within {patience:.0f} s") from None
+            if k in got:
+                continue  # a leader that answered already, ending
+            try:
+                doc = json.loads(line) if line else {"error": (
+                    f"{layout.names[k]}: exited with {procs[k].wait(10)} before it was {what}")}
+            except json.JSONDecodeError:
+                continue  # not ours (a library's print)
+            if "error" in doc:
+                raise PeersError(f"namespaces, a leader process each: {doc['error']}")
+            got[k] = doc
+        return got
+
+    task = {"bootstrap": bootstrap, "topic": topic,
+            "topic_config": dataclasses.asdict(topic_config), "count": count, "calls": calls,
+            "warm_up": NAMESPACE_WARM_UP, "graph_bytes": GRAPH_BYTES,
+            "profile": os.environ.get(NAMESPACES_PROFILE) or None, "timeout": timeout}
+    try:
+        for k, ns in enumerate(layout.names):
+            proc = subprocess.Popen([sys.executable, "-m", "registry.dev.bench_leader"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    env=env, preexec_fn=_die_with_parent_hook())
+            procs.append(proc)
+            assert proc.stdin is not None
+            proc.stdin.write(json.dumps({**task, "namespace": ns, "k": k}) + "\n")
+            proc.stdin.flush()
+            threading.Thread(target=listen, args=(k, proc.stdout), daemon=True).start()
+        answer("ready", NAMESPACES_START_S)
+        broker0 = _cpu_seconds(broker_pids())
+        for proc in procs:  # the start: one line each, as close together as it gets
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = answer("done", None)
+        broker1 = _cpu_seconds(broker_pids())
+        for proc in procs:  # each has said its last line and is closing its registry
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+    finally:
+        for proc in procs:  # only ours, by their pids
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for stream in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    if stream is not None:
+                        stream.close()
+    done = list(results.values())
+    elapsed = max(r["end"] for r in done) - min(r["start"] for r in done)
+    figures = _summary(count, [ms for r in done for ms in r["latencies_ms"]], elapsed)
+    rdk = [r["rdkafka_cpu_s"] for r in done]
+    out = Namespaces(**vars(figures), processes=True, elapsed_s=elapsed,
+                     client_cpu_s=sum(r["cpu_s"] for r in done),
+                     client_rdkafka_cpu_s=None if None in rdk else sum(rdk),
+                     broker_cpu_s=None if broker0 is None or broker1 is None
+                     else broker1 - broker0,
+                     partitions=layout.partitions, shared=layout.shared)
+    failures = [r["failure"] for r in done if r["failure"]]
+    if failures:
+        out.failed, out.failure = len(failures), min(failures)
+    return out
+
+
+def _namespace_threads(terms: list[Any], layout: NamespaceLayout, calls: int,
+                       broker_pids: Callable[[], list[int]],
+                       counted: tuple[type[BaseException], ...]) -> Namespaces:
+    """The namespaces row in one process: a term and a thread per namespace."""
+    from registry.dev.bench_leader import rdkafka_cpu_seconds
+
+    for k, term in enumerate(terms):
+        for i in range(NAMESPACE_WARM_UP):
+            term.submit(f"warm-{k}-{i}", _graph(i))
+    broker0, rdk0 = _cpu_seconds(broker_pids()), rdkafka_cpu_seconds()
+    cpu0 = time.process_time()
+    figures = _threads([t.submit for t in terms], calls, "job", counted)
+    cpu, rdk1 = time.process_time() - cpu0, rdkafka_cpu_seconds()
+    broker1 = _cpu_seconds(broker_pids())
+    elapsed = figures.calls / figures.jobs_per_s if figures.jobs_per_s else 0.0
+    return Namespaces(**vars(figures), processes=False, elapsed_s=elapsed, client_cpu_s=cpu,
+                      client_rdkafka_cpu_s=None if rdk0 is None or rdk1 is None
+                      else rdk1 - rdk0,
+                      broker_cpu_s=None if broker0 is None or broker1 is None
+                      else broker1 - broker0,
+                      partitions=layout.partitions, shared=layout.shared)
 
 
 # -- etcd, Kubernetes-HA-style --------------------------------------------------------------------
@@ -911,12 +1133,15 @@ def _work_dir(parent: str | None) -> Iterator[Path]:
 def bench_peers(*, submits: int = 1000, calls: int = 2000,
                 writers: tuple[int, ...] = WRITERS, jobs: int = 10_000, namespaces: int = 16,
                 only: tuple[str, ...] = STORES, work_dir: str | None = None,
-                progress: _Progress = lambda _: None) -> PeersFigures:
+                progress: _Progress = lambda _: None,
+                namespace_partitions: int = 0) -> PeersFigures:
     """Run the workload (the module docstring) on each store of ``only`` that can run here;
     the others are skipped with the reason in ``figures.skipped``. ``namespaces`` 0 leaves
-    out jobreg's row of namespaces with a leader each."""
+    out jobreg's rows of namespaces with a leader each; ``namespace_partitions``: their
+    topic's partitions (0: one per namespace), the namespaces spread evenly over them."""
     figures = PeersFigures(submits=submits, jobs=jobs, calls=calls, writers=writers,
-                           namespaces=namespaces)
+                           namespaces=namespaces,
+                           namespace_partitions=namespace_partitions or namespaces)
     figures.skipped = missing_peers(tuple(s for s in only if s != "jobreg"))
     for line in figures.skipped.values():
         progress(line)
@@ -928,7 +1153,8 @@ def bench_peers(*, submits: int = 1000, calls: int = 2000,
                 (work / f"{store}-run").mkdir()
                 figures.stores[store] = _run_jobreg(store, JOBREG_STORES[store],
                                                     work / f"{store}-run", submits, calls,
-                                                    writers, jobs, namespaces, progress)
+                                                    writers, jobs, namespaces, progress,
+                                                    namespace_partitions)
             elif store == "etcd":
                 (work / "etcd-run").mkdir()
                 figures.stores[store] = _run_etcd(work / "etcd-run", submits, calls, writers,
@@ -966,6 +1192,81 @@ def _ratio_groups(p: PeersFigures) -> tuple[list[tuple[str, list[str]]], bool]:
     if "jobreg" in ran:
         groups.append(("jobreg", [s for s in ours if s in KAFKA_STORES]))
     return groups, False
+
+
+_Get = Callable[[StoreFigures], "float | None"]
+
+
+def _of_namespaces(attr: str, what: Callable[[Namespaces, StoreFigures], float | None]) -> _Get:
+    """A store's figure of one namespaces row (``attr``: ``namespace_processes`` or
+    ``namespaces``), or ``None`` where the row did not run."""
+    def get(f: StoreFigures) -> float | None:
+        ns: Namespaces | None = getattr(f, attr)
+        return None if ns is None else what(ns, f)
+
+    return get
+
+
+def _namespace_measures(p: PeersFigures, jr: StoreFigures | None
+                        ) -> list[tuple[str, _Get, _Get | None, str, str]]:
+    """The rows of jobreg's namespaces, a leader each: in a process each (the target's form),
+    then in one process; per form the aggregate rate, its ratio to one namespace's (the lone
+    writer's rate, measured on the same broker in the same run), p99, the CPU a call cost
+    the clients (and of it librdkafka's threads) and the broker, and the rate this machine's
+    cores could give at that cost were they spent on nothing else."""
+    single = f"{jr.single_jobs_per_s:,.0f} jobs/s" if jr is not None else "not run"
+    cores = os.cpu_count() or 1
+    none: _Get = lambda f: None  # noqa: E731 - no peer has the row
+    rows: list[tuple[str, _Get, _Get | None, str, str]] = []
+    for attr, form in (("namespace_processes", "a leader process each"),
+                       ("namespaces", "leader threads of one process")):
+        name = f"{p.namespaces} namespaces, {form} ({p.calls:,} calls) (***)"
+        target = ""
+        if attr == "namespace_processes":
+            ns = jr.namespace_processes if jr is not None else None
+            ok = (ns.jobs_per_s >= 8 * jr.single_jobs_per_s
+                  if jr is not None and ns is not None and ns.calls else None)
+            target = f">= 8x one writer's ({single})" + _verdict(ok)
+        rows += [
+            (f"{name}: jobs/s", _of_namespaces(attr, lambda ns, f: ns.jobs_per_s), none,
+             "{:,.0f} jobs/s", target),
+            (f"{name}: x one writer's jobs/s", _of_namespaces(
+                attr, lambda ns, f: ns.jobs_per_s / f.single_jobs_per_s
+                if f.single_jobs_per_s else None), none, "{:.1f}x", ""),
+            (f"{name}: p99", _of_namespaces(attr, lambda ns, f: ns.p99_ms), none,
+             "{:.2f} ms", ""),
+            (f"{name}: client CPU per call", _of_namespaces(
+                attr, lambda ns, f: ns.per_call_ms(ns.client_cpu_s)), none, "{:.2f} ms", ""),
+            (f"{name}: of it librdkafka's threads", _of_namespaces(
+                attr, lambda ns, f: ns.per_call_ms(ns.client_rdkafka_cpu_s)), none,
+             "{:.2f} ms", ""),
+            (f"{name}: broker CPU per call", _of_namespaces(
+                attr, lambda ns, f: ns.per_call_ms(ns.broker_cpu_s)), none, "{:.2f} ms", ""),
+            (f"{name}: CPU bound on {cores} cores", _of_namespaces(
+                attr, lambda ns, f: ns.ceiling(cores)), none, "{:,.0f} jobs/s", ""),
+        ]
+    return rows
+
+
+def _namespaces_note(p: PeersFigures) -> str:
+    """The (***) note: how the namespaces rows were run."""
+    parts = p.namespace_partitions or p.namespaces
+    per = -(-p.namespaces // parts)
+    return (f"(***) jobreg only: {p.namespaces} namespaces on a topic of {parts} partitions, "
+            f"namespace i on partition i % {parts} ({'one' if per == 1 else per} per partition"
+            f"{'' if per == 1 else ' at most'}; names chosen so, since crc32 % {parts} of names "
+            f"taken as they come shares partitions unevenly), a leader each: in a process each "
+            f"(python -m registry.dev.bench_leader: connect, claim, {NAMESPACE_WARM_UP} "
+            "untimed submits, then all released at once), then as registries, terms and "
+            "threads of one process; the rate is the aggregate, from the first leader's "
+            "start to the last "
+            "one's end. The target compares it with one writer's rate above (one namespace's) "
+            "in this run. CPU per call: the leaders' processes' CPU time over the timed phase "
+            "(librdkafka's threads, named rdk:*, included and also shown alone), and the "
+            "broker's processes' (/proc/<pid>/stat), each over the calls answered; the CPU "
+            f"bound is this machine's {os.cpu_count()} cores over their sum, the rate if "
+            "clients and broker had every core and nothing else ran (here other work shares "
+            "them).")
 
 
 def format_peers(p: PeersFigures) -> str:
@@ -1057,17 +1358,7 @@ def format_peers(p: PeersFigures) -> str:
          "{:.3f} s", ""),
     ]
     if p.namespaces:
-        spread: Get = lambda f: f.namespaces.jobs_per_s if f.namespaces else None  # noqa: E731
-        single = f"{jr.single_jobs_per_s:,.0f} jobs/s" if jr is not None else "not run"
-        name = f"{p.namespaces} namespaces, a leader each ({p.calls:,} calls) (***)"
-        measures += [
-            (f"{name}: jobs/s", spread, lambda f: None, "{:,.0f} jobs/s",
-             f">= 8x one writer's ({single})" + verdict(
-                 lambda j, e: j.namespaces.jobs_per_s >= 8 * j.single_jobs_per_s
-                 if j.namespaces else None)),
-            (f"{name}: p99", lambda f: f.namespaces.p99_ms if f.namespaces else None,
-             lambda f: None, "{:.2f} ms", ""),
-        ]
+        measures += _namespace_measures(p, jr)
     groups, inline = _ratio_groups(p)
     pairs = [(a, b) for b, numerators in groups for a in numerators]
     headers = (["measure"] + [HEADERS[s] for s in columns]
@@ -1097,8 +1388,11 @@ def format_peers(p: PeersFigures) -> str:
         fig = present[store]
         levels = [] if fig is None else [
             (f"{c.writers} writers", c) for c in fig.concurrent.values()]
+        if fig is not None and fig.namespace_processes is not None:
+            levels.append((f"{p.namespaces} namespaces, a process each",
+                           fig.namespace_processes))
         if fig is not None and fig.namespaces is not None:
-            levels.append((f"{p.namespaces} namespaces", fig.namespaces))
+            levels.append((f"{p.namespaces} namespaces, one process", fig.namespaces))
         for what, c in levels:
             if c.failed:
                 out += para(f"FAILED: {TITLES[store]}, {what}: {c.failed} call(s) raised and "
@@ -1125,10 +1419,7 @@ def format_peers(p: PeersFigures) -> str:
                 "after the last renewal the standby saw, and a renewal can precede the last "
                 "write by a quarter lease); the next row is the same from the claim.")
     if p.namespaces:
-        out += para(f"(***) jobreg only: {p.namespaces} registries in one process, each "
-                    "claiming its own namespace and submitting from its own thread, on the "
-                    "topic's default 8 partitions; the target compares the aggregate with one "
-                    "writer's rate above (one namespace's) in this run.")
+        out += para(_namespaces_note(p))
     out += para("Writers: jobreg threads calling Term.submit on one term; etcd asyncio tasks on "
                 "one gRPC channel; ZooKeeper threads on one session. A call's latency is from "
                 "its start to its answer.")

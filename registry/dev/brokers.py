@@ -31,6 +31,7 @@ from registry.errors import ConfigError
 from registry.log import TopicConfig
 
 if TYPE_CHECKING:
+    from registry.dev.broker import EmbeddedBroker
     from registry.dev.kafka import KafkaCluster
 
 __all__ = ["FSYNC_EVERY_APPEND", "BrokerChoice", "StartedBroker", "filesystem", "kafka_missing",
@@ -149,10 +150,19 @@ class StartedBroker:
     command: str  # how it was run (the storage flags, or the settings that matter)
     durability: str
     cluster: KafkaCluster | None = None  # Apache Kafka's nodes (kill, pause, leader_of)
+    embedded: EmbeddedBroker | None = None  # the embedded broker's process
 
     def topic_config(self, **settings: Any) -> TopicConfig:
         """The :class:`TopicConfig` of a jobreg topic on this broker."""
         return self.choice.topic_config(**settings)
+
+    def pids(self) -> list[int]:
+        """The broker's processes now running: each Kafka node's, or the embedded broker's
+        (a benchmark reads their CPU time in ``/proc/<pid>/stat``)."""
+        if self.cluster is not None:
+            return [n.pid for n in self.cluster.nodes if n.pid is not None]
+        pid = self.embedded.pid if self.embedded is not None else None
+        return [] if pid is None else [pid]
 
 
 def filesystem(path: str) -> str:
@@ -215,7 +225,7 @@ def start_broker(choice: BrokerChoice, *, directory: str | os.PathLike[str] | No
             yield StartedBroker(
                 choice, broker.bootstrap, _tansu_version(tansu),
                 f"{tansu.name} broker --storage-engine memory://tansu/ (embedded, 127.0.0.1)",
-                choice.durability())
+                choice.durability(), embedded=broker)
         return
     from registry.dev.kafka import KAFKA_VERSION, KafkaCluster
 

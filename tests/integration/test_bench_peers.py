@@ -54,12 +54,13 @@ def test_a_tiny_run_prints_the_three_stores_side_by_side(tmp_path) -> None:
         cells = re.split(r"\s{2,}", line)
         assert "-" not in cells[1:4], line  # a figure for every store
         assert cells[4].endswith("x") and cells[5].endswith("x"), line  # both ratios
-    for what in ("jobs/s", "p99"):  # jobreg's own row: a figure, no peer's
-        line = next(line for line in out.splitlines()
-                    if line.startswith("3 namespaces, a leader each (40 calls)")
-                    and f": {what}" in line)
-        cells = re.split(r"\s{2,}", line)
-        assert cells[1] != "-" and cells[2:4] == ["-", "-"], line
+    for form in ("a leader process each", "leader threads of one process"):
+        for what in ("jobs/s", "p99"):  # jobreg's own rows: a figure, no peer's
+            line = next(line for line in out.splitlines()
+                        if line.startswith(f"3 namespaces, {form} (40 calls)")
+                        and line.split(": ")[1].startswith(what))
+            cells = re.split(r"\s{2,}", line)
+            assert cells[1] != "-" and cells[2:4] == ["-", "-"], line
     prose = " ".join(out.split())  # the notes are wrapped at 100 columns
     assert "never fsynced" in prose and "fsyncs its WAL" in prose and "forceSync=yes" in prose
     assert "skipped" not in out and "FAILED" not in out
@@ -85,7 +86,9 @@ def test_a_tiny_run_on_kafka_puts_it_next_to_the_embedded_broker(tmp_path) -> No
             "failover, 100 live jobs, cold standby",
             "failover, 100 live jobs, elected (2 s lease): last write -> first write",
             "failover, 100 live jobs, elected (2 s lease): claim -> first write",
-            "2 namespaces, a leader each (20 calls)"]
+            "2 namespaces, a leader process each (20 calls) (***): jobs/s",
+            "2 namespaces, a leader process each (20 calls) (***): broker CPU per call",
+            "2 namespaces, leader threads of one process (20 calls) (***): jobs/s"]
     ratios = out[out.index("over jobreg on the embedded broker's"):]
     assert ratios.splitlines()[1].split() == ["measure", "kafka/jobreg"]
     for row in rows:  # the same workload, failover included, on both brokers
@@ -99,6 +102,35 @@ def test_a_tiny_run_on_kafka_puts_it_next_to_the_embedded_broker(tmp_path) -> No
     assert "never fsync on the write path" in prose and "never fsynced" in prose
     assert "skipped" not in out and "FAILED" not in out
     assert os.listdir(tmp_path) == []  # the nodes' data directories are gone
+    assert _children_of(proc.pid) == []
+
+
+@pytest.mark.integration
+@pytest.mark.embedded_only("`jobreg bench peers` starts its own embedded broker for jobreg's side")
+def test_the_namespaces_rows_run_a_leader_process_each_and_then_one_process(tmp_path) -> None:
+    """Issue 35 part 5, cheaply: 3 namespaces, each leader a process of its own (python -m registry.dev.bench_leader),
+    then the three as threads of one process, both on a topic of 3 partitions, one namespace
+    each; every leader process is gone at the end."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen([*JOBREG, "bench", "peers", "--submits", "10", "--jobs", "10",
+                             "--calls", "30", "--writers", "1", "--namespaces", "3",
+                             "--only", "jobreg"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    assert "3 namespaces on 3 partitions, a leader process each" in err
+    for form in ("a leader process each", "leader threads of one process"):
+        name = f"3 namespaces, {form} (30 calls) (***)"
+        for what in ("jobs/s", "x one writer's jobs/s", "p99", "client CPU per call",
+                     "of it librdkafka's threads", "broker CPU per call", "CPU bound on"):
+            cells = re.split(r"\s{2,}", next(line for line in out.splitlines()
+                                              if line.startswith(f"{name}: {what}")))
+            assert cells[1] != "-", cells  # measured (a CPU figure from /proc)
+    target = next(line for line in out.splitlines()
+                  if line.startswith("3 namespaces, a leader process each (30 calls) (***): "
+                                     "jobs/s"))
+    assert ">= 8x one writer's" in target
+    assert "FAILED" not in out and "Traceback" not in err
     assert _children_of(proc.pid) == []
 
 

@@ -86,7 +86,8 @@ def test_terms_timeline_explain(incident) -> None:
         (1, "jm-1", 1), (2, "jm-2", 0), (3, "jm-3", 0)]
     assert set(doc["terms"][0]) == {"epoch", "leader", "started", "ended", "first_offset",
                                     "last_offset", "accepted", "rejected", "lease_ms", "end",
-                                    "end_offset", "next_epoch"}
+                                    "end_offset", "next_epoch", "started_at", "started_time",
+                                    "ended_at", "ended_time", "duration_ms"}
     # The end, structured (issue 15 item 8), next to the text for people.
     first, last = doc["terms"][0], doc["terms"][-1]
     assert (first["end"], first["next_epoch"]) == ("superseded", 2)
@@ -149,6 +150,55 @@ def test_rejected_quarantine_state(incident) -> None:
     code, out, _ = cli(incident, "state", "--offset", str(past))
     assert code == 0 and f"after offset {incident['corrupt']} (the last record at or before " \
         f"{past}; offsets are not dense" in out
+
+
+def test_terms_show_when_each_term_started_and_ended_by_its_records_times(incident) -> None:
+    """Issue 35 part 4: a term starts at its grant's record time and ends at the revoke's or
+    the next grant's, as the broker stamped those records (the timeline shows the same
+    stamps), and lasts the difference."""
+    terms = as_json(incident, "terms")["terms"]
+    reg = Registry.connect(incident["bootstrap"], NS, topic=incident["topic"])
+    try:
+        stamps = {d.offset: d.timestamp for d in reg.forensics().decisions()}
+    finally:
+        reg.close()
+    for t, nxt in zip(terms, [*terms[1:], None], strict=True):
+        assert t["started_at"] == stamps[t["first_offset"]] is not None
+        assert t["started_time"].endswith("Z")
+        if nxt is None:
+            assert (t["ended_at"], t["ended_time"], t["duration_ms"]) == (None, None, None)
+        else:
+            assert t["ended_at"] == stamps[t["end_offset"]] == nxt["started_at"]
+            assert t["duration_ms"] == t["ended_at"] - t["started_at"] >= 0
+    code, out, _ = cli(incident, "terms")
+    head, _, *rows = out.splitlines()
+    assert "from (UTC)" in head and "until (UTC)" in head and "duration" in head
+    assert terms[0]["started_time"] in rows[0] and terms[0]["ended_time"] in rows[0]
+    assert "unknown" not in out
+
+
+def test_terms_from_records_without_a_time_say_unknown(incident, tmp_path) -> None:
+    """A dump whose records carry no time (the dump format allows it; a source that gives
+    none) shows "unknown", never a time."""
+    from registry.dumpfile import DumpReader, write_dump
+
+    stamped, bare = tmp_path / "stamped.avro", tmp_path / "bare.avro"
+    assert cli(incident, "dump", str(stamped))[0] == 0
+    reader = DumpReader(stamped)
+    meta = {k: v for k, v in reader.metadata.items() if k.startswith("jobreg.")
+            and k != "jobreg.format"}
+    with open(bare, "wb") as f:
+        write_dump(f, meta, ({"partition": r.partition, "offset": r.offset, "timestamp": None,
+                              "key": r.key, "value": r.value} for r in reader.records()))
+    result = CliRunner().invoke(main, ["--json", "--from-file", str(bare), "terms"],
+                                catch_exceptions=False)
+    terms = json.loads(result.stdout)["terms"]
+    assert [(t["started_at"], t["ended_at"], t["duration_ms"]) for t in terms] == \
+        [(None, None, None)] * 3
+    result = CliRunner().invoke(main, ["--from-file", str(bare), "terms"])
+    rows = result.stdout.splitlines()[2:]
+    assert result.exit_code == 0 and len(rows) == 3
+    assert [r.split().count("unknown") for r in rows] == [3, 3, 1]  # the last is current
 
 
 def test_dump_then_every_command_from_the_file_with_no_broker(incident, tmp_path) -> None:

@@ -3,6 +3,7 @@ its figures with and without jobreg on Apache Kafka: pure logic, no broker start
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -10,12 +11,16 @@ import pytest
 from registry.dev.bench_peers import (
     JOBREG_STORES,
     Concurrent,
+    NamespaceLayout,
+    Namespaces,
     PeersFigures,
     StoreFigures,
+    _cpu_seconds,
     format_peers,
 )
 from registry.dev.brokers import FSYNC_EVERY_APPEND, BrokerChoice
 from registry.errors import ConfigError
+from registry.keys import partition_for
 
 
 def test_a_choice_gives_its_topics_the_replicas_its_min_insync_needs() -> None:
@@ -58,7 +63,12 @@ def _store(name: str, scale: float) -> StoreFigures:
     f.failover_claim_s, f.failover_s = 0.01 * scale, 0.5 * scale
     if name in JOBREG_STORES:
         f.failover_cold_s = 0.6 * scale
-        f.namespaces = Concurrent(4, 100, 400 / scale, 5 * scale, 9 * scale)
+        f.namespace_processes = Namespaces(4, 100, 400 / scale, 5 * scale, 9 * scale,
+                                           processes=True, elapsed_s=0.25 * scale,
+                                           client_cpu_s=0.25 * scale, broker_cpu_s=0.125,
+                                           client_rdkafka_cpu_s=0.05, partitions=4)
+        f.namespaces = Namespaces(4, 100, 200 / scale, 5 * scale, 9 * scale, elapsed_s=0.5,
+                                  client_cpu_s=0.5, broker_cpu_s=None, partitions=4)
     return f
 
 
@@ -117,3 +127,71 @@ def test_kafka_alone_has_ratios_over_the_peers_that_ran_only() -> None:
                                                "ZooKeeper"]
     titles = [b.splitlines()[0] for b in out.split("\n\n") if "ratios from this run" in b]
     assert titles == ["Each store's figure over etcd's (ratios from this run):"]
+
+
+def test_the_namespaces_rows_give_both_forms_their_ratio_to_one_writer_and_the_cores_busy(
+        ) -> None:
+    """Issue 35 part 5: a leader process per namespace (the target's form) and the one-process
+    form, each with the aggregate, its ratio to the lone writer's rate of the same store, p99,
+    and the cores the clients and the broker kept busy (unknown: "-")."""
+    out = format_peers(_figures("jobreg", "kafka"))
+    procs = "4 namespaces, a leader process each (100 calls) (***)"
+    threads = "4 namespaces, leader threads of one process (100 calls) (***)"
+    cells = _cells(out, f"{procs}: jobs/s")
+    assert cells[1:3] == ["400 jobs/s", "200 jobs/s"]
+    assert cells[-1] == ">= 8x one writer's (100 jobs/s) (missed)"
+    assert _cells(out, f"{procs}: x one writer's jobs/s")[1:3] == ["4.0x", "4.0x"]
+    assert _cells(out, f"{procs}: client CPU per call")[1:3] == ["2.50 ms", "5.00 ms"]
+    assert _cells(out, f"{procs}: of it librdkafka's threads")[1:3] == ["0.50 ms", "0.50 ms"]
+    assert _cells(out, f"{procs}: broker CPU per call")[1:3] == ["1.25 ms", "1.25 ms"]
+    cores = os.cpu_count()
+    # the machine's cores over the CPU a call costs: 100 calls / (0.25 + 0.125) s per core
+    assert _cells(out, f"{procs}: CPU bound on {cores} cores")[1] == \
+        f"{cores * 100 / 0.375:,.0f} jobs/s"
+    assert _cells(out, f"{threads}: jobs/s")[1:3] == ["200 jobs/s", "100 jobs/s"]
+    assert _cells(out, f"{threads}: x one writer's jobs/s")[1:3] == ["2.0x", "2.0x"]
+    assert _cells(out, f"{threads}: broker CPU per call")[1:3] == ["-", "-"]  # not read
+    assert _cells(out, f"{threads}: CPU bound on {cores} cores")[1:3] == ["-", "-"]
+    prose = " ".join(out.split())
+    assert "namespace i on partition i % 4 (one per partition" in prose
+    figures = _figures("jobreg")
+    figures.stores["jobreg"].namespace_processes.jobs_per_s = 800
+    assert _cells(format_peers(figures), f"{procs}: jobs/s")[-1].endswith("(met)")
+
+
+@pytest.mark.parametrize(("count", "partitions"), [(16, 16), (16, 8), (3, 3), (5, 2)])
+def test_the_layout_puts_namespace_i_on_partition_i_mod_the_count(count, partitions) -> None:
+    layout = NamespaceLayout.spread(count, partitions)
+    assert len(set(layout.names)) == count and layout.partitions == partitions
+    assert [partition_for(n, partitions) for n in layout.names] == \
+        [i % partitions for i in range(count)]
+    assert layout.shared == -(-count // partitions)
+
+
+def test_cpu_seconds_read_proc_and_say_none_for_a_process_that_is_gone() -> None:
+    used = _cpu_seconds([os.getpid()])
+    assert used is None or used >= 0  # None: no /proc here
+    assert _cpu_seconds([2**22 + 1]) is None  # above pid_max's default limit: no such process
+    assert _cpu_seconds([]) is None
+
+
+def test_a_leader_process_that_fails_is_one_line_naming_its_namespace() -> None:
+    """No broker answers on port 1: every leader process says why it could not connect, and
+    the bench raises one PeersError naming a namespace (no process is left behind)."""
+    import subprocess
+
+    from registry.dev.bench_peers import PeersError, _namespace_processes
+    from registry.log import TopicConfig
+
+    layout = NamespaceLayout.spread(2, 2)
+    with pytest.raises(PeersError) as e:
+        _namespace_processes("127.0.0.1:1", "t", TopicConfig(partitions=2), layout, 10,
+                             lambda: [], timeout=1.0)
+    said = str(e.value)
+    assert said.startswith("namespaces, a leader process each: ns-")
+    assert "BrokerError: no Kafka broker answered at 127.0.0.1:1" in said
+    assert "\n" not in said  # a registry error is one line
+    assert any(name in said for name in layout.names)
+    ps = subprocess.run(["ps", "-eo", "ppid,args"], capture_output=True, text=True).stdout
+    assert not [line for line in ps.splitlines() if line.split()[0] == str(os.getpid())
+                and "bench_leader" in line]
