@@ -914,12 +914,11 @@ class Term:
         leader that may stay idle calls it at least once per
         ``min.compaction.lag.ms``.
         """
-        with self.registry._log.lock:
-            image = self.registry.sync()
-            planned = len(plan_reassertions(image, self.epoch, self.contender))
-            if planned:
-                self._commit([])
-            return planned
+        image = self.registry.sync()
+        planned = len(plan_reassertions(image, self.epoch, self.contender))
+        if planned:
+            self._commit([])
+        return planned
 
     def close(self) -> None:
         """Drop this term's producer (the term itself goes on until fenced or revoked)."""
@@ -1113,10 +1112,12 @@ class Term:
             with reg._log.lock:
                 pairs: list[tuple[str, Event]] = list(
                     plan_reassertions(reg.image, self.epoch, self.contender))
-                if pairs:
-                    self._send(pairs)
-                    self._settle(guard)
-                return []
+            # Not under the log's lock: a group settling at its end holds the settling lock
+            # and reads the log (the lock order is settling, then the log).
+            if pairs:
+                self._send(pairs)
+                self._settle(guard)
+            return []
         # Encoded in the caller's thread: a record that cannot be encoded fails its own
         # call, before it joins a group.
         codec = reg._codec
