@@ -1,21 +1,38 @@
-"""``jobreg bench roundtrips``: what a write's round trips cost, and the alternatives (issue 27).
+"""``jobreg bench roundtrips``: what a write's round trips cost, and the alternatives (issues 27
+and 35).
 
-A jobreg write is today one Kafka transaction (v1: AddPartitionsToTxn, Produce, EndTxn, in
-sequence) followed by a read_committed confirmation (``LogReader.take_own``'s probe). This
-benchmark times, with raw confluent-kafka clients configured as :mod:`registry.log` configures
-them (``_CLIENT_DEFAULTS``; ``TransactionalWriter``'s and ``PlainWriter``'s producer settings;
-``LogReader``'s probe consumer), a write of N records (N = 1, 8, 64, 512; each a JobSubmitted
-with a 200-byte graph as the wire encodes it, ~290 bytes) to one partition, one write at a time:
+A jobreg write is today (issue 35) a produce of an idempotent acks=all producer, followed by a
+confirmation that every read_committed reader can read it (``LeaderWriter``, then
+``LogReader.take_own``); until issue 35 it was one Kafka transaction (v1: AddPartitionsToTxn,
+Produce, EndTxn, in sequence) followed by a read_committed probe fetch. This benchmark times,
+with raw confluent-kafka clients configured as :mod:`registry.log` configures them
+(``_CLIENT_DEFAULTS``; ``LeaderWriter``'s, ``PlainWriter``'s and the former
+``TransactionalWriter``'s producer settings; ``LogReader``'s consumers), a write of N records
+(N = 1, 8, 64, 512; each a JobSubmitted with a 200-byte graph as the wire encodes it, ~290
+bytes) to one partition, one write at a time:
 
 a. ``txn``: ``begin_transaction``, produce N, ``commit_transaction`` (split: the produce calls,
    the commit, which sends everything);
-b. ``txn+confirm`` (today): (a), then the confirmation: a read_committed consumer with a 1 ms
-   fetch wait seeks to two offsets past the last record (where the partition ends once the
-   commit marker follows it) and waits for an end of partition (or a record) past it;
-c. ``idem+confirm``: an idempotent producer (acks=all), no transaction: produce N and
-   ``flush``, then the same confirmation at one offset past the last record (no marker);
+b. ``txn+confirm`` (the write before issue 35): (a), then the confirmation: a read_committed
+   consumer with a 1 ms fetch wait seeks to two offsets past the last record (where the
+   partition ends once the commit marker follows it) and waits for an end of partition (or a
+   record) past it;
+c. ``idem+probe``: an idempotent producer (acks=all), no transaction: produce N and ``flush``,
+   then the same probe as the only confirmation, at one offset past the last record (no
+   marker);
 d. ``idem``: (c) without the confirmation: the acknowledgement alone;
-e. variants, each next to the write it changes:
+e. today's write, as ``LeaderWriter.start``/``wait`` and ``LogReader.take_own`` make it: the N
+   records queued in one ``produce_batch`` call (``linger.ms`` 0, acks=all), acknowledged
+   (polling for their delivery reports), then a read_committed ListOffsets
+   (``get_watermark_offsets(cached=False)`` on a read_committed consumer assigned to the
+   partition and paused, as a reader is between reads) whose last stable offset must lie past
+   the last record; only when it does not, the probe fetch from the offset after the last
+   record (1 ms fetch wait, within ``LogReader``'s probe patience), and if that does not show
+   the end past it either, the records read back. The table counts the writes ListOffsets
+   confirmed alone and the records read back. (The reader's precondition, that it had read
+   the partition up to the write's first offset, holds here by construction: one writer per
+   partition);
+then variants, each next to the write it changes:
 
    * the confirmation: (b) and (c) confirmed by fetching the last record itself (``b1``,
      ``c1``: a fetch with records to return is answered at once, one at the end of the
