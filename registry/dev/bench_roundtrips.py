@@ -44,6 +44,9 @@ then variants, each next to the write it changes:
      ``linger.ms`` 1000 (``c3``). A probe that does not wait at all (``fetch.wait.max.ms`` 0)
      is no option here: the embedded broker then answers every fetch with nothing, from any
      offset;
+   * today's confirmation: its ListOffsets asked by ``offsets_for_times`` with the latest
+     offset (``e1``: one ListOffsets request, where ``get_watermark_offsets`` sends two, the
+     low watermark's too; on a read_committed consumer both answer the last stable offset);
    * the transaction: the produce acknowledged before the commit (``a1``: the commit is
      EndTxn alone), Nagle's algorithm on (``a2``);
    * the idempotent producer: ``linger.ms`` 5 (librdkafka's default) and 1000 (``flush``
@@ -80,7 +83,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from registry.errors import BrokerError
 from registry.events import InlineGraph, JobSubmitted, new_event_id, now_ms
@@ -130,6 +140,9 @@ class Variant:
     # confirm as LogReader.take_own: a read_committed ListOffsets first, the probe fetch
     # only when its last stable offset is not past the write, then the read back
     list_offsets: bool = False
+    # ... that ListOffsets asked by offsets_for_times(latest): one request, where
+    # get_watermark_offsets sends two (the low watermark too)
+    one_list_offsets: bool = False
 
 
 LONG_BATCHES = 5000  # batches already on a long partition, by default
@@ -153,6 +166,8 @@ VARIANTS = (
     Variant("b3", f"(b1), on a long partition, fetch wait {LONG_WAIT_MS} ms", True,
             confirm=True, read_back=True, long=True, fetch_wait_ms=LONG_WAIT_MS,
             compare="b2"),
+    Variant("e1", "(e), ListOffsets by offsets_for_times", False, confirm=True, leader=True,
+            list_offsets=True, one_list_offsets=True, compare="e"),
     Variant("c1", "(c), confirm reads the last record back", False, confirm=True,
             read_back=True, compare="c"),
     Variant("c2", f"(c1), {IDLE_MS} ms idle between writes", False, confirm=True,
@@ -309,8 +324,10 @@ class _Confirm:
     """
 
     def __init__(self, kafka: Kafka, topic: str, partition: int,
-                 extra: dict[str, Any] | None = None, *, list_offsets: bool = False) -> None:
+                 extra: dict[str, Any] | None = None, *, list_offsets: bool = False,
+                 one_list_offsets: bool = False) -> None:
         self.topic, self.partition = topic, partition
+        self.one_list_offsets = one_list_offsets
         self.consumer = Consumer(_reader_settings(kafka, 1, "latest", extra))
         self._assigned = False
         self.reader: Consumer | None = None
@@ -326,6 +343,10 @@ class _Confirm:
         answers now (``None``: no answer within ``LogReader``'s probe patience)."""
         assert self.reader is not None
         try:
+            if self.one_list_offsets:  # the latest offset: for read_committed the stable one
+                [tp] = self.reader.offsets_for_times(
+                    [TopicPartition(self.topic, self.partition, OFFSET_END)], timeout=_PROBE_S)
+                return None if tp.error is not None or tp.offset < 0 else int(tp.offset)
             _low, stable = self.reader.get_watermark_offsets(
                 TopicPartition(self.topic, self.partition), timeout=_PROBE_S, cached=False)
         except KafkaException:
@@ -542,7 +563,8 @@ def _instrumented(kafka: Kafka, topic: str, variant: Variant, size: int, partiti
     producer = _producer(kafka, topic, variant, debug)
     confirm = _Confirm(kafka, topic, partition,
                        {"fetch.wait.max.ms": variant.fetch_wait_ms, **debug},
-                       list_offsets=variant.list_offsets) \
+                       list_offsets=variant.list_offsets,
+                       one_list_offsets=variant.one_list_offsets) \
         if variant.confirm else None
     records = _records(size, graph_bytes)
     try:
@@ -669,7 +691,7 @@ def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_by
                                record_bytes=len(records[sizes[0]][0][1]),
                                long_batches=long_batches)
     variants = [v for v in VARIANTS if long_batches or not v.long]
-    instrumented = [(v, n) for v in ("b", "b1", "c", "d", "d2", "e")
+    instrumented = [(v, n) for v in ("b", "b1", "c", "d", "d2", "e", "e1")
                     for n in sorted({1, 64} & set(sizes)) or sizes[:1]]
     partitions = len(variants) * len(sizes) + len(instrumented) + 1
     ensure_topic(kafka, topic, TopicConfig(partitions=partitions,
@@ -692,7 +714,8 @@ def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_by
             if v.confirm:
                 confirm = _Confirm(kafka, topic, cell.partition,
                                    {"fetch.wait.max.ms": v.fetch_wait_ms},
-                                   list_offsets=v.list_offsets)
+                                   list_offsets=v.list_offsets,
+                                   one_list_offsets=v.one_list_offsets)
                 confirms.append(confirm)
             for _ in range(WARM_UP):
                 _write(producers[v.key], confirm, v, topic, cell.partition, records[n])
@@ -769,8 +792,8 @@ def format_roundtrips(f: RoundtripFigures) -> str:
     out += ["", "where the time goes, p50 ms (produce: the produce() calls, e: produce_batch; "
             "acked: flush inside the transaction; commit: commit_transaction; flush: until "
             "acknowledged, e: polling for the reports as LeaderWriter.wait; confirm: the "
-            "read_committed confirmation, whole; ListOffsets: e's read_committed ListOffsets; "
-            "ListOffsets confirms: e's writes whose ListOffsets answer showed them, the others "
+            "read_committed confirmation, whole; ListOffsets: e's and e1's read_committed ListOffsets; "
+            "ListOffsets confirms: e's (e1's) writes whose ListOffsets answer showed them, the others "
             "confirmed by the probe fetch from last+1, or read back where that did not show "
             "them either)", ""]
     steps: list[tuple[object, ...]] = []
