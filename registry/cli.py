@@ -739,11 +739,13 @@ def _sizes(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[in
 def bench_roundtrips_cmd(settings: Settings, writes: int, sizes: tuple[int, ...],
                          graph_bytes: int, rounds: int, long_batches: int,
                          replication: int, use_kafka: bool, kafka_nodes: int | None) -> None:
-    """What a write's round trips cost: a write of N records to one partition as a Kafka
-    transaction (today), with and without the read_committed confirmation, next to an
-    idempotent acks=all producer without transactions, and variants (the confirmation's
-    fetch, linger.ms, batch.num.messages, Nagle); p50/p99 and records/s with ratios from one
-    run, the requests librdkafka sends (versions, round-trip times) and init_transactions.
+    """What a write's round trips cost: a write of N records to one partition as today's
+    write (an idempotent acks=all producer, then a read_committed ListOffsets confirmation,
+    the probe fetch only when that does not show it), next to the Kafka transaction of before
+    issue 35 with and without its confirmation, the idempotent write confirmed by the probe
+    alone and unconfirmed, and variants (the confirmation's fetch, linger.ms,
+    batch.num.messages, Nagle); p50/p99 and records/s with ratios from one run, the requests
+    librdkafka sends (versions, round-trip times) and init_transactions.
     On an embedded broker, on Apache Kafka started for the run (--kafka, --kafka-nodes N), or
     on the global --bootstrap (a fresh topic whose deletion is asked afterwards). Progress on
     stderr, the tables on stdout."""

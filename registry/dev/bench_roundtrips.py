@@ -1,21 +1,38 @@
-"""``jobreg bench roundtrips``: what a write's round trips cost, and the alternatives (issue 27).
+"""``jobreg bench roundtrips``: what a write's round trips cost, and the alternatives (issues 27
+and 35).
 
-A jobreg write is today one Kafka transaction (v1: AddPartitionsToTxn, Produce, EndTxn, in
-sequence) followed by a read_committed confirmation (``LogReader.take_own``'s probe). This
-benchmark times, with raw confluent-kafka clients configured as :mod:`registry.log` configures
-them (``_CLIENT_DEFAULTS``; ``TransactionalWriter``'s and ``PlainWriter``'s producer settings;
-``LogReader``'s probe consumer), a write of N records (N = 1, 8, 64, 512; each a JobSubmitted
-with a 200-byte graph as the wire encodes it, ~290 bytes) to one partition, one write at a time:
+A jobreg write is today (issue 35) a produce of an idempotent acks=all producer, followed by a
+confirmation that every read_committed reader can read it (``LeaderWriter``, then
+``LogReader.take_own``); until issue 35 it was one Kafka transaction (v1: AddPartitionsToTxn,
+Produce, EndTxn, in sequence) followed by a read_committed probe fetch. This benchmark times,
+with raw confluent-kafka clients configured as :mod:`registry.log` configures them
+(``_CLIENT_DEFAULTS``; ``LeaderWriter``'s, ``PlainWriter``'s and the former
+``TransactionalWriter``'s producer settings; ``LogReader``'s consumers), a write of N records
+(N = 1, 8, 64, 512; each a JobSubmitted with a 200-byte graph as the wire encodes it, ~290
+bytes) to one partition, one write at a time:
 
 a. ``txn``: ``begin_transaction``, produce N, ``commit_transaction`` (split: the produce calls,
    the commit, which sends everything);
-b. ``txn+confirm`` (today): (a), then the confirmation: a read_committed consumer with a 1 ms
-   fetch wait seeks to two offsets past the last record (where the partition ends once the
-   commit marker follows it) and waits for an end of partition (or a record) past it;
-c. ``idem+confirm``: an idempotent producer (acks=all), no transaction: produce N and
-   ``flush``, then the same confirmation at one offset past the last record (no marker);
+b. ``txn+confirm`` (the write before issue 35): (a), then the confirmation: a read_committed
+   consumer with a 1 ms fetch wait seeks to two offsets past the last record (where the
+   partition ends once the commit marker follows it) and waits for an end of partition (or a
+   record) past it;
+c. ``idem+probe``: an idempotent producer (acks=all), no transaction: produce N and ``flush``,
+   then the same probe as the only confirmation, at one offset past the last record (no
+   marker);
 d. ``idem``: (c) without the confirmation: the acknowledgement alone;
-e. variants, each next to the write it changes:
+e. today's write, as ``LeaderWriter.start``/``wait`` and ``LogReader.take_own`` make it: the N
+   records queued in one ``produce_batch`` call (``linger.ms`` 0, acks=all), acknowledged
+   (polling for their delivery reports), then a read_committed ListOffsets
+   (``get_watermark_offsets(cached=False)`` on a read_committed consumer assigned to the
+   partition and paused, as a reader is between reads) whose last stable offset must lie past
+   the last record; only when it does not, the probe fetch from the offset after the last
+   record (1 ms fetch wait, within ``LogReader``'s probe patience), and if that does not show
+   the end past it either, the records read back. The table counts the writes ListOffsets
+   confirmed alone and the records read back. (The reader's precondition, that it had read
+   the partition up to the write's first offset, holds here by construction: one writer per
+   partition);
+then variants, each next to the write it changes:
 
    * the confirmation: (b) and (c) confirmed by fetching the last record itself (``b1``,
      ``c1``: a fetch with records to return is answered at once, one at the end of the
@@ -27,6 +44,9 @@ e. variants, each next to the write it changes:
      ``linger.ms`` 1000 (``c3``). A probe that does not wait at all (``fetch.wait.max.ms`` 0)
      is no option here: the embedded broker then answers every fetch with nothing, from any
      offset;
+   * today's confirmation: its ListOffsets asked by ``offsets_for_times`` with the latest
+     offset (``e1``: one ListOffsets request, where ``get_watermark_offsets`` sends two, the
+     low watermark's too; on a read_committed consumer both answer the last stable offset);
    * the transaction: the produce acknowledged before the commit (``a1``: the commit is
      EndTxn alone), Nagle's algorithm on (``a2``);
    * the idempotent producer: ``linger.ms`` 5 (librdkafka's default) and 1000 (``flush``
@@ -63,12 +83,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 
 from registry.errors import BrokerError
 from registry.events import InlineGraph, JobSubmitted, new_event_id, now_ms
 from registry.kafka_config import Kafka
-from registry.log import _CLIENT_DEFAULTS, TRANSACTION_TIMEOUT_MS, TopicConfig, ensure_topic
+from registry.log import (
+    _CLIENT_DEFAULTS,
+    _PROBE_S,
+    TRANSACTION_TIMEOUT_MS,
+    TopicConfig,
+    ensure_topic,
+)
 from registry.render import table
 from registry.wire import encode
 
@@ -80,6 +113,7 @@ WARM_UP = 20  # untimed writes per cell first (connections, producer ids, first 
 _TIMEOUT = 30.0  # seconds: a write or confirmation that takes this long failed
 _INSTRUMENTED_WRITES = 30
 _INIT_ROUNDS = 10
+_READER_WAIT_MS = 5  # LogReader's default fetch wait (its consumer is paused between reads)
 
 _Progress = Callable[[str], None]
 
@@ -100,6 +134,15 @@ class Variant:
     long: bool = False  # on a partition that already holds many batches (``long_batches``)
     idle_ms: int = 0  # a pause between writes (not timed)
     fetch_wait_ms: int = 1  # the probe's fetch.wait.max.ms (LogReader's: 1)
+    # LeaderWriter's write: the records queued in one produce_batch call, acknowledged by
+    # polling for their reports (not flush), acks=all set as it sets it
+    leader: bool = False
+    # confirm as LogReader.take_own: a read_committed ListOffsets first, the probe fetch
+    # only when its last stable offset is not past the write, then the read back
+    list_offsets: bool = False
+    # ... that ListOffsets asked by offsets_for_times(latest): one request, where
+    # get_watermark_offsets sends two (the low watermark too)
+    one_list_offsets: bool = False
 
 
 LONG_BATCHES = 5000  # batches already on a long partition, by default
@@ -110,16 +153,21 @@ IDLE_MS = 5  # the pause between writes of the "idle" write
 LONG_WAIT_MS = 20
 
 VARIANTS = (
-    Variant("a", "txn v1: begin, produce N, commit", True, compare="b"),
-    Variant("b", "txn v1 + read_committed confirm (today)", True, confirm=True, compare="b"),
-    Variant("c", "idempotent acks=all + confirm", False, confirm=True, compare="b"),
-    Variant("d", "idempotent acks=all, no confirm", False, compare="b"),
+    Variant("a", "txn v1: begin, produce N, commit", True, compare="e"),
+    Variant("b", "txn v1 + read_committed confirm (before issue 35)", True, confirm=True,
+            compare="e"),
+    Variant("c", "idempotent acks=all + probe confirm", False, confirm=True, compare="e"),
+    Variant("d", "idempotent acks=all, no confirm", False, compare="e"),
+    Variant("e", "idempotent acks=all, batch + ListOffsets confirm (today)", False,
+            confirm=True, leader=True, list_offsets=True, compare="b"),
     Variant("b1", "(b), confirm reads the last record back", True, confirm=True,
             read_back=True, compare="b"),
     Variant("b2", "(b), on a long partition", True, confirm=True, long=True, compare="b"),
     Variant("b3", f"(b1), on a long partition, fetch wait {LONG_WAIT_MS} ms", True,
             confirm=True, read_back=True, long=True, fetch_wait_ms=LONG_WAIT_MS,
             compare="b2"),
+    Variant("e1", "(e), ListOffsets by offsets_for_times", False, confirm=True, leader=True,
+            list_offsets=True, one_list_offsets=True, compare="e"),
     Variant("c1", "(c), confirm reads the last record back", False, confirm=True,
             read_back=True, compare="c"),
     Variant("c2", f"(c1), {IDLE_MS} ms idle between writes", False, confirm=True,
@@ -150,6 +198,8 @@ class Cell:
     latencies: list[float] = field(default_factory=list)
     steps: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     late_confirms: int = 0  # confirmations that an earlier fetch answer did not give
+    probed: int = 0  # ListOffsets confirmations whose answer did not show it (probe fetch)
+    read_back: int = 0  # ... and whose probe did not either (the records read back)
     seconds: float = 0.0  # the timed writes' wall time, end to end
     confirm: _Confirm | None = field(default=None, repr=False, compare=False)
 
@@ -233,10 +283,13 @@ def _warm_up(producer: Producer, topic: str) -> None:
 
 def _producer(kafka: Kafka, topic: str, variant: Variant, extra: dict[str, Any] | None = None,
               transactional_id: str | None = None) -> Producer:
-    if variant.transactional:  # TransactionalWriter's settings
+    if variant.transactional:  # TransactionalWriter's settings (the write before issue 35)
         ours: dict[str, Any] = {"transactional.id": transactional_id or
                                 f"jobreg-bench.{topic}.{variant.key}.{uuid.uuid4().hex[:8]}",
                                 "linger.ms": 0, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+    elif variant.leader:  # LeaderWriter's
+        ours = {"enable.idempotence": True, "acks": "all", "linger.ms": 0,
+                "message.timeout.ms": int(_TIMEOUT * 1000)}
     else:  # PlainWriter's
         ours = {"enable.idempotence": True, "linger.ms": 0,
                 "message.timeout.ms": int(_TIMEOUT * 1000)}
@@ -249,24 +302,77 @@ def _producer(kafka: Kafka, topic: str, variant: Variant, extra: dict[str, Any] 
     return producer
 
 
+def _reader_settings(kafka: Kafka, fetch_wait_ms: int, reset: str,
+                     extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    # LogReader._settings (the group id is required by librdkafka and never used)
+    return kafka.settings(_CLIENT_DEFAULTS, {
+        "group.id": f"jobreg-bench-{uuid.uuid4()}", "enable.auto.commit": False,
+        "enable.auto.offset.store": False, "enable.partition.eof": True,
+        "isolation.level": "read_committed", "fetch.wait.max.ms": fetch_wait_ms,
+        "fetch.error.backoff.ms": 10, "auto.offset.reset": reset, **(extra or {})})
+
+
 class _Confirm:
     """``LogReader``'s readability probe: a read_committed consumer that waits at most 1 ms
     per fetch at the broker, paused between confirmations, seeked to where the partition
     ends if nothing else was appended; evidence is an end of partition past the last record,
-    or any record at or after it (read_committed returns only stable records)."""
+    or any record at or after it (read_committed returns only stable records).
+
+    With ``list_offsets``, also the reader's own consumer (``LogReader``'s settings: fetch
+    wait 5 ms, assigned and paused, as a reader is between reads), which asks the
+    read_committed ListOffsets that ``LogReader.take_own`` asks first (:meth:`confirm_own`).
+    """
 
     def __init__(self, kafka: Kafka, topic: str, partition: int,
-                 extra: dict[str, Any] | None = None) -> None:
+                 extra: dict[str, Any] | None = None, *, list_offsets: bool = False,
+                 one_list_offsets: bool = False) -> None:
         self.topic, self.partition = topic, partition
-        self.consumer = Consumer(kafka.settings(_CLIENT_DEFAULTS, {
-            "group.id": f"jobreg-bench-{uuid.uuid4()}", "enable.auto.commit": False,
-            "enable.auto.offset.store": False, "enable.partition.eof": True,
-            "isolation.level": "read_committed", "fetch.wait.max.ms": 1,
-            "fetch.error.backoff.ms": 10, "auto.offset.reset": "latest", **(extra or {})}))
+        self.one_list_offsets = one_list_offsets
+        self.consumer = Consumer(_reader_settings(kafka, 1, "latest", extra))
         self._assigned = False
+        self.reader: Consumer | None = None
+        if list_offsets:
+            debug = {k: v for k, v in (extra or {}).items() if k in ("debug", "logger")}
+            self.reader = Consumer(_reader_settings(kafka, _READER_WAIT_MS, "earliest", debug))
+            tp = TopicPartition(topic, partition, 0)
+            self.reader.assign([tp])
+            self.reader.pause([tp])
 
-    def confirm(self, last: int, at: int) -> int:
-        """Wait until ``last`` is readable; return how many fetch answers said not yet."""
+    def stable_offset(self) -> int | None:
+        """``LogReader._stable_offset``: the last stable offset a read_committed ListOffsets
+        answers now (``None``: no answer within ``LogReader``'s probe patience)."""
+        assert self.reader is not None
+        try:
+            if self.one_list_offsets:  # the latest offset: for read_committed the stable one
+                [tp] = self.reader.offsets_for_times(
+                    [TopicPartition(self.topic, self.partition, OFFSET_END)], timeout=_PROBE_S)
+                return None if tp.error is not None or tp.offset < 0 else int(tp.offset)
+            _low, stable = self.reader.get_watermark_offsets(
+                TopicPartition(self.topic, self.partition), timeout=_PROBE_S, cached=False)
+        except KafkaException:
+            return None
+        return int(stable) if stable is not None else None
+
+    def confirm_own(self, last: int, steps: dict[str, float]) -> str:
+        """``LogReader.take_own``'s confirmation of a write whose last record is ``last``:
+        ``"list_offsets"`` if the last stable offset already lies past it, else
+        ``"probe"`` if a fetch from ``last + 1`` shows the end of the partition past it
+        within ``LogReader``'s probe patience, else ``"read_back"`` (read until ``last``).
+        Puts the ListOffsets' time into ``steps``."""
+        t0 = time.perf_counter()
+        stable = self.stable_offset()
+        steps["list_offsets"] = _ms(t0, time.perf_counter())
+        if stable is not None and stable > last:
+            return "list_offsets"
+        if self.confirm(last, last + 1, within=_PROBE_S) is not None:
+            return "probe"
+        self.confirm(last, last)
+        return "read_back"
+
+    def confirm(self, last: int, at: int, within: float = _TIMEOUT) -> int | None:
+        """Wait until ``last`` is readable; return how many fetch answers said not yet.
+        ``None`` if it was not within ``within`` seconds, if that is less than the bench's
+        patience (a failed write's)."""
         tp = TopicPartition(self.topic, self.partition, at)
         if not self._assigned:
             self.consumer.assign([tp])
@@ -275,7 +381,7 @@ class _Confirm:
             self.consumer.resume([tp])
             self.consumer.seek(tp)
         not_yet = 0
-        deadline = time.monotonic() + _TIMEOUT
+        deadline = time.monotonic() + within
         try:
             while (left := deadline - time.monotonic()) > 0:
                 first = self.consumer.poll(left)
@@ -289,28 +395,38 @@ class _Confirm:
                         if offset > last:
                             return not_yet
                         not_yet += 1
+        except KafkaException:
+            if within >= _TIMEOUT:
+                raise
+            return None  # as LogReader's probe: read back instead
         finally:
             with contextlib.suppress(KafkaException):
                 self.consumer.pause([tp])
+        if within < _TIMEOUT:
+            return None
         raise BrokerError(f"offset {last} of {self.topic}[{self.partition}] was not readable "
                           f"at read_committed within {_TIMEOUT:g} s")
 
     def close(self) -> None:
         """Leave the broker."""
-        with contextlib.suppress(KafkaException):
-            self.consumer.close()
+        for consumer in (self.consumer, self.reader):
+            if consumer is not None:
+                with contextlib.suppress(KafkaException):
+                    consumer.close()
 
 
 class _Offsets:
     """Delivery reports of one write: the offsets, or the first error."""
 
-    __slots__ = ("error", "offsets")
+    __slots__ = ("error", "offsets", "reports")
 
     def __init__(self) -> None:
         self.offsets: list[int] = []
         self.error: KafkaError | None = None
+        self.reports = 0
 
     def __call__(self, err: KafkaError | None, msg: Any) -> None:
+        self.reports += 1
         if err is not None:
             self.error = err
         elif msg.offset() is not None and msg.offset() >= 0:
@@ -319,8 +435,9 @@ class _Offsets:
 
 def _write(producer: Producer, confirm: _Confirm | None, variant: Variant, topic: str,
            partition: int, records: list[tuple[bytes, bytes]]
-           ) -> tuple[float, dict[str, float], int]:
-    """One write; its latency (ms), its steps (ms) and the confirmation's "not yet" answers."""
+           ) -> tuple[float, dict[str, float], int, str]:
+    """One write; its latency (ms), its steps (ms), the confirmation's "not yet" answers, and
+    how a ListOffsets confirmation ended (:meth:`_Confirm.confirm_own`; else ``""``)."""
     got = _Offsets()
     steps: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -341,6 +458,26 @@ def _write(producer: Producer, confirm: _Confirm | None, variant: Variant, topic
             t2 = time.perf_counter()
             steps["commit"] = _ms(t1, t2)
             end = 2  # the commit marker follows the records
+        elif variant.leader:  # LeaderWriter.start, then LeaderWriter.wait
+            produced = producer.produce_batch(
+                topic, [{"key": key, "value": value} for key, value in records],
+                partition=partition, on_delivery=got)
+            if produced < len(records):
+                raise BrokerError(f"{topic}[{partition}]: {len(records) - produced} record(s) "
+                                  "not queued (the producer's queue is full)")
+            producer.poll(0)
+            t1 = time.perf_counter()
+            steps["produce"] = _ms(t0, t1)
+            deadline = time.monotonic() + _TIMEOUT
+            while got.error is None and got.reports < produced \
+                    and (left := deadline - time.monotonic()) > 0:
+                producer.poll(min(left, 0.05))
+            if got.reports < produced and got.error is None:
+                raise BrokerError(f"{topic}[{partition}]: records not acknowledged within "
+                                  f"{_TIMEOUT:g} s")
+            t2 = time.perf_counter()
+            steps["flush"] = _ms(t1, t2)
+            end = 1
         else:
             for key, value in records:
                 producer.produce(topic, value=value, key=key, partition=partition,
@@ -358,14 +495,17 @@ def _write(producer: Producer, confirm: _Confirm | None, variant: Variant, topic
     if got.error is not None or len(got.offsets) != len(records):
         raise BrokerError(f"a write to {topic}[{partition}] failed: "
                           f"{got.error or 'delivery reports missing'}")
-    not_yet = 0
+    not_yet, how = 0, ""
     if confirm is not None:
         last = max(got.offsets)
-        not_yet = confirm.confirm(last, last if variant.read_back else last + end)
+        if variant.list_offsets:
+            how = confirm.confirm_own(last, steps)
+        else:
+            not_yet = confirm.confirm(last, last if variant.read_back else last + end) or 0
         t3 = time.perf_counter()
         steps["confirm"] = _ms(t2, t3)
         t2 = t3
-    return _ms(t0, t2), steps, not_yet
+    return _ms(t0, t2), steps, not_yet, how
 
 
 def _prefill(kafka: Kafka, topic: str, partition: int, batches: int,
@@ -398,7 +538,7 @@ def _records(size: int, graph_bytes: int) -> list[tuple[bytes, bytes]]:
 _SENT = re.compile(r"Sent (\w+)Request \(v(\d+),")
 _RECEIVED = re.compile(r"Received (\w+)Response \(v(\d+),.*rtt ([\d.]+)ms\)")
 _OFFERED = re.compile(r"ApiKey (\w+) \((\d+)\) Versions (\d+)\.\.(\d+)")
-_SHOWN = ("AddPartitionsToTxn", "Produce", "EndTxn", "Fetch")
+_SHOWN = ("AddPartitionsToTxn", "Produce", "EndTxn", "ListOffsets", "Fetch")
 
 
 class _Lines(logging.Handler):
@@ -422,15 +562,16 @@ def _instrumented(kafka: Kafka, topic: str, variant: Variant, size: int, partiti
     debug = {"debug": "protocol,feature", "logger": log}
     producer = _producer(kafka, topic, variant, debug)
     confirm = _Confirm(kafka, topic, partition,
-                       {"fetch.wait.max.ms": variant.fetch_wait_ms, **debug}) \
+                       {"fetch.wait.max.ms": variant.fetch_wait_ms, **debug},
+                       list_offsets=variant.list_offsets,
+                       one_list_offsets=variant.one_list_offsets) \
         if variant.confirm else None
     records = _records(size, graph_bytes)
     try:
         for _ in range(3):  # connections up, the consumer assigned
             _write(producer, confirm, variant, topic, partition, records)
         producer.poll(0)
-        if confirm is not None:
-            confirm.consumer.poll(0)
+        _serve_logs(confirm)
         for line in lines.lines:
             if m := _OFFERED.search(line):
                 offered[m.group(1)] = (int(m.group(3)), int(m.group(4)))
@@ -438,8 +579,7 @@ def _instrumented(kafka: Kafka, topic: str, variant: Variant, size: int, partiti
         for _ in range(_INSTRUMENTED_WRITES):
             _write(producer, confirm, variant, topic, partition, records)
             producer.poll(0)  # the logger is served on poll
-        if confirm is not None:
-            confirm.consumer.poll(0)
+        _serve_logs(confirm)
     finally:
         if confirm is not None:
             confirm.close()
@@ -459,6 +599,14 @@ def _instrumented(kafka: Kafka, topic: str, variant: Variant, size: int, partiti
                           {k: sent[k] / _INSTRUMENTED_WRITES for k in _SHOWN if sent[k]},
                           {k: versions[k] for k in _SHOWN if k in versions},
                           {k: statistics.median(rtts[k]) for k in _SHOWN if rtts.get(k)})
+
+
+def _serve_logs(confirm: _Confirm | None) -> None:
+    # A consumer's logs are served by its poll; a paused one returns at once.
+    if confirm is not None:
+        confirm.consumer.poll(0)
+        if confirm.reader is not None:
+            confirm.reader.poll(0)
 
 
 def _init_times(kafka: Kafka, topic: str, rounds: int) -> InitFigures:
@@ -543,7 +691,7 @@ def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_by
                                record_bytes=len(records[sizes[0]][0][1]),
                                long_batches=long_batches)
     variants = [v for v in VARIANTS if long_batches or not v.long]
-    instrumented = [(v, n) for v in ("b", "b1", "c", "d", "d2")
+    instrumented = [(v, n) for v in ("b", "b1", "c", "d", "d2", "e", "e1")
                     for n in sorted({1, 64} & set(sizes)) or sizes[:1]]
     partitions = len(variants) * len(sizes) + len(instrumented) + 1
     ensure_topic(kafka, topic, TopicConfig(partitions=partitions,
@@ -565,7 +713,9 @@ def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_by
                 _prefill(kafka, topic, cell.partition, long_batches, records[n][0])
             if v.confirm:
                 confirm = _Confirm(kafka, topic, cell.partition,
-                                   {"fetch.wait.max.ms": v.fetch_wait_ms})
+                                   {"fetch.wait.max.ms": v.fetch_wait_ms},
+                                   list_offsets=v.list_offsets,
+                                   one_list_offsets=v.one_list_offsets)
                 confirms.append(confirm)
             for _ in range(WARM_UP):
                 _write(producers[v.key], confirm, v, topic, cell.partition, records[n])
@@ -581,12 +731,15 @@ def _run(kafka: Kafka, where: str, writes: int, sizes: tuple[int, ...], graph_by
                         s0 = time.perf_counter()
                         time.sleep(v.idle_ms / 1000)
                         t0 += time.perf_counter() - s0
-                    latency, steps, not_yet = _write(producers[v.key], cell.confirm, v, topic,
-                                                     cell.partition, records[cell.size])
+                    latency, steps, not_yet, how = _write(producers[v.key], cell.confirm, v,
+                                                          topic, cell.partition,
+                                                          records[cell.size])
                     cell.latencies.append(latency)
                     for name, ms in steps.items():
                         cell.steps[name].append(ms)
                     cell.late_confirms += 1 if not_yet else 0
+                    cell.probed += 1 if how in ("probe", "read_back") else 0
+                    cell.read_back += 1 if how == "read_back" else 0
                 cell.seconds += time.perf_counter() - t0
     finally:
         for c in confirms:
@@ -636,23 +789,32 @@ def format_roundtrips(f: RoundtripFigures) -> str:
                          else f"{cell.p50 / alone.p50:.2f}"))
     out.append(table(("write", "N", "p50 ms", "p99 ms", "records/s", "p50 vs",
                       f"p50 vs N={f.sizes[0]}"), rows, right={1, 2, 3, 4, 5, 6}))
-    out += ["", "where the time goes, p50 ms (produce: the produce() calls; acked: flush inside "
-            "the transaction; commit: commit_transaction; flush: until acknowledged; confirm: "
-            "the read_committed probe)", ""]
+    out += ["", "where the time goes, p50 ms (produce: the produce() calls, e: produce_batch; "
+            "acked: flush inside the transaction; commit: commit_transaction; flush: until "
+            "acknowledged, e: polling for the reports as LeaderWriter.wait; confirm: the "
+            "read_committed confirmation, whole; ListOffsets: e's and e1's read_committed ListOffsets; "
+            "ListOffsets confirms: e's (e1's) writes whose ListOffsets answer showed them, the others "
+            "confirmed by the probe fetch from last+1, or read back where that did not show "
+            "them either)", ""]
     steps: list[tuple[object, ...]] = []
     for n in f.sizes:
         for v in VARIANTS:
             cell = f.cell(v.key, n)
             if cell is None:
                 continue
+            total = len(cell.latencies)
             steps.append((f"{v.key}. {v.label}", n, _f(cell.step("produce"), ".3f"),
                          _f(cell.step("acked")), _f(cell.step("commit")),
                          _f(cell.step("flush")), _f(cell.step("confirm")),
-                         None if not v.confirm
-                         else f"{len(cell.latencies) - cell.late_confirms}/"
-                              f"{len(cell.latencies)}"))
+                         _f(cell.step("list_offsets")),
+                         None if not v.confirm or v.list_offsets
+                         else f"{total - cell.late_confirms}/{total}",
+                         None if not v.list_offsets
+                         else f"{total - cell.probed}/{total}"
+                              + (f" ({cell.read_back} read back)" if cell.read_back else "")))
     out.append(table(("write", "N", "produce", "acked", "commit", "flush", "confirm",
-                      "1st answer confirms"), steps, right={1, 2, 3, 4, 5, 6, 7}))
+                      "ListOffsets", "1st answer confirms", "ListOffsets confirms"), steps,
+                     right={1, 2, 3, 4, 5, 6, 7, 8, 9}))
     if f.requests:
         out += ["", "requests per write as librdkafka sent and timed them (instrumented pass, "
                 f"debug=protocol, {_INSTRUMENTED_WRITES} writes: the logging slows the write "
@@ -701,4 +863,11 @@ def _wire_share(f: RoundtripFigures) -> list[str]:
     if d1 is not None and reqd is not None and d1.step("flush") is not None:
         lines.append(f"1-record idempotent write: flush p50 {d1.step('flush'):.2f} ms, Produce "
                      f"rtt p50 {reqd.rtt_ms.get('Produce', 0):.3f} ms")
+    e1 = f.cell("e", 1)
+    reqe = next((r for r in f.requests if r.variant.key == "e" and r.size == 1), None)
+    if e1 is not None and reqe is not None and e1.step("list_offsets") is not None:
+        lines.append(f"1-record write of today: acknowledged p50 {e1.step('flush'):.2f} ms "
+                     f"(Produce rtt p50 {reqe.rtt_ms.get('Produce', 0):.3f}), ListOffsets "
+                     f"p50 {e1.step('list_offsets'):.2f} ms (rtt p50 "
+                     f"{reqe.rtt_ms.get('ListOffsets', 0):.3f})")
     return ["", *lines] if lines else []

@@ -31,8 +31,15 @@ def test_a_tiny_run_prints_every_write_at_every_size() -> None:
                         and re.split(r"\s{2,}", line)[1] == str(n)), None)
             assert row is not None, (v.key, n)
     first = re.split(r"\s{2,}", next(line for line in lines if line.startswith("c. ")))
-    assert first[5].endswith("x b")  # the ratio to today's write, from the same run
-    for request in ("AddPartitionsToTxn", "Produce", "EndTxn", "Fetch"):
+    assert first[5].endswith("x e")  # the ratio to today's write, from the same run
+    today = re.split(r"\s{2,}", next(line for line in lines if line.startswith("e. ")))
+    assert today[5].endswith("x b")  # ... and today's to the write before issue 35
+    # Where the time goes: today's write says how many ListOffsets answers confirmed it (the
+    # rest were probed), and has no "1st answer" of a probe-only confirmation.
+    steps = [re.split(r"\s{2,}", line) for line in lines if line.startswith("e. ")][2:4]
+    for row in steps:
+        assert len(row) == 10 and row[-2] == "-" and re.fullmatch(r"\d+/10( \(\d+ read back\))?", row[-1]), row
+    for request in ("AddPartitionsToTxn", "Produce", "EndTxn", "ListOffsets", "Fetch"):
         assert any(f"  {request}  " in line for line in lines), request
     assert any(line.startswith("init_transactions, an id another producer holds")
                for line in lines)
