@@ -39,8 +39,8 @@ read_committed reader reads only below the last stable offset, which a
 transaction of another producer open before the records holds back. So the
 records are taken only once a read_committed ListOffsets asked after the
 acknowledgement puts the last stable offset past them (one round trip), or, where
-it does not (the embedded broker answers the first offset of a producer's latest
-batch), a probe fetch from the offset after them shows the end of the partition
+it does not (the embedded broker answers an offset inside a producer's latest batch
+of several records: 4 for one at 2 to 9), a probe fetch from the offset after them shows the end of the partition
 there. (With transactions the probe asked two offsets on, past the commit marker:
 on Kafka past the end before the marker was written, which waited out librdkafka's
 100 ms offset reset.) If neither confirms, the writer reads its records back,
@@ -680,8 +680,8 @@ class LogReader:
             return False
         stable = self._stable_offset()
         if stable is None or stable <= last:
-            # Not shown by ListOffsets (the embedded broker answers the first offset of the
-            # last batch while a producer's batch is its latest): ask a fetch.
+            # Not shown by ListOffsets (the embedded broker answers an offset inside a
+            # producer's latest batch of several records): ask a fetch.
             stable = last + 1 if self._fetch_shows_end(last) else None
             if stable is None:
                 return False
