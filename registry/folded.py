@@ -47,8 +47,12 @@ class FoldedLog:
         waiting = self.waiting
 
         def note(d: Decision) -> None:  # the fate of this client's own records
+            # A record's verdict is the fold's decision on its first copy. A later copy is
+            # DUPLICATE whatever became of the first; the first may still wait for its
+            # call's commit (PENDING) when a re-sent copy lands (fault campaign seed 8024),
+            # so neither outcome is a verdict.
             if d.event_id in waiting and waiting[d.event_id] is None \
-                    and d.outcome != Outcome.PENDING:
+                    and d.outcome not in (Outcome.PENDING, Outcome.DUPLICATE):
                 waiting[d.event_id] = d
 
         metrics = self.metrics
