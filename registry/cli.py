@@ -1136,8 +1136,15 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
               show_default=True, help="Most records per micro-batch.")
 @click.option("--source", type=click.Choice(["auto", "python", "kafka"]), default="auto",
               show_default=True,
-              help="kafka: Spark's built-in source (its connector must be on the classpath); "
-                   "python: jobreg-kafka over confluent-kafka; auto: kafka when available.")
+              help="kafka: Spark's built-in source (its connector from --kafka-jars, the "
+                   "launch's classpath, or Maven Central, fetched once into ~/.cache/jobreg); "
+                   "python: jobreg-kafka over confluent-kafka; auto: kafka when its connector "
+                   "can be had. The run says which, and why, in its first line.")
+@click.option("--kafka-jars", envvar="JOBREG_SPARK_KAFKA_JARS", default=None,
+              metavar="PATHS",
+              help="Spark's Kafka connector and its dependencies, for a machine without "
+                   "Maven Central: jar files or folders of jars, comma-separated. "
+                   "[env: JOBREG_SPARK_KAFKA_JARS]")
 @click.option("--plain", is_flag=True,
               help="No Spark: the same fold and writes from plain Python.")
 @click.option("--master", envvar="JOBREG_SPARK_MASTER", default=None,
@@ -1162,7 +1169,8 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
               help="The address --metrics-port listens on.")
 @pass_settings
 def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
-              max_offsets_per_trigger: int, source: str, plain: bool, master: str | None,
+              max_offsets_per_trigger: int, source: str, kafka_jars: str | None, plain: bool,
+              master: str | None,
               spark_conf: tuple[str, ...], driver_host: str | None, executor_timeout: float,
               verbose: bool, metrics_port: int | None, metrics_host: str) -> None:
     """Materialize the audit tables from the topic, exactly once (migrates first, once the
@@ -1182,7 +1190,7 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
         conf[key.strip()] = value.strip()
     if driver_host is not None:
         conf["spark.driver.host"] = driver_host
-    if plain and (conf or master):
+    if plain and (conf or master or kafka_jars):
         raise click.BadParameter("Spark settings without Spark", param_hint="--plain")
     if metrics_port is not None and once:
         raise click.BadParameter("metrics are served while a --follow run lasts",
@@ -1216,10 +1224,26 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
                     click.echo(f"metrics at http://{metrics_host}:{metrics_port}/metrics",
                                err=True)
 
-            spark: dict[str, Any] = {} if plain else {"interval": interval, "source": source,
-                                      "max_offsets_per_trigger": max_offsets_per_trigger,
-                                      "master": master, "spark_conf": conf,
-                                      "executor_timeout": executor_timeout}
+            spark: dict[str, Any] = {}
+            if not plain:
+                from consumers.audit_job import choose_source
+                from registry.dev.kafka import spark_kafka_jars
+
+                def say(line: str) -> None:
+                    if not settings.as_json:
+                        click.echo(line, err=True)
+
+                try:  # the connector's jars: fetched once, or named
+                    choice = choose_source(source, bootstrap, named_jars=kafka_jars,
+                                           fetch=lambda version, download: spark_kafka_jars(
+                                               version, say, download=download))
+                except ConfigError as e:  # --kafka-jars, or settings --source kafka can't pass
+                    raise CliError(str(e), EXIT_USAGE) from e
+                spark = {"interval": interval, "source": choice.source, "jars": choice.jars,
+                         "why": choice.why, "announce": say,
+                         "max_offsets_per_trigger": max_offsets_per_trigger,
+                         "master": master, "spark_conf": conf,
+                         "executor_timeout": executor_timeout}
             run = materialize(db_url, bootstrap, settings.topic,
                               engine="plain" if plain else "spark",
                               mode="once" if once else "follow", stop_event=stop,
