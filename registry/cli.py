@@ -583,22 +583,42 @@ def _chosen_broker(use_kafka: bool, kafka_nodes: int | None) -> BrokerChoice:
               help="The Spark masters of the scaling table, comma-separated: local[N], or "
                    "spark://127.0.0.1:PORT for a standalone cluster on this machine (its "
                    "workers started beforehand).")
+@click.option("--sources", default="python,kafka", show_default=True,
+              help="The audit job's sources the Spark figures are taken with, "
+                   "comma-separated: python (jobreg-kafka), kafka (Spark's connector, "
+                   "fetched once from Maven Central if need be).")
+@click.option("--embedded-and-kafka", "both", is_flag=True,
+              help="The whole benchmark on the embedded broker, then on Apache Kafka "
+                   "(one node, or --kafka-nodes N), in one run.")
 @_kafka_options
 def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
-                    masters: str, use_kafka: bool, kafka_nodes: int | None) -> None:
-    """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, plain Python
-    next to Spark under each master (a scaling table), in the same run; the log on the
-    embedded broker, or on Apache Kafka (--kafka, --kafka-nodes N)."""
-    from registry.dev.bench_audit import bench_audit, format_audit
+                    masters: str, sources: str, both: bool, use_kafka: bool,
+                    kafka_nodes: int | None) -> None:
+    """Audit stream throughput into SQLite and PostgreSQL, freshness p50/p95 and the Spark
+    processes' peak memory, plain Python next to Spark under each master (a scaling table)
+    and with each source, in the same run; the log on the embedded broker, on Apache Kafka
+    (--kafka, --kafka-nodes N), or on both (--embedded-and-kafka)."""
+    from registry.dev.bench_audit import SOURCES, bench_audit, format_audit
+    from registry.dev.brokers import BrokerChoice
 
     chosen = [m.strip() for m in masters.split(",") if m.strip()]
     if not chosen:
         raise click.BadParameter("name at least one Spark master", param_hint="--masters")
-    with registry_errors():
-        figures = bench_audit(events=events, rate=rate, seconds=seconds, namespaces=namespaces,
-                              masters=chosen, broker=_chosen_broker(use_kafka, kafka_nodes),
-                              progress=lambda msg: click.echo(f"... {msg}", err=True))
-    click.echo(format_audit(figures))
+    picked = [x.strip() for x in sources.split(",") if x.strip()]
+    if not picked or any(x not in SOURCES for x in picked):
+        raise click.BadParameter(f"{sources!r}: name python, kafka or both",
+                                 param_hint="--sources")
+    brokers = [BrokerChoice.embedded(), BrokerChoice.kafka(kafka_nodes or 1)] if both else \
+        [_chosen_broker(use_kafka, kafka_nodes)]
+    for broker in brokers:
+        with registry_errors():
+            figures = bench_audit(events=events, rate=rate, seconds=seconds,
+                                  namespaces=namespaces, masters=chosen, broker=broker,
+                                  sources=[s for s in SOURCES if s in picked],
+                                  progress=lambda msg: click.echo(f"... {msg}", err=True))
+        if both:
+            click.echo(f"== the log on {broker.describe()}")
+        click.echo(format_audit(figures))
 
 
 def _store_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:

@@ -18,6 +18,13 @@ writes), every namespace on its own partition as the client places it.
    freshness is the time from a record's delivery report (the broker has it in the log) to
    the first poll that sees its partition's progress past it. p50 and p95 into PostgreSQL,
    plain Python following the log next to Spark (processing-time trigger) per master.
+3. **Sources**: each Spark figure for each of ``sources``: ``jobreg-kafka`` (``python``)
+   and Spark's own connector (``kafka``, its jars from
+   :func:`consumers.audit_job.choose_source`: the cache or Maven Central, once).
+4. **Memory**: the peak resident memory, sampled every 0.2 s while an engine's figures are
+   taken, of the driver (this process and its JVM) and of the executors (the standalone
+   cluster's executor JVMs on this machine, and every Spark Python worker); in local mode the
+   executor is the driver's JVM, so the executors' column is the Python workers only.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from registry.extras import needs
 
@@ -45,10 +52,17 @@ from registry.dev.brokers import BrokerChoice, start_broker
 from registry.dev.pgcluster import ThrowawayPostgres
 from registry.log import TopicConfig, ensure_topic
 
-__all__ = ["MASTERS", "AuditFigures", "bench_audit", "format_audit"]
+__all__ = ["MASTERS", "SOURCES", "AuditFigures", "bench_audit", "format_audit"]
 
 MASTERS: tuple[str, ...] = ("local[1]", "local[2]", "local[4]")
 """The Spark masters of the scaling table (``local[4]`` on a 2-core machine shows the bend)."""
+
+Source = Literal["auto", "python", "kafka"]
+
+SOURCES: tuple[Source, ...] = ("python", "kafka")
+"""The audit job's sources the Spark figures are taken with (``--source``'s names)."""
+
+SOURCE_NAMES = {"python": "jobreg-kafka", "kafka": "kafka"}
 
 
 @dataclass
@@ -65,6 +79,8 @@ class AuditFigures:
     spark_warmup_s: dict[str, float] = field(default_factory=dict)
     cores: int = 0
     broker: str = ""  # BrokerChoice.describe() of the broker the log was on
+    memory: dict[str, tuple[float, float]] = field(default_factory=dict)  # MiB: driver, exec
+    sources: str = ""  # the one line saying where Spark's connector came from
 
 
 def _names(n: int) -> list[str]:
@@ -185,6 +201,82 @@ def _freshness(sent: dict[Any, float], seen: dict[Any, float]) -> tuple[float, f
     return statistics.median(lags), p95, len(lags)
 
 
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:  # gone meanwhile
+        pass
+    return 0.0
+
+
+_EXECUTOR_MARKS = (b"CoarseGrainedExecutorBackend", b"pyspark.daemon", b"pyspark.worker",
+                   b"consumers.spark_daemon")
+
+
+def _spark_processes(driver_jvm: int | None) -> tuple[float, float]:
+    """The resident memory (MiB) of the driver (this process and its JVM) and of the
+    executors (executor JVMs and Spark's Python workers on this machine) now."""
+    driver = _rss_mib(os.getpid()) + (_rss_mib(driver_jvm) if driver_jvm else 0.0)
+    executors = 0.0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if any(mark in cmdline for mark in _EXECUTOR_MARKS):
+            executors += _rss_mib(int(entry.name))
+    return driver, executors
+
+
+class _MemoryPeak:
+    """Samples :func:`_spark_processes` every 0.2 s in a thread; :attr:`peak` the highest
+    of each while it ran (on Linux; elsewhere zeros)."""
+
+    def __init__(self, spark: Any) -> None:
+        proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+        self._jvm = _jvm_pid(proc.pid) if proc is not None else None
+        self.peak = (0.0, 0.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            d, e = _spark_processes(self._jvm) if os.path.isdir("/proc") else (0.0, 0.0)
+            self.peak = (max(self.peak[0], d), max(self.peak[1], e))
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> _MemoryPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _jvm_pid(launched: int) -> int:
+    """The driver's JVM: the process pyspark launched (spark-submit's script, which execs
+    ``java``) or, if that one forked it, its ``java`` child."""
+    try:
+        with open(f"/proc/{launched}/cmdline", "rb") as f:
+            if b"java" in f.read().split(b"\0")[0]:
+                return launched
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with open(f"/proc/{entry.name}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == launched:
+                        return int(entry.name)
+    except (OSError, ValueError, IndexError):
+        pass
+    return launched
+
+
 def cluster_conf(master: str) -> dict[str, str]:
     """Settings of a ``spark://`` master on this machine (a loopback address): the driver on
     loopback too (only local masters get it by default) and the workers' Python this one,
@@ -196,14 +288,14 @@ def cluster_conf(master: str) -> dict[str, str]:
             "spark.pyspark.python": sys.executable}
 
 
-def _spark(master: str) -> Any:
+def _spark(master: str, jars: Sequence[str] = ()) -> Any:
     from consumers.audit_job import spark_session
 
     before = os.environ.get("JOBREG_SPARK_MASTER")
     os.environ["JOBREG_SPARK_MASTER"] = master  # the scaling table's master, whatever is set
     try:
         return spark_session(app_name="jobreg-bench-audit", master=master,
-                             extra_conf=cluster_conf(master))
+                             extra_conf=cluster_conf(master), jars=jars)
     finally:
         if before is None:
             os.environ.pop("JOBREG_SPARK_MASTER", None)
@@ -214,16 +306,27 @@ def _spark(master: str) -> Any:
 def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.0,
                 namespaces: int = 64, masters: Sequence[str] = MASTERS,
                 broker: BrokerChoice | None = None,
+                sources: Sequence[Source] = SOURCES,
                 progress: Callable[[str], None] = lambda _: None) -> AuditFigures:
     """Run the audit benchmark on a fresh broker (``broker``: the embedded one by default, or
-    Apache Kafka) and a throwaway PostgreSQL."""
-    from consumers.audit_job import run_audit
+    Apache Kafka) and a throwaway PostgreSQL, Spark with each of ``sources`` (``python``:
+    ``jobreg-kafka``; ``kafka``: Spark's connector, fetched once if need be; a connector that
+    cannot be had is a one-line error)."""
+    from consumers.audit_job import choose_source, run_audit
+    from registry.dev.kafka import spark_kafka_jars
+
+    jars: tuple[str, ...] = ()
+    connector = ""
+    if "kafka" in sources:
+        found = choose_source("kafka", "127.0.0.1:9092", fetch=lambda v, d: spark_kafka_jars(
+            v, progress, download=d))
+        jars, connector = found.jars, found.why
 
     choice = broker or BrokerChoice.embedded()
     config = choice.topic_config()
     figures = AuditFigures(events=events, rate=rate, namespaces=namespaces,
                            partitions=config.partitions, cores=os.cpu_count() or 0,
-                           broker=choice.describe())
+                           broker=choice.describe(), sources=connector)
     topic = "bench-audit"
     with start_broker(choice, progress=progress) as running, ThrowawayPostgres() as pg, \
             tempfile.TemporaryDirectory() as tmp:
@@ -240,12 +343,13 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
             migrate(url)
             return url
 
-        def throughput(engine: str, db: str, spark: Any = None) -> None:
+        def throughput(engine: str, db: str, spark: Any = None,
+                       source: Source = "auto") -> None:
             url = fresh_db("t", db)
             progress(f"{events:,} events into {db} with {engine}")
             t0 = time.perf_counter()
             if spark is not None:
-                written = run_audit(url, bootstrap, topic, spark=spark,
+                written = run_audit(url, bootstrap, topic, spark=spark, source=source,
                                     max_offsets_per_trigger=50_000).records
             else:
                 writer = AuditWriter(url, topic)
@@ -257,7 +361,7 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
                 raise RuntimeError(f"{engine} into {db} wrote {written} of {events} records")
             figures.throughput[(engine, db)] = events / elapsed
 
-        def freshness(engine: str, spark: Any = None) -> None:
+        def freshness(engine: str, spark: Any = None, source: Source = "auto") -> None:
             fresh_topic = f"bench-fresh-{len(figures.freshness)}"
             url = fresh_db("f")
             ensure_topic(bootstrap, fresh_topic, config)
@@ -270,7 +374,7 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
                 runner = threading.Thread(target=run_audit, args=(url, bootstrap, fresh_topic),
                                           kwargs=dict(spark=spark, mode="follow",
                                                       interval="250 milliseconds",
-                                                      stop_event=stop))
+                                                      stop_event=stop, source=source))
             else:
                 writer = AuditWriter(url, fresh_topic)
                 writer.catch_up(bootstrap)
@@ -293,20 +397,25 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
         for i, master in enumerate(masters):
             progress(f"starting Spark ({master})")
             t0 = time.perf_counter()
-            spark = _spark(master)
+            spark = _spark(master, jars)
             figures.spark_start_s[master] = time.perf_counter() - t0
-            # The first streaming query of a session starts Spark's Python workers and
-            # compiles its plans; pay that once, outside the figures (reported separately).
-            t0 = time.perf_counter()
-            run_audit(fresh_db("warm"), bootstrap, topic, spark=spark,
-                      max_offsets_per_trigger=1000, stop_after=lambda w: w.rows > 0,
-                      mode="follow", interval="100 milliseconds")
-            figures.spark_warmup_s[master] = time.perf_counter() - t0
-            engine = f"spark {master}"
-            throughput(engine, "postgresql", spark)
-            if i == len(masters) - 1:
-                throughput(engine, "sqlite", spark)
-            freshness(engine, spark)
+            for source in sources:
+                # The first streaming query of a session (and of a source) starts Spark's
+                # Python workers and compiles its plans; paid once, outside the figures
+                # (reported separately).
+                t0 = time.perf_counter()
+                run_audit(fresh_db("warm"), bootstrap, topic, spark=spark, source=source,
+                          max_offsets_per_trigger=1000, stop_after=lambda w: w.rows > 0,
+                          mode="follow", interval="100 milliseconds")
+                engine = f"spark {master}" + (f" {SOURCE_NAMES[source]}" if len(sources) > 1
+                                              else "")
+                figures.spark_warmup_s[engine] = time.perf_counter() - t0
+                with _MemoryPeak(spark) as memory:
+                    throughput(engine, "postgresql", spark, source)
+                    if i == len(masters) - 1:
+                        throughput(engine, "sqlite", spark, source)
+                    freshness(engine, spark, source)
+                figures.memory[engine] = memory.peak
             spark.stop()
     return figures
 
@@ -326,10 +435,15 @@ def format_audit(f: AuditFigures) -> str:
                      "< 2,000 ms" if engine.startswith("spark") else ""))
     for master, s in f.spark_start_s.items():
         rows.append((f"Spark {master} session start (not in the above)", f"{s:.1f} s", ""))
-    for master, s in f.spark_warmup_s.items():
-        rows.append((f"Spark {master} first query (warm-up, not in the above)", f"{s:.1f} s",
-                     ""))
+    for engine, s in f.spark_warmup_s.items():
+        rows.append((f"{engine.replace('spark', 'Spark', 1)} first query (warm-up, not in "
+                     "the above)", f"{s:.1f} s", ""))
+    for engine, (driver, executors) in f.memory.items():
+        rows.append((f"{engine}, peak memory: driver (Python + JVM) / executors (JVMs + "
+                     "Python workers)", f"{driver:,.0f} / {executors:,.0f} MiB", ""))
     out = figures_table(rows)
+    if f.sources:
+        out = f"Spark's kafka source: {f.sources}\n{out}"
     if f.broker and not f.broker.startswith("the embedded broker"):
         out = f"the log on {f.broker}\n{out}"
     base = f.throughput.get(("plain", "postgresql"))
