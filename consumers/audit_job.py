@@ -357,17 +357,16 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
                 + (f" ({why})" if why else "") + ": name the connector's jars with "
                 "--kafka-jars, or use --source python")
         used = "kafka" if available else "jobreg-kafka"
+        said = why if why and source != "auto" else (
+            "its connector is on the classpath" if available else
+            "Spark's Kafka connector is not on the classpath")
         if used == "kafka" and source == "auto":
             try:  # properties the Java client has no name for: librdkafka reads them
                 java_client_options(Kafka.of(bootstrap).config)
             except ConfigError:
-                used = "jobreg-kafka"
-                why = "the client settings are librdkafka's only"
+                used, said = "jobreg-kafka", "the client settings are librdkafka's only"
         if announce is not None:
             name = "Spark's kafka source" if used == "kafka" else "jobreg-kafka"
-            said = why if why and source != "auto" else (
-                "its connector is on the classpath" if used == "kafka" else
-                why or "Spark's Kafka connector is not on the classpath")
             announce(f"audit source: {name} ({said})")
         cores = spark.sparkContext.defaultParallelism
         # librdkafka's long-poll setting; the Java client names it fetch.max.wait.ms
