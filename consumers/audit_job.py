@@ -281,9 +281,12 @@ def choose_source(requested: str, kafka: str | Kafka, *,
                        os.environ.get("JOBREG_SPARK_PACKAGES", "")])
     if requested not in ("auto", "python", "kafka"):
         raise ConfigError(f"the source must be auto, python or kafka, not {requested!r}")
+    from consumers.spark import on_embedded_broker
+
     return choose(cast(Literal["auto", "python", "kafka"], requested), kafka,
                   spark_version=pyspark.__version__, named_jars=named_jars,
-                  fetch=fetch, on_classpath="spark-sql-kafka-0-10" in launch)
+                  fetch=fetch, on_classpath="spark-sql-kafka-0-10" in launch,
+                  embedded=requested == "auto" and on_embedded_broker(kafka))
 
 
 def spark_session(**kwargs: Any) -> Any:
@@ -325,10 +328,12 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
     in one line, with ``why`` (:func:`choose_source`'s words) or what the classpath said.
     """
     from consumers.spark import (
+        EMBEDDED_WHY,
         KafkaConnectorMissing,
         NoExecutors,
         is_local,
         kafka_format_available,
+        on_embedded_broker,
         read_stream,
         spark_session,
         wait_for_executors,
@@ -365,6 +370,8 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
                 java_client_options(Kafka.of(bootstrap).config)
             except ConfigError:
                 used, said = "jobreg-kafka", "the client settings are librdkafka's only"
+            if used == "kafka" and on_embedded_broker(bootstrap, timeout):
+                used, said = "jobreg-kafka", EMBEDDED_WHY
         if announce is not None:
             name = "Spark's kafka source" if used == "kafka" else "jobreg-kafka"
             announce(f"audit source: {name} ({said})")

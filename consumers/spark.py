@@ -34,12 +34,15 @@ from .kafka_source import SOURCE_NAME, KafkaOptionError, KafkaSource
 
 __all__ = [
     "CONNECTOR_ARTIFACT",
+    "EMBEDDED_CLUSTER_PREFIX",
+    "EMBEDDED_WHY",
     "NEAREST_CONNECTOR",
     "SourceChoice",
     "choose_source",
     "connector_jars",
     "connector_versions",
     "launch_args",
+    "on_embedded_broker",
     "DAEMON_CONF",
     "DEFAULT_CONF",
     "LOCAL_CONF",
@@ -419,6 +422,32 @@ def _named_jars(spec: str) -> list[str]:
     return out
 
 
+#: How the cluster id of jobreg's embedded broker begins (``registry/dev/broker.py`` starts
+#: every Tansu with ``--cluster-id jobreg-embedded-<hex>``; a unit test holds the two alike).
+EMBEDDED_CLUSTER_PREFIX = "jobreg-embedded-"
+
+#: Why ``auto`` leaves Spark's source aside on the embedded broker (README "What differs").
+EMBEDDED_WHY = ("the embedded broker: its ListOffsets under-reports what an idempotent "
+                "producer wrote outside a transaction, and Spark's kafka source would stop "
+                "there")
+
+
+def on_embedded_broker(kafka: str | Kafka, timeout: float = 10.0) -> bool:
+    """Whether ``kafka`` is jobreg's embedded broker (Tansu), by the cluster id it was started
+    with (:data:`EMBEDDED_CLUSTER_PREFIX`); False when the cluster does not answer (the run
+    then says why itself). A Tansu started by hand under another cluster id is not
+    recognised: ``--source python`` is the choice there."""
+    from confluent_kafka.admin import AdminClient
+
+    k = Kafka.of(kafka)
+    try:
+        admin = AdminClient(k.settings({"log_level": 0}, {}))
+        cluster = admin.list_topics(timeout=timeout).cluster_id
+    except Exception:  # unreachable, refused: not this function's to say
+        return False
+    return bool(cluster) and str(cluster).startswith(EMBEDDED_CLUSTER_PREFIX)
+
+
 @dataclass(frozen=True)
 class SourceChoice:
     """Which source the audit job reads with (``"kafka"``: Spark's, ``"python"``:
@@ -432,7 +461,7 @@ class SourceChoice:
 def choose_source(requested: Literal["auto", "python", "kafka"], kafka: str | Kafka, *,
                   spark_version: str, named_jars: str | None = None,
                   fetch: Callable[[str, bool], list[Path] | None] | None = None,
-                  on_classpath: bool = False) -> SourceChoice:
+                  on_classpath: bool = False, embedded: bool = False) -> SourceChoice:
     """Settle the audit job's source before Spark starts.
 
     ``--source python`` is ``jobreg-kafka``. Otherwise Spark's ``kafka`` source, with its
@@ -443,13 +472,16 @@ def choose_source(requested: Literal["auto", "python", "kafka"], kafka: str | Ka
     stays ``auto``: the connector is used if its launch put it on the classpath); the
     cache, then Maven Central, through ``fetch(version, download)`` (``registry.dev.kafka.
     spark_kafka_jars``; ``download=False``: the cache only, None if not there), for each of
-    :func:`connector_versions`. ``auto`` falls back to ``jobreg-kafka`` when the client
+    :func:`connector_versions`. ``auto`` falls back to ``jobreg-kafka`` on the embedded
+    broker (``embedded``: :func:`on_embedded_broker`; :data:`EMBEDDED_WHY`), when the client
     settings have no Java client name (``--command-config`` properties only librdkafka
     knows) or no connector can be had, and says why; ``kafka`` then fails in one line
-    (:class:`KafkaConnectorMissing`, :class:`KafkaOptionError`).
+    (:class:`KafkaConnectorMissing`, :class:`~registry.errors.ConfigError`).
     """
     if requested == "python":
         return SourceChoice("python", (), "--source python")
+    if requested == "auto" and embedded:
+        return SourceChoice("python", (), EMBEDDED_WHY)
     try:
         java_client_options(Kafka.of(kafka).config)
     except ConfigError as e:

@@ -344,6 +344,12 @@ def test_audit_run_on_spark_prints_jobregs_lines_not_sparks(connect, tmp_path) -
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "batches to " in done.stdout and "starting Spark" in done.stdout, done.stdout
+    # --source auto: Spark's connector on Apache Kafka, jobreg-kafka on the embedded broker
+    # (its ListOffsets under-reports an idempotent producer's records: README "What differs")
+    source = [line for line in done.stderr.splitlines() if line.startswith("audit source: ")]
+    assert len(source) == 1, done.stderr
+    assert source[0].startswith("audit source: jobreg-kafka (the embedded broker: " if
+                                on_embedded() else "audit source: Spark's kafka source ("), source
     for line in SPARK_LINES:
         assert line not in done.stdout and line not in done.stderr, (line, done.stderr)
 
@@ -365,3 +371,12 @@ def test_what_the_jvm_says_on_stderr_still_gets_through() -> None:
     assert "printed by the JVM" in done.stderr, done.stderr
     for line in SPARK_LINES:
         assert line not in done.stderr, (line, done.stderr)
+
+
+def test_the_embedded_broker_is_known_by_its_cluster_id(broker) -> None:
+    """``--source auto`` leaves Spark's source aside on jobreg's embedded broker, which it
+    knows by the cluster id ``registry/dev/broker.py`` starts it with; Apache Kafka is not
+    taken for it."""
+    from consumers.spark import on_embedded_broker
+
+    assert on_embedded_broker(broker.bootstrap) is on_embedded()

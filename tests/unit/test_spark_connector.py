@@ -11,6 +11,7 @@ import pytest
 
 from consumers.spark import (
     CONNECTOR_ARTIFACT,
+    EMBEDDED_WHY,
     KafkaConnectorMissing,
     choose_source,
     connector_jars,
@@ -154,3 +155,12 @@ def test_under_spark_submit_the_classpath_is_settled(cache: Path, monkeypatch) -
     fetch = Fetcher(cache, cached={"4.2.0"}, published=set())
     choice = choose_source("auto", "h:1", spark_version="4.3.0", fetch=fetch)
     assert (choice.source, choice.jars, fetch.calls) == ("auto", (), [])
+
+
+def test_auto_leaves_sparks_source_aside_on_the_embedded_broker(cache: Path) -> None:
+    fetch = Fetcher(cache, cached={"4.2.0"}, published=set())
+    choice = choose_source("auto", "h:1", spark_version="4.3.0", fetch=fetch, embedded=True)
+    assert choice.source == "python" and choice.why == EMBEDDED_WHY and fetch.calls == []
+    asked = choose_source("kafka", "h:1", spark_version="4.3.0", fetch=fetch, embedded=True)
+    assert asked.source == "kafka"  # asked for by name: the user's choice
+
