@@ -616,8 +616,8 @@ def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
                                   namespaces=namespaces, masters=chosen, broker=broker,
                                   sources=[s for s in SOURCES if s in picked],
                                   progress=lambda msg: click.echo(f"... {msg}", err=True))
-        if both:
-            click.echo(f"== the log on {broker.describe()}")
+        if both and not broker.is_kafka:  # format_audit names Apache Kafka itself
+            click.echo(f"the log on {broker.describe()}")
         click.echo(format_audit(figures))
 
 

@@ -23,9 +23,10 @@ transactions as jobreg's writers write.
    and Spark's own connector (``kafka``, its jars from
    :func:`consumers.audit_job.choose_source`: the cache or Maven Central, once).
 4. **Memory**: the peak resident memory, sampled every 0.2 s while an engine's figures are
-   taken, of the driver (this process and its JVM) and of the executors (the standalone
-   cluster's executor JVMs on this machine, and every Spark Python worker); in local mode the
-   executor is the driver's JVM, so the executors' column is the Python workers only.
+   taken, of the driver (this process and its JVM) and of the executors (this application's
+   executor JVMs on this machine, and the Spark Python workers below them or below the
+   driver's JVM); in local mode the executor is the driver's JVM, so the executors' column
+   is the Python workers only.
 """
 
 from __future__ import annotations
@@ -220,25 +221,43 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
-_EXECUTOR_MARKS = (b"CoarseGrainedExecutorBackend", b"pyspark.daemon", b"pyspark.worker",
-                   b"consumers.spark_daemon")
-
-
-def _spark_processes(driver_jvm: int | None) -> tuple[float, float]:
-    """The resident memory (MiB) of the driver (this process and its JVM) and of the
-    executors (executor JVMs and Spark's Python workers on this machine) now."""
-    driver = _rss_mib(os.getpid()) + (_rss_mib(driver_jvm) if driver_jvm else 0.0)
-    executors = 0.0
+def _process_tree() -> tuple[dict[int, int], dict[int, bytes]]:
+    """Every process's parent and command line (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    cmdlines: dict[int, bytes] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
+        pid = int(entry.name)
         try:
-            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
+            with open(f"/proc/{pid}/stat") as f:
+                parents[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdlines[pid] = f.read()
+        except (OSError, ValueError, IndexError):  # gone meanwhile
             continue
-        if any(mark in cmdline for mark in _EXECUTOR_MARKS):
-            executors += _rss_mib(int(entry.name))
+    return parents, cmdlines
+
+
+def _spark_processes(driver_jvm: int | None, app_id: str) -> tuple[float, float]:
+    """The resident memory (MiB) now of the driver (this process and its JVM) and of this
+    application's executors: the executor JVMs whose command line names ``app_id`` (a
+    standalone cluster's on this machine) and every process below them or below the
+    driver's JVM (Spark's Python workers; in local mode the executor is the driver's JVM).
+    Other applications' processes on a shared machine are not counted."""
+    driver = _rss_mib(os.getpid()) + (_rss_mib(driver_jvm) if driver_jvm else 0.0)
+    parents, cmdlines = _process_tree()
+    mark = f"--app-id\0{app_id}\0".encode()
+    roots = {pid for pid, cmd in cmdlines.items()
+             if b"CoarseGrainedExecutorBackend" in cmd and mark in cmd + b"\0"}
+    tops = roots | ({driver_jvm} if driver_jvm else set())
+    executors = 0.0
+    for pid in parents:
+        up, seen = pid, 0
+        while up not in tops and up > 1 and seen < 64:  # walk up to a root, or to init
+            up, seen = parents.get(up, 0), seen + 1
+        if up in tops and pid != driver_jvm:
+            executors += _rss_mib(pid)
     return driver, executors
 
 
@@ -249,13 +268,15 @@ class _MemoryPeak:
     def __init__(self, spark: Any) -> None:
         proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
         self._jvm = _jvm_pid(proc.pid) if proc is not None else None
+        self._app = str(spark.sparkContext.applicationId)
         self.peak = (0.0, 0.0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            d, e = _spark_processes(self._jvm) if os.path.isdir("/proc") else (0.0, 0.0)
+            d, e = _spark_processes(self._jvm, self._app) if os.path.isdir("/proc") \
+                else (0.0, 0.0)
             self.peak = (max(self.peak[0], d), max(self.peak[1], e))
             self._stop.wait(0.2)
 
