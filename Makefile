@@ -47,7 +47,9 @@ demo: $(BIN)/.installed
 # (with the tests of Apache Kafka itself, marker `kafka`, which start their own nodes), then
 # the integration suite again on one Apache Kafka node (JOBREG_TEST_BROKER=kafka; tests
 # marked embedded_only are skipped there, each with its reason). Kafka's jars are fetched
-# once from Maven Central into ~/.cache/jobreg (registry/dev/kafka.py).
+# once from Maven Central into ~/.cache/jobreg (registry/dev/kafka.py), and so is Spark's
+# Kafka connector by the first Spark test (tests/support/sparkfixture.py; on CI a connector
+# that cannot be had fails those tests instead of skipping them).
 TIMED = $(PYTHON) -c 'import subprocess, sys, time; t = time.monotonic(); rc = subprocess.call(sys.argv[2:]); print(f"== {sys.argv[1]}: {time.monotonic() - t:.0f} s, exit {rc}", flush=True); sys.exit(rc)'
 
 test: $(BIN)/.installed system

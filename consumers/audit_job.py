@@ -53,9 +53,9 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from registry.audit.db import AuditError, migrate
 from registry.audit.partition import PartitionCommit, PartitionWriter, log_history
@@ -68,8 +68,8 @@ from registry.log import LogReader, topic_partitions
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-__all__ = ["SUMMARY_SCHEMA", "AuditRun", "FoldTask", "StreamFailed", "fold_plan", "root_cause",
-           "run_audit"]
+__all__ = ["SUMMARY_SCHEMA", "AuditRun", "FoldTask", "StreamFailed", "choose_source", "fold_plan",
+           "root_cause", "run_audit"]
 
 SUMMARY_SCHEMA = "partition int, start long, end long, rows long, newest long"
 """What each task returns to the driver: one row per Kafka partition it committed (``newest``:
@@ -265,6 +265,30 @@ def materialize(url: str, bootstrap: str | Kafka, topic: str, *,
         writer.close()
 
 
+def choose_source(requested: str, kafka: str | Kafka, *,
+                  named_jars: str | None = None,
+                  fetch: Callable[[str, bool], Any] | None = None) -> Any:
+    """:func:`consumers.spark.choose_source` for the installed pyspark, for callers outside
+    ``consumers``; ``--jars``/``--packages`` in ``PYSPARK_SUBMIT_ARGS`` or
+    ``$JOBREG_SPARK_PACKAGES`` naming the connector count as the launch's classpath."""
+    import os
+
+    import pyspark
+
+    from consumers.spark import choose_source as choose
+
+    launch = " ".join([os.environ.get("PYSPARK_SUBMIT_ARGS", ""),
+                       os.environ.get("JOBREG_SPARK_PACKAGES", "")])
+    if requested not in ("auto", "python", "kafka"):
+        raise ConfigError(f"the source must be auto, python or kafka, not {requested!r}")
+    from consumers.spark import on_embedded_broker
+
+    return choose(cast(Literal["auto", "python", "kafka"], requested), kafka,
+                  spark_version=pyspark.__version__, named_jars=named_jars,
+                  fetch=fetch, on_classpath="spark-sql-kafka-0-10" in launch,
+                  embedded=requested == "auto" and on_embedded_broker(kafka))
+
+
 def spark_session(**kwargs: Any) -> Any:
     """:func:`consumers.spark.spark_session`, for callers outside ``consumers`` (this module
     is their one entry point)."""
@@ -284,7 +308,9 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
               timeout: float = 30.0, master: str | None = None,
               spark_conf: dict[str, str] | None = None,
               executor_timeout: float = 120.0,
-              metrics: CollectorRegistry | None = None) -> AuditRun:
+              metrics: CollectorRegistry | None = None,
+              jars: Sequence[str] = (), why: str | None = None,
+              announce: Callable[[str], None] | None = None) -> AuditRun:
     """Run the audit stream into the database at ``url`` (migrated already).
 
     ``on_batch(batch_id, records)`` is called after each committed batch. In ``follow``
@@ -295,11 +321,19 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
     ``executor_timeout`` seconds (executors that cannot reach the driver are relaunched
     for ever, and a query would wait for ever). Each batch is reported to ``metrics``
     (default ``prometheus_client.REGISTRY``; README "Metrics").
+
+    ``source``: ``"kafka"`` (Spark's source; its connector on the classpath, or in ``jars``,
+    which a session this call starts is launched with: :func:`choose_source`), ``"python"``
+    (``jobreg-kafka``) or ``"auto"``. Once the source is settled, ``announce`` is told which
+    in one line, with ``why`` (:func:`choose_source`'s words) or what the classpath said.
     """
     from consumers.spark import (
+        EMBEDDED_WHY,
+        KafkaConnectorMissing,
         NoExecutors,
         is_local,
         kafka_format_available,
+        on_embedded_broker,
         read_stream,
         spark_session,
         wait_for_executors,
@@ -315,19 +349,32 @@ def run_audit(url: str, bootstrap: str | Kafka, topic: str, *,
         partitions = topic_partitions(bootstrap, topic, timeout)
         done = writer.next_offsets
         starting = json.dumps({topic: {str(p): done.get(p, 0) or -2 for p in range(partitions)}})
-        spark = spark or spark_session(master=master, extra_conf=spark_conf)
+        spark = spark or spark_session(master=master, extra_conf=spark_conf, jars=jars)
         if not is_local(spark.sparkContext.master):
             try:
                 wait_for_executors(spark, executor_timeout)
             except NoExecutors as e:
                 raise AuditError(f"the audit stream cannot start: {e}") from None
-        used = "kafka" if source == "kafka" or (
-            source == "auto" and kafka_format_available(spark)) else "jobreg-kafka"
+        available = source != "python" and kafka_format_available(spark)
+        if source == "kafka" and not available:
+            raise KafkaConnectorMissing(
+                "Spark's kafka source is not on the driver's classpath"
+                + (f" ({why})" if why else "") + ": name the connector's jars with "
+                "--kafka-jars, or use --source python")
+        used = "kafka" if available else "jobreg-kafka"
+        said = why if why and source != "auto" else (
+            "its connector is on the classpath" if available else
+            "Spark's Kafka connector is not on the classpath")
         if used == "kafka" and source == "auto":
             try:  # properties the Java client has no name for: librdkafka reads them
                 java_client_options(Kafka.of(bootstrap).config)
             except ConfigError:
-                used = "jobreg-kafka"
+                used, said = "jobreg-kafka", "the client settings are librdkafka's only"
+            if used == "kafka" and on_embedded_broker(bootstrap, timeout):
+                used, said = "jobreg-kafka", EMBEDDED_WHY
+        if announce is not None:
+            name = "Spark's kafka source" if used == "kafka" else "jobreg-kafka"
+            announce(f"audit source: {name} ({said})")
         cores = spark.sparkContext.defaultParallelism
         # librdkafka's long-poll setting; the Java client names it fetch.max.wait.ms
         wait = {"fetch.wait.max.ms": 10} if used == "jobreg-kafka" else {"fetch.max.wait.ms": 10}

@@ -10,11 +10,15 @@ from ``jobreg-kafka`` otherwise, with the same option names either way.
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,12 +27,22 @@ from registry.extras import needs
 with needs("spark", "the Spark audit job (consumers.spark)"):
     from pyspark.sql import DataFrame, SparkSession
 
-from registry.errors import ConfigError
+from registry.errors import BrokerStartError, ConfigError, RegistryError
 from registry.kafka_config import Kafka, java_client_options
 
 from .kafka_source import SOURCE_NAME, KafkaOptionError, KafkaSource
 
 __all__ = [
+    "CONNECTOR_ARTIFACT",
+    "EMBEDDED_CLUSTER_PREFIX",
+    "EMBEDDED_WHY",
+    "NEAREST_CONNECTOR",
+    "SourceChoice",
+    "choose_source",
+    "connector_jars",
+    "connector_versions",
+    "launch_args",
+    "on_embedded_broker",
     "DAEMON_CONF",
     "DEFAULT_CONF",
     "LOCAL_CONF",
@@ -85,8 +99,9 @@ DEFAULT_MASTER = "local[2]"
 JVM_NOISE = (b"WARNING: Using incubator modules: ",)
 
 
-class KafkaConnectorMissing(RuntimeError):
-    """``source="kafka"`` was asked for, but Spark's Kafka connector is not on the classpath."""
+class KafkaConnectorMissing(RegistryError, RuntimeError):
+    """``source="kafka"`` was asked for, but Spark's Kafka connector is not on the classpath
+    or cannot be had (:func:`choose_source`)."""
 
 
 def is_local(master: str) -> bool:
@@ -145,8 +160,6 @@ def session_conf(master: str, launched: Mapping[str, str],
     """
     local = is_local(master)
     defaults = {**DEFAULT_CONF, **(LOCAL_CONF if local else {})}
-    if os.environ.get("JOBREG_SPARK_PACKAGES"):  # e.g. the Kafka connector, in production
-        defaults["spark.jars.packages"] = os.environ["JOBREG_SPARK_PACKAGES"]
     zips = [Path(f).name for f in launched.get("spark.submit.pyFiles", "").split(",")
             if f.strip().lower().endswith(".zip")]
     if not local and zips:
@@ -176,7 +189,8 @@ def _quiet_driver_log() -> None:
 
 
 def spark_session(app_name: str = "jobreg-audit", master: str | None = None,
-                  extra_conf: Mapping[str, str] | None = None) -> SparkSession:
+                  extra_conf: Mapping[str, str] | None = None,
+                  jars: Sequence[str] = ()) -> SparkSession:
     """A Spark session for the audit jobs, with ``jobreg-kafka`` registered.
 
     The master: ``$JOBREG_SPARK_MASTER``, else ``master``, else what the launch says
@@ -187,8 +201,13 @@ def spark_session(app_name: str = "jobreg-audit", master: str | None = None,
     ``SPARK_*`` environment), then :func:`session_conf`'s defaults where those are silent,
     then ``extra_conf``. For a local master (only) the driver defaults to loopback:
     ``SPARK_LOCAL_IP`` to 127.0.0.1 and ``PYSPARK_PYTHON`` to this interpreter unless set.
-    ``$JOBREG_SPARK_PACKAGES`` sets ``spark.jars.packages`` (production puts Spark's Kafka
-    connector there). The driver's JVM, when this process starts it, logs errors only
+    When this process starts the driver's JVM, ``jars`` (Spark's Kafka connector and its
+    dependencies: :func:`choose_source`) are put on its command line (``--jars``, added to
+    those of ``PYSPARK_SUBMIT_ARGS``), and so is ``$JOBREG_SPARK_PACKAGES`` (``--packages``:
+    Maven coordinates Spark resolves itself); a JVM already running (``spark-submit``, an
+    earlier session of this process) keeps the classpath it has. The SIGINT handler in place
+    before the call stays (pyspark's would turn Ctrl-C into ``KeyboardInterrupt`` anywhere in
+    the caller; :func:`_sigint_kept`). The driver's JVM, when this process starts it, logs errors only
     (:data:`LOG4J`) and its stderr drops :data:`JVM_NOISE`. Sets the log level to ERROR. If a session is already active in this
     process, ``getOrCreate`` returns it (JVM-level settings then stay as they were).
     """
@@ -200,8 +219,20 @@ def spark_session(app_name: str = "jobreg-audit", master: str | None = None,
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # before the JVM starts
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # this process starts the driver's JVM
         _quiet_driver_log()
-    with _jvm_stderr_filtered():
-        SparkContext._ensure_initialized()  # the JVM, with spark-defaults.conf and --conf read
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    if SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Jars and packages reach the driver's class loader only on the JVM's command line:
+        # as session settings they would come after the JVM has started.
+        os.environ["PYSPARK_SUBMIT_ARGS"] = launch_args(
+            submit_args, jars, os.environ.get("JOBREG_SPARK_PACKAGES"))
+    try:
+        with _jvm_stderr_filtered(), _sigint_kept():
+            SparkContext._ensure_initialized()  # the JVM, with spark-defaults.conf and --conf
+    finally:
+        if submit_args is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
     launched = dict(SparkConf().getAll())
     chosen = wanted or (launched.get("spark.master")
                         if launched.get("spark.master") not in (None, "local[*]") else None) \
@@ -212,10 +243,44 @@ def spark_session(app_name: str = "jobreg-audit", master: str | None = None,
     builder = SparkSession.builder.appName(app_name).master(chosen)
     for key, value in session_conf(chosen, launched, extra_conf).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _sigint_kept():
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(KafkaSource)
     return spark
+
+
+def launch_args(existing: str | None, jars: Sequence[str], packages: str | None) -> str:
+    """``PYSPARK_SUBMIT_ARGS`` with ``jars`` added to its ``--jars`` (or a new ``--jars``) and
+    ``packages`` to its ``--packages``; ``pyspark-shell`` (what pyspark launches when the
+    variable is unset) stays last."""
+    args = shlex.split(existing) if existing else ["pyspark-shell"]
+    for flag, extra in (("--jars", ",".join(jars)), ("--packages", packages or "")):
+        if not extra:
+            continue
+        if flag in args[:-1]:
+            i = args.index(flag) + 1
+            args[i] = f"{args[i]},{extra}"
+        else:
+            args[-1:-1] = [flag, extra]
+    return shlex.join(args)
+
+
+@contextmanager
+def _sigint_kept() -> Iterator[None]:
+    """Keep the SIGINT handler in place before the block: a SparkContext made in the main
+    thread installs its own, which cancels every job and raises ``KeyboardInterrupt`` in
+    whatever the main thread is doing (``jobreg audit run --follow`` would end as
+    "Aborted!" in the middle of a batch instead of between two, as SIGTERM does)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGINT, before)
 
 
 @contextmanager
@@ -292,6 +357,171 @@ class NoExecutors(RuntimeError):
 def connector_package(spark: SparkSession) -> str:
     """The Maven coordinates of the Kafka connector matching this Spark (Scala 2.13)."""
     return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{spark.version}"
+
+
+#: Maven coordinates of Spark's Kafka connector, without the version.
+CONNECTOR_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.13"
+
+#: Connector releases to use when Maven Central has none of the installed Spark's version:
+#: Spark 4.3.0's connector (like the rest of Spark 4.3.0's jars) is not on Maven Central, whose
+#: newest is 4.2.0, and 4.2.0's connector reads with pyspark 4.3.0
+#: (tests/integration/test_audit_spark.py runs the audit job on it).
+NEAREST_CONNECTOR: dict[str, str] = {"4.3.0": "4.2.0"}
+
+
+def connector_versions(spark_version: str) -> list[str]:
+    """The connector releases to try for ``spark_version``, best first: its own, then
+    :data:`NEAREST_CONNECTOR`'s. ``$JOBREG_SPARK_KAFKA_VERSION`` names the one release."""
+    named = os.environ.get("JOBREG_SPARK_KAFKA_VERSION", "").strip()
+    if named:
+        return [named]
+    nearest = NEAREST_CONNECTOR.get(spark_version)
+    return [spark_version, *([nearest] if nearest else [])]
+
+
+def _artifact(jar: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients`` (a Maven jar's name without its
+    version)."""
+    name = Path(jar).name
+    m = re.match(r"^(.+)-\d+(?:\.\d+)+[\w.\-]*\.jar$", name)
+    return m.group(1) if m else name.removesuffix(".jar")
+
+
+def connector_jars(jars: Sequence[str | Path], spark_jars: Path | None = None) -> list[str]:
+    """The jars of the connector's runtime closure that this Spark does not ship already
+    (``spark_jars``: pyspark's ``jars`` folder): ``spark-sql-kafka-0-10``,
+    ``spark-token-provider-kafka-0-10``, ``kafka-clients``, ``commons-pool2``. Jars Spark has
+    in another version (``scala-library``, ``spark-tags``, ``slf4j-api``, ...) stay out, as
+    ``spark-submit --packages`` leaves Spark's own out: the classpath keeps one of each."""
+    if spark_jars is None:
+        import pyspark
+
+        spark_jars = Path(pyspark.__file__).parent / "jars"
+    shipped = {_artifact(j.name) for j in spark_jars.glob("*.jar")}
+    return [str(j) for j in jars if _artifact(str(j)) not in shipped]
+
+
+def _named_jars(spec: str) -> list[str]:
+    """``--kafka-jars``: comma-separated jar files and folders (every ``*.jar`` in them)."""
+    out: list[str] = []
+    for item in (x.strip() for x in spec.split(",")):
+        if not item:
+            continue
+        path = Path(item).expanduser()
+        if path.is_dir():
+            found = sorted(str(j) for j in path.glob("*.jar"))
+            if not found:
+                raise ConfigError(f"--kafka-jars: {path} holds no *.jar")
+            out += found
+        elif path.is_file():
+            out.append(str(path))
+        else:
+            raise ConfigError(f"--kafka-jars: {path} does not exist")
+    if not any(_artifact(j) == "spark-sql-kafka-0-10_2.13" for j in out):
+        raise ConfigError(f"--kafka-jars names no spark-sql-kafka-0-10_2.13 jar: {spec}")
+    return out
+
+
+#: How the cluster id of jobreg's embedded broker begins (``registry/dev/broker.py`` starts
+#: every Tansu with ``--cluster-id jobreg-embedded-<hex>``; a unit test holds the two alike).
+EMBEDDED_CLUSTER_PREFIX = "jobreg-embedded-"
+
+#: Why ``auto`` leaves Spark's source aside on the embedded broker (README "What differs").
+EMBEDDED_WHY = ("the embedded broker: its ListOffsets under-reports what an idempotent "
+                "producer wrote outside a transaction, and Spark's kafka source would stop "
+                "there")
+
+
+def on_embedded_broker(kafka: str | Kafka, timeout: float = 10.0) -> bool:
+    """Whether ``kafka`` is jobreg's embedded broker (Tansu), by the cluster id it was started
+    with (:data:`EMBEDDED_CLUSTER_PREFIX`); False when the cluster does not answer (the run
+    then says why itself). A Tansu started by hand under another cluster id is not
+    recognised: ``--source python`` is the choice there."""
+    from confluent_kafka.admin import AdminClient
+
+    k = Kafka.of(kafka)
+    try:
+        admin = AdminClient(k.settings({"log_level": 0}, {}))
+        cluster = admin.list_topics(timeout=timeout).cluster_id
+    except Exception:  # unreachable, refused: not this function's to say
+        return False
+    return bool(cluster) and str(cluster).startswith(EMBEDDED_CLUSTER_PREFIX)
+
+
+@dataclass(frozen=True)
+class SourceChoice:
+    """Which source the audit job reads with (``"kafka"``: Spark's, ``"python"``:
+    ``jobreg-kafka``), the jars to start the JVM with, and why, in words for one line."""
+
+    source: Literal["auto", "kafka", "python"]
+    jars: tuple[str, ...]
+    why: str
+
+
+def choose_source(requested: Literal["auto", "python", "kafka"], kafka: str | Kafka, *,
+                  spark_version: str, named_jars: str | None = None,
+                  fetch: Callable[[str, bool], list[Path] | None] | None = None,
+                  on_classpath: bool = False, embedded: bool = False) -> SourceChoice:
+    """Settle the audit job's source before Spark starts.
+
+    ``--source python`` is ``jobreg-kafka``. Otherwise Spark's ``kafka`` source, with its
+    connector from, in order: ``named_jars`` (``--kafka-jars`` / ``$JOBREG_SPARK_KAFKA_JARS``:
+    files or folders, for a machine without Maven Central); the launch's own classpath
+    (``on_classpath``: ``--jars/--packages`` in ``PYSPARK_SUBMIT_ARGS``,
+    ``$JOBREG_SPARK_PACKAGES``; under ``spark-submit`` the JVM runs already and ``auto``
+    stays ``auto``: the connector is used if its launch put it on the classpath); the
+    cache, then Maven Central, through ``fetch(version, download)`` (``registry.dev.kafka.
+    spark_kafka_jars``; ``download=False``: the cache only, None if not there), for each of
+    :func:`connector_versions`. ``auto`` falls back to ``jobreg-kafka`` on the embedded
+    broker (``embedded``: :func:`on_embedded_broker`; :data:`EMBEDDED_WHY`), when the client
+    settings have no Java client name (``--command-config`` properties only librdkafka
+    knows) or no connector can be had, and says why; ``kafka`` then fails in one line
+    (:class:`KafkaConnectorMissing`, :class:`~registry.errors.ConfigError`).
+    """
+    if requested == "python":
+        return SourceChoice("python", (), "--source python")
+    if requested == "auto" and embedded:
+        return SourceChoice("python", (), EMBEDDED_WHY)
+    try:
+        java_client_options(Kafka.of(kafka).config)
+    except ConfigError as e:
+        if requested == "kafka":
+            raise ConfigError(f"--source kafka: {e}") from None
+        return SourceChoice("python", (), f"the client settings are librdkafka's only: {e}")
+    if named_jars:
+        return SourceChoice("kafka", tuple(connector_jars(_named_jars(named_jars))),
+                            f"the connector jars named by --kafka-jars: {named_jars}")
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit: the classpath is settled
+        return SourceChoice(requested, (), "spark-submit's classpath")
+    if on_classpath:
+        return SourceChoice("kafka", (), "the connector is on the launch's classpath")
+    versions = connector_versions(spark_version)
+    failures: list[str] = []
+    if fetch is not None:
+        for download in (False, True):
+            for version in versions:
+                try:
+                    found = fetch(version, download)
+                except BrokerStartError as e:  # no mvn, or Maven could not fetch it
+                    failures.append(str(e))
+                    if "Could not find artifact" not in str(e):
+                        break  # not a missing release: the next one would fail alike
+                    continue
+                if found:
+                    jars = connector_jars(found)
+                    where = str(Path(found[0]).parent.parent)
+                    why = f"connector {CONNECTOR_ARTIFACT}:{version}"
+                    if version != spark_version:
+                        why += f" (Maven Central has none of Spark {spark_version})"
+                    return SourceChoice("kafka", tuple(jars), f"{why}, jars in {where}")
+            if failures and "Could not find artifact" not in failures[-1]:
+                break
+    reason = failures[-1] if failures else "no way to fetch it here"
+    if requested == "kafka":
+        raise KafkaConnectorMissing(
+            f"Spark's Kafka connector cannot be had: {reason}; name its jars with "
+            "--kafka-jars (or $JOBREG_SPARK_KAFKA_JARS), or use --source python")
+    return SourceChoice("python", (), f"Spark's Kafka connector cannot be had: {reason}")
 
 
 def kafka_format_available(spark: SparkSession) -> bool:

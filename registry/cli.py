@@ -583,22 +583,42 @@ def _chosen_broker(use_kafka: bool, kafka_nodes: int | None) -> BrokerChoice:
               help="The Spark masters of the scaling table, comma-separated: local[N], or "
                    "spark://127.0.0.1:PORT for a standalone cluster on this machine (its "
                    "workers started beforehand).")
+@click.option("--sources", default="python,kafka", show_default=True,
+              help="The audit job's sources the Spark figures are taken with, "
+                   "comma-separated: python (jobreg-kafka), kafka (Spark's connector, "
+                   "fetched once from Maven Central if need be).")
+@click.option("--embedded-and-kafka", "both", is_flag=True,
+              help="The whole benchmark on the embedded broker, then on Apache Kafka "
+                   "(one node, or --kafka-nodes N), in one run.")
 @_kafka_options
 def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
-                    masters: str, use_kafka: bool, kafka_nodes: int | None) -> None:
-    """Audit stream throughput into SQLite and PostgreSQL and freshness p50/p95, plain Python
-    next to Spark under each master (a scaling table), in the same run; the log on the
-    embedded broker, or on Apache Kafka (--kafka, --kafka-nodes N)."""
-    from registry.dev.bench_audit import bench_audit, format_audit
+                    masters: str, sources: str, both: bool, use_kafka: bool,
+                    kafka_nodes: int | None) -> None:
+    """Audit stream throughput into SQLite and PostgreSQL, freshness p50/p95 and the Spark
+    processes' peak memory, plain Python next to Spark under each master (a scaling table)
+    and with each source, in the same run; the log on the embedded broker, on Apache Kafka
+    (--kafka, --kafka-nodes N), or on both (--embedded-and-kafka)."""
+    from registry.dev.bench_audit import SOURCES, bench_audit, format_audit
+    from registry.dev.brokers import BrokerChoice
 
     chosen = [m.strip() for m in masters.split(",") if m.strip()]
     if not chosen:
         raise click.BadParameter("name at least one Spark master", param_hint="--masters")
-    with registry_errors():
-        figures = bench_audit(events=events, rate=rate, seconds=seconds, namespaces=namespaces,
-                              masters=chosen, broker=_chosen_broker(use_kafka, kafka_nodes),
-                              progress=lambda msg: click.echo(f"... {msg}", err=True))
-    click.echo(format_audit(figures))
+    picked = [x.strip() for x in sources.split(",") if x.strip()]
+    if not picked or any(x not in SOURCES for x in picked):
+        raise click.BadParameter(f"{sources!r}: name python, kafka or both",
+                                 param_hint="--sources")
+    brokers = [BrokerChoice.embedded(), BrokerChoice.kafka(kafka_nodes or 1)] if both else \
+        [_chosen_broker(use_kafka, kafka_nodes)]
+    for broker in brokers:
+        with registry_errors():
+            figures = bench_audit(events=events, rate=rate, seconds=seconds,
+                                  namespaces=namespaces, masters=chosen, broker=broker,
+                                  sources=[s for s in SOURCES if s in picked],
+                                  progress=lambda msg: click.echo(f"... {msg}", err=True))
+        if both and not broker.is_kafka:  # format_audit names Apache Kafka itself
+            click.echo(f"the log on {broker.describe()}")
+        click.echo(format_audit(figures))
 
 
 def _store_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -1150,8 +1170,15 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
               show_default=True, help="Most records per micro-batch.")
 @click.option("--source", type=click.Choice(["auto", "python", "kafka"]), default="auto",
               show_default=True,
-              help="kafka: Spark's built-in source (its connector must be on the classpath); "
-                   "python: jobreg-kafka over confluent-kafka; auto: kafka when available.")
+              help="kafka: Spark's built-in source (its connector from --kafka-jars, the "
+                   "launch's classpath, or Maven Central, fetched once into ~/.cache/jobreg); "
+                   "python: jobreg-kafka over confluent-kafka; auto: kafka when its connector "
+                   "can be had. The run says which, and why, in its first line.")
+@click.option("--kafka-jars", envvar="JOBREG_SPARK_KAFKA_JARS", default=None,
+              metavar="PATHS",
+              help="Spark's Kafka connector and its dependencies, for a machine without "
+                   "Maven Central: jar files or folders of jars, comma-separated. "
+                   "[env: JOBREG_SPARK_KAFKA_JARS]")
 @click.option("--plain", is_flag=True,
               help="No Spark: the same fold and writes from plain Python.")
 @click.option("--master", envvar="JOBREG_SPARK_MASTER", default=None,
@@ -1176,7 +1203,8 @@ def audit_migrate(settings: Settings, db_url: str) -> None:
               help="The address --metrics-port listens on.")
 @pass_settings
 def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
-              max_offsets_per_trigger: int, source: str, plain: bool, master: str | None,
+              max_offsets_per_trigger: int, source: str, kafka_jars: str | None, plain: bool,
+              master: str | None,
               spark_conf: tuple[str, ...], driver_host: str | None, executor_timeout: float,
               verbose: bool, metrics_port: int | None, metrics_host: str) -> None:
     """Materialize the audit tables from the topic, exactly once (migrates first, once the
@@ -1196,7 +1224,7 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
         conf[key.strip()] = value.strip()
     if driver_host is not None:
         conf["spark.driver.host"] = driver_host
-    if plain and (conf or master):
+    if plain and (conf or master or kafka_jars):
         raise click.BadParameter("Spark settings without Spark", param_hint="--plain")
     if metrics_port is not None and once:
         raise click.BadParameter("metrics are served while a --follow run lasts",
@@ -1230,10 +1258,26 @@ def audit_run(settings: Settings, db_url: str, once: bool, interval: str,
                     click.echo(f"metrics at http://{metrics_host}:{metrics_port}/metrics",
                                err=True)
 
-            spark: dict[str, Any] = {} if plain else {"interval": interval, "source": source,
-                                      "max_offsets_per_trigger": max_offsets_per_trigger,
-                                      "master": master, "spark_conf": conf,
-                                      "executor_timeout": executor_timeout}
+            spark: dict[str, Any] = {}
+            if not plain:
+                from consumers.audit_job import choose_source
+                from registry.dev.kafka import spark_kafka_jars
+
+                def say(line: str) -> None:
+                    if not settings.as_json:
+                        click.echo(line, err=True)
+
+                try:  # the connector's jars: fetched once, or named
+                    choice = choose_source(source, bootstrap, named_jars=kafka_jars,
+                                           fetch=lambda version, download: spark_kafka_jars(
+                                               version, say, download=download))
+                except ConfigError as e:  # --kafka-jars, or settings --source kafka can't pass
+                    raise CliError(str(e), EXIT_USAGE) from e
+                spark = {"interval": interval, "source": choice.source, "jars": choice.jars,
+                         "why": choice.why, "announce": say,
+                         "max_offsets_per_trigger": max_offsets_per_trigger,
+                         "master": master, "spark_conf": conf,
+                         "executor_timeout": executor_timeout}
             run = materialize(db_url, bootstrap, settings.topic,
                               engine="plain" if plain else "spark",
                               mode="once" if once else "follow", stop_event=stop,

@@ -4,7 +4,8 @@ write), all in one run.
 
 The log: ``events`` records over ``namespaces`` namespaces (64) on a topic of 8 partitions,
 each namespace a realistic history (two terms, submits, adoptions, cancels, 1% refused late
-writes), every namespace on its own partition as the client places it.
+writes), every namespace on its own partition as the client places it, written in
+transactions as jobreg's writers write.
 
 1. **Throughput**: the log written into PostgreSQL (a throwaway cluster) by plain Python
    (:func:`registry.audit.writer.run_plain`) and by the Spark job (``availableNow``) under
@@ -18,6 +19,14 @@ writes), every namespace on its own partition as the client places it.
    freshness is the time from a record's delivery report (the broker has it in the log) to
    the first poll that sees its partition's progress past it. p50 and p95 into PostgreSQL,
    plain Python following the log next to Spark (processing-time trigger) per master.
+3. **Sources**: each Spark figure for each of ``sources``: ``jobreg-kafka`` (``python``)
+   and Spark's own connector (``kafka``, its jars from
+   :func:`consumers.audit_job.choose_source`: the cache or Maven Central, once).
+4. **Memory**: the peak resident memory, sampled every 0.2 s while an engine's figures are
+   taken, of the driver (this process and its JVM) and of the executors (this application's
+   executor JVMs on this machine, and the Spark Python workers below them or below the
+   driver's JVM); in local mode the executor is the driver's JVM, so the executors' column
+   is the Python workers only.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from registry.extras import needs
 
@@ -45,10 +54,17 @@ from registry.dev.brokers import BrokerChoice, start_broker
 from registry.dev.pgcluster import ThrowawayPostgres
 from registry.log import TopicConfig, ensure_topic
 
-__all__ = ["MASTERS", "AuditFigures", "bench_audit", "format_audit"]
+__all__ = ["MASTERS", "SOURCES", "AuditFigures", "bench_audit", "format_audit"]
 
 MASTERS: tuple[str, ...] = ("local[1]", "local[2]", "local[4]")
 """The Spark masters of the scaling table (``local[4]`` on a 2-core machine shows the bend)."""
+
+Source = Literal["auto", "python", "kafka"]
+
+SOURCES: tuple[Source, ...] = ("python", "kafka")
+"""The audit job's sources the Spark figures are taken with (``--source``'s names)."""
+
+SOURCE_NAMES = {"python": "jobreg-kafka", "kafka": "kafka"}
 
 
 @dataclass
@@ -65,6 +81,8 @@ class AuditFigures:
     spark_warmup_s: dict[str, float] = field(default_factory=dict)
     cores: int = 0
     broker: str = ""  # BrokerChoice.describe() of the broker the log was on
+    memory: dict[str, tuple[float, float]] = field(default_factory=dict)  # MiB: driver, exec
+    sources: str = ""  # the one line saying where Spark's connector came from
 
 
 def _names(n: int) -> list[str]:
@@ -79,13 +97,20 @@ def _produce(bootstrap: str, topic: str, records: int, namespaces: int,
     from registry.keys import partition_for
 
     info = ensure_topic(bootstrap, topic, config or TopicConfig())
+    # Transactions, as jobreg's writers leave the log (one per namespace's share). The
+    # embedded broker's ListOffsets answers 1 for a partition an idempotent producer wrote
+    # 1,000 records to outside a transaction, and Spark's kafka source believes it (README
+    # "What differs"): its --once run would stop there.
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
-                         "enable.idempotence": True})
+                         "transactional.id": f"jobreg-bench-audit-{os.getpid()}-{time.time_ns()}"})
+    producer.init_transactions(60)
     names = _names(namespaces)
     for i, ns in enumerate(names):
         partition = partition_for(ns, info.partitions)
         share = records // namespaces + (1 if i < records % namespaces else 0)
+        producer.begin_transaction()
         produce_all(producer, topic, partition, _replay_log(share, ns))
+        producer.commit_transaction(120)
     producer.flush(120)
 
 
@@ -185,6 +210,102 @@ def _freshness(sent: dict[Any, float], seen: dict[Any, float]) -> tuple[float, f
     return statistics.median(lags), p95, len(lags)
 
 
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:  # gone meanwhile
+        pass
+    return 0.0
+
+
+def _process_tree() -> tuple[dict[int, int], dict[int, bytes]]:
+    """Every process's parent and command line (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    cmdlines: dict[int, bytes] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parents[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdlines[pid] = f.read()
+        except (OSError, ValueError, IndexError):  # gone meanwhile
+            continue
+    return parents, cmdlines
+
+
+def _spark_processes(driver_jvm: int | None, app_id: str) -> tuple[float, float]:
+    """The resident memory (MiB) now of the driver (this process and its JVM) and of this
+    application's executors: the executor JVMs whose command line names ``app_id`` (a
+    standalone cluster's on this machine) and every process below them or below the
+    driver's JVM (Spark's Python workers; in local mode the executor is the driver's JVM).
+    Other applications' processes on a shared machine are not counted."""
+    driver = _rss_mib(os.getpid()) + (_rss_mib(driver_jvm) if driver_jvm else 0.0)
+    parents, cmdlines = _process_tree()
+    mark = f"--app-id\0{app_id}\0".encode()
+    roots = {pid for pid, cmd in cmdlines.items()
+             if b"CoarseGrainedExecutorBackend" in cmd and mark in cmd + b"\0"}
+    tops = roots | ({driver_jvm} if driver_jvm else set())
+    executors = 0.0
+    for pid in parents:
+        up, seen = pid, 0
+        while up not in tops and up > 1 and seen < 64:  # walk up to a root, or to init
+            up, seen = parents.get(up, 0), seen + 1
+        if up in tops and pid != driver_jvm:
+            executors += _rss_mib(pid)
+    return driver, executors
+
+
+class _MemoryPeak:
+    """Samples :func:`_spark_processes` every 0.2 s in a thread; :attr:`peak` the highest
+    of each while it ran (on Linux; elsewhere zeros)."""
+
+    def __init__(self, spark: Any) -> None:
+        proc = getattr(getattr(spark.sparkContext, "_gateway", None), "proc", None)
+        self._jvm = _jvm_pid(proc.pid) if proc is not None else None
+        self._app = str(spark.sparkContext.applicationId)
+        self.peak = (0.0, 0.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memory", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            d, e = _spark_processes(self._jvm, self._app) if os.path.isdir("/proc") \
+                else (0.0, 0.0)
+            self.peak = (max(self.peak[0], d), max(self.peak[1], e))
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> _MemoryPeak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
+def _jvm_pid(launched: int) -> int:
+    """The driver's JVM: the process pyspark launched (spark-submit's script, which execs
+    ``java``) or, if that one forked it, its ``java`` child."""
+    try:
+        with open(f"/proc/{launched}/cmdline", "rb") as f:
+            if b"java" in f.read().split(b"\0")[0]:
+                return launched
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                with open(f"/proc/{entry.name}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == launched:
+                        return int(entry.name)
+    except (OSError, ValueError, IndexError):
+        pass
+    return launched
+
+
 def cluster_conf(master: str) -> dict[str, str]:
     """Settings of a ``spark://`` master on this machine (a loopback address): the driver on
     loopback too (only local masters get it by default) and the workers' Python this one,
@@ -196,14 +317,14 @@ def cluster_conf(master: str) -> dict[str, str]:
             "spark.pyspark.python": sys.executable}
 
 
-def _spark(master: str) -> Any:
+def _spark(master: str, jars: Sequence[str] = ()) -> Any:
     from consumers.audit_job import spark_session
 
     before = os.environ.get("JOBREG_SPARK_MASTER")
     os.environ["JOBREG_SPARK_MASTER"] = master  # the scaling table's master, whatever is set
     try:
         return spark_session(app_name="jobreg-bench-audit", master=master,
-                             extra_conf=cluster_conf(master))
+                             extra_conf=cluster_conf(master), jars=jars)
     finally:
         if before is None:
             os.environ.pop("JOBREG_SPARK_MASTER", None)
@@ -214,16 +335,27 @@ def _spark(master: str) -> Any:
 def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.0,
                 namespaces: int = 64, masters: Sequence[str] = MASTERS,
                 broker: BrokerChoice | None = None,
+                sources: Sequence[Source] = SOURCES,
                 progress: Callable[[str], None] = lambda _: None) -> AuditFigures:
     """Run the audit benchmark on a fresh broker (``broker``: the embedded one by default, or
-    Apache Kafka) and a throwaway PostgreSQL."""
-    from consumers.audit_job import run_audit
+    Apache Kafka) and a throwaway PostgreSQL, Spark with each of ``sources`` (``python``:
+    ``jobreg-kafka``; ``kafka``: Spark's connector, fetched once if need be; a connector that
+    cannot be had is a one-line error)."""
+    from consumers.audit_job import choose_source, run_audit
+    from registry.dev.kafka import spark_kafka_jars
+
+    jars: tuple[str, ...] = ()
+    connector = ""
+    if "kafka" in sources:
+        found = choose_source("kafka", "127.0.0.1:9092", fetch=lambda v, d: spark_kafka_jars(
+            v, progress, download=d))
+        jars, connector = found.jars, found.why
 
     choice = broker or BrokerChoice.embedded()
     config = choice.topic_config()
     figures = AuditFigures(events=events, rate=rate, namespaces=namespaces,
                            partitions=config.partitions, cores=os.cpu_count() or 0,
-                           broker=choice.describe())
+                           broker=choice.describe(), sources=connector)
     topic = "bench-audit"
     with start_broker(choice, progress=progress) as running, ThrowawayPostgres() as pg, \
             tempfile.TemporaryDirectory() as tmp:
@@ -240,12 +372,13 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
             migrate(url)
             return url
 
-        def throughput(engine: str, db: str, spark: Any = None) -> None:
+        def throughput(engine: str, db: str, spark: Any = None,
+                       source: Source = "auto") -> None:
             url = fresh_db("t", db)
             progress(f"{events:,} events into {db} with {engine}")
             t0 = time.perf_counter()
             if spark is not None:
-                written = run_audit(url, bootstrap, topic, spark=spark,
+                written = run_audit(url, bootstrap, topic, spark=spark, source=source,
                                     max_offsets_per_trigger=50_000).records
             else:
                 writer = AuditWriter(url, topic)
@@ -257,7 +390,7 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
                 raise RuntimeError(f"{engine} into {db} wrote {written} of {events} records")
             figures.throughput[(engine, db)] = events / elapsed
 
-        def freshness(engine: str, spark: Any = None) -> None:
+        def freshness(engine: str, spark: Any = None, source: Source = "auto") -> None:
             fresh_topic = f"bench-fresh-{len(figures.freshness)}"
             url = fresh_db("f")
             ensure_topic(bootstrap, fresh_topic, config)
@@ -270,7 +403,7 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
                 runner = threading.Thread(target=run_audit, args=(url, bootstrap, fresh_topic),
                                           kwargs=dict(spark=spark, mode="follow",
                                                       interval="250 milliseconds",
-                                                      stop_event=stop))
+                                                      stop_event=stop, source=source))
             else:
                 writer = AuditWriter(url, fresh_topic)
                 writer.catch_up(bootstrap)
@@ -293,20 +426,25 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
         for i, master in enumerate(masters):
             progress(f"starting Spark ({master})")
             t0 = time.perf_counter()
-            spark = _spark(master)
+            spark = _spark(master, jars)
             figures.spark_start_s[master] = time.perf_counter() - t0
-            # The first streaming query of a session starts Spark's Python workers and
-            # compiles its plans; pay that once, outside the figures (reported separately).
-            t0 = time.perf_counter()
-            run_audit(fresh_db("warm"), bootstrap, topic, spark=spark,
-                      max_offsets_per_trigger=1000, stop_after=lambda w: w.rows > 0,
-                      mode="follow", interval="100 milliseconds")
-            figures.spark_warmup_s[master] = time.perf_counter() - t0
-            engine = f"spark {master}"
-            throughput(engine, "postgresql", spark)
-            if i == len(masters) - 1:
-                throughput(engine, "sqlite", spark)
-            freshness(engine, spark)
+            for source in sources:
+                # The first streaming query of a session (and of a source) starts Spark's
+                # Python workers and compiles its plans; paid once, outside the figures
+                # (reported separately).
+                t0 = time.perf_counter()
+                run_audit(fresh_db("warm"), bootstrap, topic, spark=spark, source=source,
+                          max_offsets_per_trigger=1000, stop_after=lambda w: w.rows > 0,
+                          mode="follow", interval="100 milliseconds")
+                engine = f"spark {master}" + (f" {SOURCE_NAMES[source]}" if len(sources) > 1
+                                              else "")
+                figures.spark_warmup_s[engine] = time.perf_counter() - t0
+                with _MemoryPeak(spark) as memory:
+                    throughput(engine, "postgresql", spark, source)
+                    if i == len(masters) - 1:
+                        throughput(engine, "sqlite", spark, source)
+                    freshness(engine, spark, source)
+                figures.memory[engine] = memory.peak
             spark.stop()
     return figures
 
@@ -326,10 +464,15 @@ def format_audit(f: AuditFigures) -> str:
                      "< 2,000 ms" if engine.startswith("spark") else ""))
     for master, s in f.spark_start_s.items():
         rows.append((f"Spark {master} session start (not in the above)", f"{s:.1f} s", ""))
-    for master, s in f.spark_warmup_s.items():
-        rows.append((f"Spark {master} first query (warm-up, not in the above)", f"{s:.1f} s",
-                     ""))
+    for engine, s in f.spark_warmup_s.items():
+        rows.append((f"{engine.replace('spark', 'Spark', 1)} first query (warm-up, not in "
+                     "the above)", f"{s:.1f} s", ""))
+    for engine, (driver, executors) in f.memory.items():
+        rows.append((f"{engine}, peak memory: driver (Python + JVM) / executors (JVMs + "
+                     "Python workers)", f"{driver:,.0f} / {executors:,.0f} MiB", ""))
     out = figures_table(rows)
+    if f.sources:
+        out = f"Spark's kafka source: {f.sources}\n{out}"
     if f.broker and not f.broker.startswith("the embedded broker"):
         out = f"the log on {f.broker}\n{out}"
     base = f.throughput.get(("plain", "postgresql"))

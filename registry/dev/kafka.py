@@ -43,6 +43,7 @@ import errno
 import logging
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -67,7 +68,7 @@ from registry.dev.broker import (
 from registry.errors import BrokerError, BrokerStartError, ConfigError
 
 __all__ = ["CACHE_ENV", "KAFKA_VERSION", "KafkaCluster", "KafkaNode", "kafka_classpath",
-           "kafka_tools_classpath"]
+           "kafka_tools_classpath", "spark_kafka_jars"]
 
 _log = logging.getLogger(__name__)
 
@@ -215,6 +216,55 @@ def kafka_tools_classpath(progress: Callable[[str], None] | None = None) -> list
     return [*jars, jar]
 
 
+_SPARK_KAFKA_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>jobreg.dev</groupId><artifactId>spark-kafka</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.spark</groupId>
+      <artifactId>spark-sql-kafka-0-10_2.13</artifactId><version>{spark}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+
+def spark_kafka_jars(version: str, progress: Callable[[str], None] | None = None, *,
+                     download: bool = True) -> list[pathlib.Path] | None:
+    """Spark's Kafka connector ``org.apache.spark:spark-sql-kafka-0-10_2.13:<version>`` and
+    its runtime dependencies (``spark-token-provider-kafka-0-10``, ``kafka-clients``,
+    ``commons-pool2``, and what Spark itself ships too), fetched from Maven Central on first
+    use into ``<cache>/spark-kafka-<version>/libs`` as :func:`kafka_classpath` fetches
+    Kafka's (a ``.complete`` mark; the cache is ``$JOBREG_KAFKA_CACHE`` or
+    ``~/.cache/jobreg``). Maven is told to look again (``-U``) so that a miss it remembers
+    from an earlier try does not stand in for Maven Central's answer. With
+    ``download=False``, the cache only: None when it does not hold them.
+
+    :raises BrokerStartError: no ``mvn``, or Maven could not fetch them (one line, with what
+        Maven said: ``Could not find artifact ...`` when Maven Central has no such version).
+    """
+    what = f"Spark's Kafka connector {version}"
+    home = _cache_root() / f"spark-kafka-{version}"
+    libs = home / "libs"
+    mark = home / ".complete"
+    with _fetch_lock:
+        if not mark.exists():
+            if not download:
+                return None
+            if shutil.which("mvn") is None:
+                raise BrokerStartError(f"mvn not found on PATH: Maven fetches {what} from "
+                                       "Maven Central once (apt-get install maven)")
+            with _maven_fetch(what, home, progress,
+                              lambda work: ["-U", "-f", str(work / "pom.xml"),
+                                            "dependency:copy-dependencies",
+                                            "-DincludeScope=runtime",
+                                            f"-DoutputDirectory={work / 'libs'}"],
+                              pom=_SPARK_KAFKA_POM.format(spark=version)) as work:
+                shutil.rmtree(libs, ignore_errors=True)
+                os.replace(work / "libs", libs)
+                mark.write_text(f"{version}\n")
+    return sorted(libs.glob("*.jar"))
+
+
 @contextlib.contextmanager
 def _maven_fetch(what: str, home: pathlib.Path, progress: Callable[[str], None] | None,
                  goal: Callable[[pathlib.Path], list[str]],
@@ -240,12 +290,18 @@ def _maven_fetch(what: str, home: pathlib.Path, progress: Callable[[str], None] 
 
 def _run_or_say(failure: str, argv: list[str], cwd: pathlib.Path | None = None) -> None:
     """Run ``argv`` to its end; if it fails, raise :class:`BrokerStartError` of one line:
-    ``failure``, then the last line the program said (Maven and Kafka's tools say why last)."""
+    ``failure``, then Maven's first ``[ERROR]`` line if there is one (the lines after it are
+    advice), else the last line the program said (Kafka's tools say why last)."""
     done = subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, capture_output=True,
                           text=True, check=False)
     if done.returncode != 0:
         said = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-        last = said[-1].strip() if said else f"exit code {done.returncode}"
+        # Maven says why in its first [ERROR] line; the lines after it are advice on -e/-X
+        plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in said]  # Maven's colours
+        errors = [line[len("[ERROR] "):] for line in plain if line.startswith("[ERROR] ")]
+        last = (errors[0] if errors else said[-1]).strip() if said else \
+            f"exit code {done.returncode}"
+        last = last.removesuffix("-> [Help 1]").strip()
         raise BrokerStartError(f"{failure}: {last[:300]}")
 
 

@@ -35,6 +35,7 @@ import registry
 from registry import Registry
 from registry.audit.db import migrate
 from registry.dev.broker import find_tansu_binary
+from registry.dev.kafka import KafkaCluster
 from registry.dev.pgcluster import ThrowawayPostgres, find_pg_bindir
 from registry.log import TopicConfig, ensure_topic
 
@@ -131,7 +132,8 @@ def workers_python(tmp: Path) -> Path:
     (site / "deps.pth").write_text(f"{deps}\n")
     python = env / "bin" / "python"
     probe = subprocess.run([str(python), "-c", "import consumers"], capture_output=True,
-                           cwd=tmp)
+                           cwd=tmp, env={k: v for k, v in os.environ.items()
+                                         if k != "PYTHONPATH"})  # installed, not pointed to
     assert probe.returncode != 0, "the workers' Python must not have jobreg"
     return python
 
@@ -151,10 +153,11 @@ def jobreg_zip(tmp: Path) -> Path:
 
 
 def submit(cluster: SparkCluster, netns: Netns, tmp: Path, bootstrap: str, url: str,
-           *args: str) -> subprocess.Popen:
+           *args: str, jars: tuple[str, ...] = ()) -> subprocess.Popen:
     """``spark-submit`` of ``jobreg audit run`` as the README says, the driver on this
-    side's veth address."""
+    side's veth address; ``jars`` (Spark's Kafka connector) on ``--jars``."""
     cmd = [str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster.master_url,
+           *(["--jars", ",".join(jars)] if jars else []),
            "--py-files", str(jobreg_zip(tmp)),
            "--conf", f"spark.pyspark.python={workers_python(tmp)}",
            "--conf", f"spark.pyspark.driver.python={sys.executable}",
@@ -278,6 +281,74 @@ def test_the_audit_job_on_a_two_host_cluster_survives_a_killed_worker(
                 break
             assert follow.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
             time.sleep(1)
+        os.kill(driver(follow), signal.SIGTERM)  # a container's stop: between batches
+        follow.wait(120)
+        reader.join(10)
+        assert follow.returncode == 0, "".join(lines)[-3000:]
+        assert exactly_once(bootstrap, url) == expected
+
+
+@pytest.fixture
+def veth_kafka3(netns: Netns, tmp_path: Path) -> Iterator[KafkaCluster]:
+    """Three Apache Kafka nodes listening on this side's veth address (the second host
+    reaches them), replication 3."""
+    with KafkaCluster(nodes=3, hosts=[netns.host_ip] * 3,
+                      directory=tmp_path / "kafka3") as kafka:
+        ensure_topic(kafka.bootstrap, "jobreg", TopicConfig(replication_factor=3), timeout=30.0)
+        yield kafka
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(1200)
+def test_sparks_connector_on_a_two_host_cluster_and_three_kafka_nodes(
+        netns, veth_kafka3, veth_pg, submitted, tmp_path) -> None:
+    """The cluster form with Spark's own Kafka connector (``spark-submit --jars``, as a Spark
+    user ships it) against three Kafka nodes: a follow run over a backlog in small batches,
+    whose second host's worker is SIGKILLed mid-batch and the Kafka node leading a partition
+    with it (back after the backlog is read); exactly once. (``--once`` on a cluster:
+    the test below, with ``jobreg-kafka``.)"""
+    from support.sparkfixture import MISSING, _required, connector
+
+    jars = connector()
+    if not jars:
+        (pytest.fail if _required() else pytest.skip)(
+            f"Spark's Kafka connector cannot be had: {MISSING.get('why')}")
+    bootstrap, url = veth_kafka3.bootstrap, veth_pg
+    with SparkCluster(tmp_path, host=netns.host_ip) as cluster:
+        cluster.add_worker()  # this host
+        remote = cluster.add_worker(host=netns.ns_ip, netns=netns.name)  # the second host
+        write_jobs(bootstrap, namespaces=8, jobs=150)
+        follow = submit(cluster, netns, tmp_path, bootstrap, url, "--follow", "--source",
+                        "kafka", "--max-offsets-per-trigger", "200", "--interval",
+                        "200 milliseconds", jars=jars)
+        lines: list[str] = []
+
+        def read() -> None:
+            for line in follow.stdout:
+                lines.append(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 600
+        while sum(line.startswith("batch ") for line in lines) < 2:
+            assert follow.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+            time.sleep(0.2)
+        said = "".join(lines)
+        assert "audit source: Spark's kafka source (spark-submit's classpath)" in said, said
+        cluster.kill(remote)
+        leader = veth_kafka3.leader_of("jobreg", 0)
+        veth_kafka3.kill(leader)
+        expected = 8 * 151
+        try:
+            while True:  # the rest of the backlog: the surviving executor, two Kafka nodes
+                _, rows = query_as_reader(url, "SELECT count(*) FROM audit_records")
+                if rows[0][0] >= expected:
+                    break
+                assert follow.poll() is None and time.monotonic() < deadline, \
+                    "".join(lines)[-3000:]
+                time.sleep(1)
+        finally:
+            veth_kafka3.restart(leader)
         os.kill(driver(follow), signal.SIGTERM)  # a container's stop: between batches
         follow.wait(120)
         reader.join(10)
