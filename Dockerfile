@@ -24,7 +24,7 @@ RUN pip install --no-cache-dir -c requirements.lock '.[spark,report,schemaregist
 # `kafka` source is on the classpath when the job starts (no download at run time).
 # (A local master, for the fetch only: spark_session binds a local driver to 127.0.0.1 by
 # itself; a cluster's driver takes its address from --driver-host or spark.driver.host.)
-ENV JOBREG_SPARK_PACKAGES=org.apache.spark:spark-sql-kafka-0-10_2.13:4.3.0 \
+ENV JOBREG_SPARK_PACKAGES=org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0 \
     SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
 RUN python -c "from consumers.spark import spark_session; spark_session(master='local[1]').stop()"
 

@@ -157,8 +157,14 @@ def test_the_audit_job_runs_a_real_command_with_variables_the_code_reads() -> No
     assert env["JOBREG_AUDIT_DB"].startswith("postgresql+psycopg://jobreg@postgres")
     assert env["JOBREG_AUDIT_DB_PASSWORD_FILE"] == SERVICES["postgres"]["environment"][
         "POSTGRES_PASSWORD_FILE"]
-    assert re.fullmatch(r"org\.apache\.spark:spark-sql-kafka-0-10_2\.13:4\.3\.0",
-                        env["JOBREG_SPARK_PACKAGES"])  # the pyspark version we pin
+    # The connector nearest the pyspark we pin: Maven Central has no Spark 4.3.0
+    # (consumers.spark.NEAREST_CONNECTOR).
+    from consumers.spark import NEAREST_CONNECTOR
+    pinned = re.search(r"pyspark==([\d.]+)", (ROOT / "requirements.lock").read_text())
+    assert pinned is not None
+    version = NEAREST_CONNECTOR.get(pinned.group(1), pinned.group(1))
+    assert env["JOBREG_SPARK_PACKAGES"] == \
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
     # the command parses: every option exists (click rejects unknown ones with exit 2)
     result = CliRunner().invoke(main, [*audit["command"], "--help"])
     assert result.exit_code == 0, result.output
