@@ -70,9 +70,18 @@ def connector() -> tuple[str, ...]:
 
 
 def need_source(spark: object, source: str) -> None:
-    """Skip (fail on CI) a test of Spark's ``kafka`` source where its connector is missing."""
+    """Skip a test of Spark's ``kafka`` source on the embedded broker, whose ListOffsets
+    under-reports batches of several records written outside a transaction (jobreg's leaders'
+    since issue 35; README "What differs"): the source is not supported there, and runs on
+    Apache Kafka (the suite's Kafka pass). Skip (fail on CI) where its connector is
+    missing."""
     from consumers.spark import kafka_format_available
+    from support.brokers import on_embedded
 
+    if source == "kafka" and on_embedded():
+        pytest.skip("Spark's kafka source is not supported on the embedded broker: its "
+                    "ListOffsets under-reports batches written outside a transaction "
+                    "(README 'What differs'); it runs in the suite's Kafka pass")
     if source == "kafka" and not kafka_format_available(spark):  # type: ignore[arg-type]
         why = MISSING.get("why", "not on the session's classpath")
         if _required():
