@@ -9,8 +9,10 @@ one raise site and checks the answer against the log.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -357,6 +359,19 @@ def paused_broker(broker):
     def pause() -> None:
         os.kill(broker.pid, signal.SIGSTOP)
         paused.append(True)
+        # kill() only queues the stop: wait until every thread of the broker is stopped, or
+        # one already running may still answer a request sent right after (seen under load:
+        # a write the test meant to time out was acknowledged).
+        tasks = f"/proc/{broker.pid}/task"
+        for _ in range(2000):
+            states = []
+            for tid in os.listdir(tasks):
+                with contextlib.suppress(OSError), open(f"{tasks}/{tid}/stat") as stat:
+                    states.append(stat.read().rsplit(")", 1)[1].split()[0])
+            if states and all(state in "tT" for state in states):
+                return
+            time.sleep(0.005)
+        raise AssertionError(f"the broker (pid {broker.pid}) did not stop within 10 s")
 
     yield pause
     if paused:
