@@ -96,7 +96,9 @@ def test_a_tiny_run_on_kafka_puts_it_next_to_the_embedded_broker(tmp_path) -> No
                                          if line.startswith(row)))
         assert "-" not in cells[1:3], cells
         ratio = next(line for line in ratios.splitlines() if line.startswith(row))
-        assert ratio.endswith("x"), ratio
+        # CPU is counted in clock ticks (10 ms): 20 calls may cost a broker 0 ticks, and a
+        # ratio over 0 is "-"; every other ratio exists.
+        assert ratio.endswith("x") or row.endswith("CPU per call"), ratio
     prose = " ".join(out.split())  # the notes are wrapped at 100 columns
     assert "Apache Kafka 4.4.0: acks=all on one node" in prose
     assert "never fsync on the write path" in prose and "never fsynced" in prose

@@ -382,7 +382,9 @@ def paused_broker(broker):
 @pytest.mark.embedded_only("freezes the session's broker with SIGSTOP")
 def test_a_write_that_times_out_leaves_its_records_in_doubt(broker, topic, paused_broker
                                                            ) -> None:
-    """No delivery report, no offset: the writer cannot say the records were not appended,
+    """No delivery report, no offset: records sent and never answered are in doubt (the
+    writer cannot say they were not appended), records still queued when it gave up are
+    purged unsent (not appended: under load they may not have left yet), none is placed;
     and it retires its producer (nothing of the write is sent after the answer)."""
     writer = LeaderWriter(broker.bootstrap, topic, 0, timeout=1.0)
     try:
@@ -390,8 +392,8 @@ def test_a_write_that_times_out_leaves_its_records_in_doubt(broker, topic, pause
         paused_broker()
         with pytest.raises(WriteFailed) as failed:
             writer.write([("doubt/job/a", b"a"), ("doubt/job/b", b"b")])
-        assert (failed.value.fatal, failed.value.appended, failed.value.in_doubt) == \
-            (True, (), 2)
+        assert (failed.value.fatal, failed.value.appended) == (True, ())
+        assert 0 <= failed.value.in_doubt <= 2
         assert not writer.usable
     finally:
         os.kill(broker.pid, signal.SIGCONT)
