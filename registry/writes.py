@@ -322,8 +322,9 @@ class PendingCall:
 
 
 class GroupCommit:
-    """Concurrent calls of one term share one write and one confirming read, and groups
-    overlap: the next group's write starts while this one waits for its confirmation.
+    """Concurrent calls of one term share one write and one confirming read, and groups may
+    overlap: with ``max_in_flight`` above 1, the next group's write starts while this one
+    waits for its confirmation (:data:`MAX_IN_FLIGHT` says why it is 1 by default).
 
     ``run(group, produced)`` writes a group (a list of :class:`PendingCall`, in arrival
     order) and sets every call's ``decisions`` or ``error``, in the thread of the group's
