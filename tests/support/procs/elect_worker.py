@@ -5,7 +5,9 @@ usage: elect_worker.py BOOTSTRAP TOPIC NAMESPACE CONTENDER LEASE_S SECONDS
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 import time
 
@@ -17,6 +19,8 @@ def say(**fields) -> None:
 
 
 def main() -> None:
+    # SIGUSR1: every thread's stack on stderr (a test that waits in vain asks for them).
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     bootstrap, topic, namespace, contender, lease, seconds = sys.argv[1:7]
     lease_s, until = float(lease), time.monotonic() + float(seconds)
     reg = Registry.connect(bootstrap, namespace, topic=topic, timeout=lease_s / 2)
