@@ -1055,11 +1055,10 @@ class _Delivery:
     records are, and the caller must read the log (``missing_offsets``). ``refused``
     counts the reports that say their record was not appended (:data:`_NOT_APPENDED`)."""
 
-    __slots__ = ("error", "missing_offsets", "offsets", "placed", "refused", "reports")
+    __slots__ = ("error", "missing_offsets", "placed", "refused", "reports")
 
     def __init__(self) -> None:
         self.reports = 0  # every report, whatever it says
-        self.offsets: list[int] = []  # in the order the reports came
         self.placed: list[tuple[int, bytes | None, bytes | None, int | None]] = []
         """(offset, key, value, stamp) of every record reported appended, as the report
         says: reports may come in another order than the records were produced (seen in
@@ -1079,13 +1078,17 @@ class _Delivery:
         elif msg.offset() is None or msg.offset() < 0:
             self.missing_offsets += 1
         else:
-            self.offsets.append(msg.offset())
             # The broker's stamp when the topic uses LogAppendTime (Kafka returns it in
             # the produce response), else the producer's, which is then what it stored:
             # either way what a reader of the record sees.
             ts_type, ts = msg.timestamp()
             self.placed.append((msg.offset(), msg.key(), msg.value(),
                                 ts if ts_type != 0 else None))
+
+    @property
+    def offsets(self) -> list[int]:
+        """The offsets the reports gave, in the order the reports came."""
+        return [offset for offset, _, _, _ in self.placed]
 
     def in_order(self, records: list[tuple[str, bytes]], partition: int
                  ) -> list[LogRecord] | None:
