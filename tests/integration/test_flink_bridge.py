@@ -265,3 +265,64 @@ def test_bad_arguments_are_one_line_and_exit_2(args) -> None:
     assert run.returncode == 2, run
     assert run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+_PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen(sys.argv[3:], stdin=int(sys.argv[1]), stdout=open(sys.argv[2], "wb"),
+                         pass_fds=(int(sys.argv[1]),))
+print(child.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_bridge_dies_with_its_jvm_and_revokes(broker, topic, connect, tmp_path) -> None:
+    """The JVM killed with -9 while the bridge's stdin stays open elsewhere: the bridge gets
+    SIGTERM (PR_SET_PDEATHSIG), gives its term up and leaves."""
+    import json
+    import os
+    import signal
+
+    read, write = os.pipe()
+    out = tmp_path / "bridge.out"
+    out.touch()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(read), str(out), sys.executable, "-m", "registry",
+         "flink-bridge", "--bootstrap", broker.bootstrap, "--topic", topic,
+         "--namespace", "orphan", "--contender", "jm-1", "--lease", str(LEASE)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+        pass_fds=(read,))
+    os.close(read)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        os.write(write, b'{"id": 1, "op": "contend"}\n')
+        deadline = time.monotonic() + DEADLINE
+        while '"granted"' not in out.read_text():
+            assert time.monotonic() < deadline, out.read_text()
+            os.write(write, b'{"op": "alive"}\n')
+            time.sleep(0.1)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(DEADLINE)
+        while not _gone(child):
+            assert time.monotonic() < deadline + DEADLINE, "the bridge outlived its JVM"
+            time.sleep(0.1)
+        events = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [e.get("event") for e in events if e.get("event") in ("granted", "revoked")] \
+            == ["granted", "revoked"]
+        assert connect("orphan").leader() is None  # revoked, not left to lapse
+    finally:
+        os.close(write)
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
