@@ -192,12 +192,25 @@ def test_two_bridges_one_leads_and_the_other_takes_over_when_its_jvm_dies(bridge
     leader, granted = _first_granted(a, b)
     waiting = b if leader is a else a
     assert not [e for e in waiting.seen if e["event"] == "granted"]
+    leader.ok("publish", component="rest_server", session=granted["session"],
+              address="http://a:8081")
+    waiting.ok("watch", component="rest_server")  # the standby follows the leader
+    first = waiting.event("leader")
+    assert (first["session"], first["address"]) == (granted["session"], "http://a:8081")
     # The leader's JVM dies: EOF on its bridge's stdin; it revokes and leaves with 0.
     leader.close_stdin()
     assert leader.wait() == 0
+    emptied = waiting.event("leader")  # the revoke ends the term's leader information
+    assert (emptied["session"], emptied["address"]) == (None, None)
     taken = waiting.event("granted")
     assert taken["epoch"] == granted["epoch"] + 1
     assert waiting.ok("store_add", store="plans", name=JOB, pointer="p") == {"version": 0}
+    waiting.ok("publish", component="rest_server", session=taken["session"],
+               address="http://b:8081")
+    mine = waiting.event("leader")
+    assert (mine["session"], mine["address"]) == (taken["session"], "http://b:8081")
+    assert [e["event"] for e in leader.seen if e["event"] in ("granted", "revoked")] == \
+        ["granted", "revoked"]
 
 
 def test_a_jvm_that_stops_beating_loses_the_term_and_a_stale_write_is_refused(bridges,
