@@ -339,3 +339,18 @@ def test_the_bridge_dies_with_its_jvm_and_revokes(broker, topic, connect, tmp_pa
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_a_broker_it_cannot_reach_is_one_line_and_exit_1() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: every connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = subprocess.run([sys.executable, "-m", "registry", "flink-bridge", "--bootstrap",
+                          f"127.0.0.1:{port}", "--namespace", "ok", "--contender", "c"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 1 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "no Kafka broker answered" in run.stderr
