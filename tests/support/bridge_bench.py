@@ -19,10 +19,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from support.bridge_client import BridgeProcess  # noqa: E402
-
 from registry import EmbeddedBroker  # noqa: E402
 from registry.dev.kafka import KafkaCluster  # noqa: E402
+from support.bridge_client import BridgeProcess  # noqa: E402
 
 
 def _timed(b: BridgeProcess, op: str, n: int, **kw: Any) -> str:
