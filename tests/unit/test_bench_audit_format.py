@@ -27,7 +27,7 @@ def test_the_report_names_each_source_and_the_memory() -> None:
     scaling = out.split("scaling into PostgreSQL", 1)[1].splitlines()
     kafka = next(line for line in scaling if line.startswith("spark local[2] kafka "))
     assert kafka.split()[3:5] == ["3,000", "1.50"]  # x the first Spark engine
-    assert kafka.split()[-2:] == ["250", "500"]
+    assert kafka.split()[-4:] == ["250", "500", "1,536", "512"]
 
 
 def test_freshness_percentiles() -> None:
