@@ -599,13 +599,18 @@ def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
     processes' peak memory, plain Python next to Spark under each master (a scaling table)
     and with each source, in the same run; the log on the embedded broker, on Apache Kafka
     (--kafka, --kafka-nodes N), or on both (--embedded-and-kafka)."""
-    from registry.dev.bench_audit import (SOURCES, bench_audit, format_audit,
-                                          format_audit_summary)
+    from registry.dev.bench_audit import SOURCES, bench_audit, format_audit, format_audit_summary
     from registry.dev.brokers import BrokerChoice
 
     chosen = [m.strip() for m in masters.split(",") if m.strip()]
     if not chosen:
         raise click.BadParameter("name at least one Spark master", param_hint="--masters")
+    from registry.dev.sparkcluster import cluster_workers
+
+    odd = [m for m in chosen if m.startswith("cluster") and cluster_workers(m) is None]
+    if odd:
+        raise click.BadParameter(f"{odd[0]!r}: cluster[N] names N workers, 1 to 99",
+                                 param_hint="--masters")
     picked = [x.strip() for x in sources.split(",") if x.strip()]
     if not picked or any(x not in SOURCES for x in picked):
         raise click.BadParameter(f"{sources!r}: name python, kafka or both",
