@@ -203,6 +203,8 @@ def test_an_executor_killed_mid_batch_is_replaced_with_every_row_exactly_once(
     except OSError:
         alive = False
     assert not alive, killed
+    # the driver saw it: Spark's scheduler logs the loss (an error: the driver logs errors)
+    assert "Lost executor" in done.stderr, done.stderr[-3000:]
     assert check(pg_db, reg.bootstrap, reg.topic) == []
     _, [(rows, distinct)] = query(pg_db, 'SELECT count(*), count(DISTINCT "offset") '
                                          "FROM audit_records")
