@@ -580,9 +580,10 @@ def _chosen_broker(use_kafka: bool, kafka_nodes: int | None) -> BrokerChoice:
 @click.option("--namespaces", type=click.IntRange(1), default=64, show_default=True,
               help="Namespaces the events are spread over (on the topic's 8 partitions).")
 @click.option("--masters", default="local[1],local[2],local[4]", show_default=True,
-              help="The Spark masters of the scaling table, comma-separated: local[N], or "
-                   "spark://127.0.0.1:PORT for a standalone cluster on this machine (its "
-                   "workers started beforehand).")
+              help="The Spark masters of the scaling table, comma-separated: local[N]; "
+                   "cluster[N], a standalone cluster of N one-core workers the run starts on "
+                   "127.0.0.1 and stops; or spark://127.0.0.1:PORT for a standalone cluster "
+                   "on this machine (its workers started beforehand).")
 @click.option("--sources", default="python,kafka", show_default=True,
               help="The audit job's sources the Spark figures are taken with, "
                    "comma-separated: python (jobreg-kafka), kafka (Spark's connector, "
@@ -598,18 +599,25 @@ def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
     processes' peak memory, plain Python next to Spark under each master (a scaling table)
     and with each source, in the same run; the log on the embedded broker, on Apache Kafka
     (--kafka, --kafka-nodes N), or on both (--embedded-and-kafka)."""
-    from registry.dev.bench_audit import SOURCES, bench_audit, format_audit
+    from registry.dev.bench_audit import SOURCES, bench_audit, format_audit, format_audit_summary
     from registry.dev.brokers import BrokerChoice
 
     chosen = [m.strip() for m in masters.split(",") if m.strip()]
     if not chosen:
         raise click.BadParameter("name at least one Spark master", param_hint="--masters")
+    from registry.dev.sparkcluster import cluster_workers
+
+    odd = [m for m in chosen if m.startswith("cluster") and cluster_workers(m) is None]
+    if odd:
+        raise click.BadParameter(f"{odd[0]!r}: cluster[N] names N workers, 1 to 99",
+                                 param_hint="--masters")
     picked = [x.strip() for x in sources.split(",") if x.strip()]
     if not picked or any(x not in SOURCES for x in picked):
         raise click.BadParameter(f"{sources!r}: name python, kafka or both",
                                  param_hint="--sources")
     brokers = [BrokerChoice.embedded(), BrokerChoice.kafka(kafka_nodes or 1)] if both else \
         [_chosen_broker(use_kafka, kafka_nodes)]
+    runs = []
     for broker in brokers:
         with registry_errors():
             figures = bench_audit(events=events, rate=rate, seconds=seconds,
@@ -619,6 +627,10 @@ def bench_audit_cmd(events: int, rate: int, seconds: float, namespaces: int,
         if both and not broker.is_kafka:  # format_audit names Apache Kafka itself
             click.echo(f"the log on {broker.describe()}")
         click.echo(format_audit(figures))
+        runs.append(("Kafka" if broker.is_kafka else "embedded", figures))
+    if both:
+        click.echo("")
+        click.echo(format_audit_summary(runs))
 
 
 def _store_list(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[str, ...]:

@@ -9,9 +9,10 @@ transactions as jobreg's writers write.
 
 1. **Throughput**: the log written into PostgreSQL (a throwaway cluster) by plain Python
    (:func:`registry.audit.writer.run_plain`) and by the Spark job (``availableNow``) under
-   each master of ``masters`` (``local[1]``, ``local[2]``, ``local[4]``, or a standalone
-   cluster's ``spark://HOST:PORT`` on this machine: one session after the other in this
-   process), and into SQLite by plain Python and the last master. The
+   each master of ``masters`` (``local[1]``, ``local[2]``, ``local[4]``; ``cluster[N]``, a
+   standalone cluster of N workers of one core each that the run starts on loopback and
+   stops; or a standalone cluster's ``spark://HOST:PORT`` on this machine: one session after
+   the other in this process), and into SQLite by plain Python and the last master. The
    Spark figures exclude the session's start and the first query's warm-up (paid once per
    session; both reported).
 2. **Freshness**: a producer (a process of its own) writes events at a steady rate,
@@ -31,6 +32,7 @@ transactions as jobreg's writers write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -39,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from registry.extras import needs
@@ -52,12 +55,20 @@ from registry.audit.writer import AuditWriter, follow_plain, run_plain
 from registry.dev.bench import figures_table
 from registry.dev.brokers import BrokerChoice, start_broker
 from registry.dev.pgcluster import ThrowawayPostgres
+from registry.dev.sparkcluster import SparkCluster, cluster_workers
 from registry.log import TopicConfig, ensure_topic
 
-__all__ = ["MASTERS", "SOURCES", "AuditFigures", "bench_audit", "format_audit"]
+__all__ = ["MASTERS", "SOURCES", "AuditFigures", "bench_audit", "format_audit",
+           "format_audit_summary"]
 
 MASTERS: tuple[str, ...] = ("local[1]", "local[2]", "local[4]")
-"""The Spark masters of the scaling table (``local[4]`` on a 2-core machine shows the bend)."""
+"""The Spark masters of the scaling table (``local[4]`` on a 2-core machine shows the bend).
+``cluster[N]`` (:func:`registry.dev.sparkcluster.cluster_workers`) is a standalone cluster of
+N one-core workers the run starts on loopback."""
+
+#: Memory of each worker of a ``cluster[N]`` master (its one executor's heap is Spark's
+#: default, 1 GiB, which fits).
+WORKER_MEMORY = "1g"
 
 Source = Literal["auto", "python", "kafka"]
 
@@ -322,6 +333,10 @@ def _spark(master: str, jars: Sequence[str] = ()) -> Any:
 
     before = os.environ.get("JOBREG_SPARK_MASTER")
     os.environ["JOBREG_SPARK_MASTER"] = master  # the scaling table's master, whatever is set
+    if cluster_conf(master):
+        # pyspark names its workers' Python from PYSPARK_PYTHON when the context starts
+        # (spark.pyspark.python becomes that variable only through spark-submit's launcher)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
         return spark_session(app_name="jobreg-bench-audit", master=master,
                              extra_conf=cluster_conf(master), jars=jars)
@@ -420,14 +435,8 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
                 writer.close()
             figures.freshness[engine] = _freshness(sent, seen)
 
-        throughput("plain", "postgresql")
-        throughput("plain", "sqlite")
-        freshness("plain")
-        for i, master in enumerate(masters):
-            progress(f"starting Spark ({master})")
-            t0 = time.perf_counter()
-            spark = _spark(master, jars)
-            figures.spark_start_s[master] = time.perf_counter() - t0
+        def spark_figures(i: int, master: str, spark: Any) -> None:
+            """Every Spark figure of one master, with each source."""
             for source in sources:
                 # The first streaming query of a session (and of a source) starts Spark's
                 # Python workers and compiles its plans; paid once, outside the figures
@@ -445,7 +454,31 @@ def bench_audit(*, events: int = 100_000, rate: int = 1000, seconds: float = 20.
                         throughput(engine, "sqlite", spark, source)
                     freshness(engine, spark, source)
                 figures.memory[engine] = memory.peak
-            spark.stop()
+
+        throughput("plain", "postgresql")
+        throughput("plain", "sqlite")
+        freshness("plain")
+        for i, master in enumerate(masters):
+            with contextlib.ExitStack() as cluster_stack:
+                url = master
+                workers = cluster_workers(master)
+                if workers is not None:
+                    progress(f"starting a standalone cluster: a master and {workers} workers "
+                             "on 127.0.0.1")
+                    logs = Path(tmp) / f"cluster-{i}"
+                    logs.mkdir()
+                    cluster = cluster_stack.enter_context(SparkCluster(logs))
+                    for _ in range(workers):
+                        cluster.add_worker(cores=1, memory=WORKER_MEMORY)
+                    url = cluster.master_url
+                progress(f"starting Spark ({master})")
+                t0 = time.perf_counter()
+                spark = _spark(url, jars)
+                figures.spark_start_s[master] = time.perf_counter() - t0
+                try:
+                    spark_figures(i, master, spark)
+                finally:
+                    spark.stop()
     return figures
 
 
@@ -484,11 +517,39 @@ def format_audit(f: AuditFigures) -> str:
         lines = ["", f"scaling into PostgreSQL on {f.cores} cores "
                  "(events/s; ratios within this run)",
                  f"{'engine':<{width}}  {'events/s':>9}  {'x first':>7}  {'x plain':>7}  "
-                 f"{'p50 ms':>7}  {'p95 ms':>7}"]
+                 f"{'p50 ms':>7}  {'p95 ms':>7}  {'driver MiB':>10}  {'exec MiB':>8}"]
         for engine, v in [("plain", base or 0.0), *spark]:
             p50, p95, _ = f.freshness.get(engine, (float("nan"), float("nan"), 0))
+            driver, executors = f.memory.get(engine, (float("nan"), float("nan")))
             lines.append(f"{engine:<{width}}  {v:>9,.0f}  {v / first:>7.2f}  "
                          f"{(v / base if base else float('nan')):>7.2f}  "
-                         f"{p50 * 1000:>7,.0f}  {p95 * 1000:>7,.0f}")
+                         f"{p50 * 1000:>7,.0f}  {p95 * 1000:>7,.0f}  "
+                         f"{driver:>10,.0f}  {executors:>8,.0f}")
         out += "\n" + "\n".join(lines)
     return out
+
+
+def format_audit_summary(runs: Sequence[tuple[str, AuditFigures]]) -> str:
+    """One table over several runs (``(broker, figures)``: ``--embedded-and-kafka``): per
+    broker and Spark engine (master and source), events/s into PostgreSQL, freshness p50 and
+    p95, and the peak memory of the driver and of the executors."""
+    header = ("broker", "engine", "events/s", "p50 ms", "p95 ms", "driver MiB", "exec MiB")
+    rows: list[tuple[str, ...]] = []
+    for broker, f in runs:
+        for (engine, db), per_s in f.throughput.items():
+            if db != "postgresql" or not engine.startswith("spark"):
+                continue
+            p50, p95, _ = f.freshness.get(engine, (float("nan"), float("nan"), 0))
+            driver, executors = f.memory.get(engine, (float("nan"), float("nan")))
+            rows.append((broker, engine.removeprefix("spark "), f"{per_s:,.0f}",
+                         f"{p50 * 1000:,.0f}", f"{p95 * 1000:,.0f}", f"{driver:,.0f}",
+                         f"{executors:,.0f}"))
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(r: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+
+    return "\n".join(["Spark into PostgreSQL, every broker (ratios only within this run)",
+                      line(header), line(tuple("-" * w for w in widths)),
+                      *(line(r) for r in rows)])

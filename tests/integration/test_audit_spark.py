@@ -1,18 +1,22 @@
 """The audit streaming job on Spark: incidents 000 and 002 into SQLite and PostgreSQL, corrupt
-records while it runs, and a driver killed in the middle of a batch."""
+records while it runs, a driver killed in the middle of a batch, and an executor killed in the
+middle of one (a standalone cluster of two workers on loopback)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from support.brokers import on_embedded
-from support.crashing import crashing_env
+from support.crashing import crashing_env, executor_crash_conf
 from support.incidents import incident_000, incident_002
 from support.pg import query_as_reader as query
+from support.sparkcluster import SparkCluster
 from support.sparkfixture import SOURCES, need_source
 
 from consumers.audit_job import run_audit
@@ -156,6 +160,56 @@ def test_a_driver_killed_mid_batch_restarts_with_every_row_exactly_once(spark, c
     _, [(jobs,)] = query(db_url, "SELECT count(*) FROM audit_jobs")
     assert rows == distinct and jobs == 6000
 
+
+
+@pytest.mark.timeout(900)  # a Spark application of its own on a cluster, on a shared machine
+@pytest.mark.parametrize("source", SOURCES)
+def test_an_executor_killed_mid_batch_is_replaced_with_every_row_exactly_once(
+        connect, pg_db, tmp_path, source) -> None:
+    """A standalone cluster of two one-core workers on loopback; ``audit run --once`` into
+    PostgreSQL (the executors fold and commit) in batches of 500 over a backlog. The executor
+    whose task first finds 1,000 rows in the tables, inside that task's uncommitted
+    transaction, is SIGKILLed (its JVM, then the task's Python worker: ``executor_crash_conf``).
+    Spark runs the task again elsewhere; the run completes, ``audit check`` agrees, every
+    job is there and no offset twice. Each source: ``jobreg-kafka``'s reader and Spark's
+    connector both read on the executors."""
+    need_source(None, source)
+    migrate(pg_db)
+    reg = connect("exec-kill")
+    term = reg.claim_leadership("jm-1")
+    for start in range(0, 3000, 1000):
+        term.submit_many([(f"job-{i}", b"g") for i in range(start, start + 1000)])
+    marker = tmp_path / "killed-executor"
+    (tmp_path / "cluster").mkdir()
+    with SparkCluster(tmp_path / "cluster") as cluster:
+        for _ in range(2):
+            cluster.add_worker(cores=1, memory="1g")
+        conf = [arg for c in executor_crash_conf(1000, str(marker))
+                for arg in ("--spark-conf", c)]
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "registry.cli", "--bootstrap", reg.bootstrap, "--topic",
+             reg.topic, "audit", "run", "--once", "--db", pg_db, "--source", source,
+             "--max-offsets-per-trigger", "500", "--master", cluster.master_url,
+             "--driver-host", "127.0.0.1", "--spark-conf", "spark.executor.memory=512m",
+             *conf], capture_output=True, text=True, timeout=600,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+        took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert marker.exists(), "no executor was killed: " + done.stderr[-2000:]
+    killed = int(marker.read_text())
+    try:  # that JVM is gone (its pid unused, or another process's by now)
+        alive = b"CoarseGrainedExecutorBackend" in Path(f"/proc/{killed}/cmdline").read_bytes()
+    except OSError:
+        alive = False
+    assert not alive, killed
+    # the driver saw it: Spark's scheduler logs the loss (an error: the driver logs errors)
+    assert "Lost executor" in done.stderr, done.stderr[-3000:]
+    assert check(pg_db, reg.bootstrap, reg.topic) == []
+    _, [(rows, distinct)] = query(pg_db, 'SELECT count(*), count(DISTINCT "offset") '
+                                         "FROM audit_records")
+    _, [(jobs,)] = query(pg_db, "SELECT count(*) FROM audit_jobs")
+    assert rows == distinct and jobs == 3000, (rows, distinct, jobs, took)
 
 
 @pytest.mark.parametrize("source", SOURCES)

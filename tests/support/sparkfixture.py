@@ -69,12 +69,13 @@ def connector() -> tuple[str, ...]:
     return choice.jars
 
 
-def need_source(spark: object, source: str) -> None:
+def need_source(spark: object | None, source: str) -> None:
     """Skip a test of Spark's ``kafka`` source on the embedded broker, whose ListOffsets
     under-reports batches of several records written outside a transaction (jobreg's leaders'
     since issue 35; README "What differs"): the source is not supported there, and runs on
     Apache Kafka (the suite's Kafka pass). Skip (fail on CI) where its connector is
-    missing."""
+    missing: from ``spark``'s classpath, or (``spark`` None: a test that starts a Spark
+    application of its own) where :func:`connector` cannot have its jars."""
     from consumers.spark import kafka_format_available
     from support.brokers import on_embedded
 
@@ -82,7 +83,8 @@ def need_source(spark: object, source: str) -> None:
         pytest.skip("Spark's kafka source is not supported on the embedded broker: its "
                     "ListOffsets under-reports batches written outside a transaction "
                     "(README 'What differs'); it runs in the suite's Kafka pass")
-    if source == "kafka" and not kafka_format_available(spark):  # type: ignore[arg-type]
+    if source == "kafka" and not (connector() if spark is None else
+                                  kafka_format_available(spark)):  # type: ignore[arg-type]
         why = MISSING.get("why", "not on the session's classpath")
         if _required():
             pytest.fail(f"Spark's Kafka connector is required here: {why}")
