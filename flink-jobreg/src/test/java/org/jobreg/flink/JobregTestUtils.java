@@ -4,10 +4,13 @@
 
 package org.jobreg.flink;
 
+import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.HighAvailabilityOptions;
 import org.apache.flink.runtime.leaderelection.LeaderElectionEvent;
 import org.apache.flink.runtime.leaderelection.TestingLeaderElectionListener;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ObjectNode;
 
 import java.nio.file.Path;
 import java.time.Duration;
@@ -64,6 +67,18 @@ public final class JobregTestUtils {
                 bridge.close();
             }
         }
+    }
+
+    /**
+     * Submits a job to jobreg as Flink's execution plan store would (an entry of {@code plans}):
+     * jobreg counts and keeps checkpoints of known jobs only.
+     */
+    public static void submitJob(JobregBridge bridge, JobID jobId) throws Exception {
+        ObjectNode request = JobregBridge.request("store_add");
+        request.put("store", JobregHaServices.PLANS);
+        request.put("name", jobId.toHexString());
+        request.put("pointer", "test://plan/" + jobId.toHexString());
+        bridge.call(request);
     }
 
     /** Starts a bridge, contends and waits until it leads. */
