@@ -63,7 +63,10 @@ public class JobregJobResultStore extends AbstractThreadsafeJobResultStore {
         } catch (JobregBridgeException e) {
             if (JobregBridgeException.ALREADY_EXISTS.equals(e.getKind())) {
                 throw new IllegalStateException(
-                        "A job result of " + jobResultEntry.getJobId() + " exists: " + e.getMessage());
+                        "A job result of "
+                                + jobResultEntry.getJobId()
+                                + " exists: "
+                                + e.getMessage());
             }
             throw new IOException(e.getMessage(), e);
         }
@@ -75,7 +78,8 @@ public class JobregJobResultStore extends AbstractThreadsafeJobResultStore {
     }
 
     @Override
-    protected void markResultAsCleanInternal(JobID jobId) throws IOException, NoSuchElementException {
+    protected void markResultAsCleanInternal(JobID jobId)
+            throws IOException, NoSuchElementException {
         try {
             bridge.callUninterruptibly(request("result_clean", jobId));
         } catch (JobregBridgeException e) {
