@@ -1590,6 +1590,73 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
         raise SystemExit(EXIT_ERROR)
 
 
+# -- Flink's high availability ------------------------------------------------------------
+
+
+class _OneLineUsage(click.Command):
+    """A command whose bad command line is one line on stderr (``Error: ...``), exit 2: the
+    program that starts it (the Flink bridge's JVM) forwards that line as it is."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as e:
+            raise CliError(" ".join(e.format_message().split()), EXIT_USAGE) from None
+
+
+@main.command("flink-bridge", cls=_OneLineUsage)
+@click.option("--contender", required=True, metavar="NAME",
+              help="This Flink process's name in the election (a jobreg id).")
+@click.option("--lease", type=click.FloatRange(0.1, 3600, min_open=False), default=5.0,
+              show_default=True, help="Seconds of the lease (renewed while the JVM is alive).")
+@click.option("--poll-ms", "poll_ms", type=click.IntRange(1, 60_000), default=100,
+              show_default=True, help="How often watched leader information is re-read.")
+@pass_settings
+def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int) -> None:
+    """Flink's high-availability services on jobreg, for one Flink process: JSON lines on
+    stdin (requests) and stdout (answers, events), logs on stderr (protocol v1, README "The
+    Flink bridge"). Ends with 0 at EOF on stdin, revoking a term it leads."""
+    import logging
+
+    from registry.flink_bridge import Bridge, check_namespace, die_with_parent
+    from registry.keys import check_id
+
+    if not settings.namespace_given:
+        raise CliError("give --namespace (Flink's sanitized high-availability.cluster-id)",
+                       EXIT_USAGE)
+    if settings.bootstrap is None:
+        raise CliError("give --bootstrap HOST:PORT", EXIT_USAGE)
+    try:
+        check_namespace(settings.namespace)
+        check_id("contender", contender)
+    except ConfigError as e:
+        raise CliError(str(e), EXIT_USAGE) from None
+    die_with_parent()
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from registry.client import Registry
+
+    with registry_errors():
+        registry = Registry.connect(settings.bootstrap, settings.namespace,
+                                    topic=settings.topic, timeout=min(settings.timeout,
+                                                                      lease / 2),
+                                    client_config=settings.client_config,
+                                    partitions=settings.partitions)
+
+    def _terminate(signum: int, frame: object) -> None:
+        raise SystemExit(0)  # the JVM died (PR_SET_PDEATHSIG): leave as at EOF
+
+    signal.signal(signal.SIGTERM, _terminate)
+    bridge = Bridge(registry, contender, lease, out=sys.stdout, poll_ms=poll_ms)
+    try:
+        code = bridge.run(sys.stdin.buffer)
+    except SystemExit:
+        code = 0
+    finally:
+        registry.close()
+    raise SystemExit(code)
+
+
 _accept_global_options_anywhere(main)  # last: every command is defined by now
 
 if __name__ == "__main__":

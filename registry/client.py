@@ -594,16 +594,21 @@ class Registry:
 
     def elect(self, contender: str, lease: float, *,
               on_revoked: Callable[[Term], object] | None = None,
+              on_renewed: Callable[[Term], object] | None = None,
+              keep_alive: Callable[[], bool] | None = None,
               clock: Callable[[], float] = time.monotonic) -> Election:
         """Built-in lease election: ``with reg.elect("jm-1", lease=5.0) as term: ...``.
 
         Blocks on entry until ``contender`` leads, renews the lease (seconds)
         in the background, calls ``on_revoked(term)`` when the term is lost,
         and revokes the term on exit. See :mod:`registry.election`. The
-        registry's ``timeout`` must be at most half the lease.
+        registry's ``timeout`` must be at most half the lease. ``on_renewed(term)`` after
+        each successful renewal; ``keep_alive()``, asked before every claim and renewal,
+        lets a contender lead only while the process it leads for is alive.
         """
         check_id("contender", contender)
-        return Election(self, contender, lease, on_revoked=on_revoked, clock=clock)
+        return Election(self, contender, lease, on_revoked=on_revoked, on_renewed=on_renewed,
+                        keep_alive=keep_alive, clock=clock)
 
     def close(self) -> None:
         """Release every broker connection of this client and of the terms it granted.

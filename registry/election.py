@@ -63,6 +63,15 @@ fails within ``timeout``, and the next starts 0.1 s later. (If the pause
 caught a renewal in flight, that renewal first ends as the write path ends
 it; its failure is followed by a read, its refusal is the verdict.)
 Safety never rests on these timings: every write is fenced by the fold.
+
+**A leader on behalf of another process** (``keep_alive``): a contender that leads for
+someone else (the Flink bridge leads for its JVM, :mod:`registry.flink_bridge`) passes
+``keep_alive``, asked before every claim and every renewal. While it says no, the contender
+does not claim and the leader does not renew; a leader whose lease runs out so gives the
+term up (``on_revoked``, reason ``not_alive``; nothing is written: its lease has run out, so
+a contender takes over after a silent lease), so a paused owner loses the term although the
+contender itself runs. ``on_renewed(term)`` is called after each successful renewal
+(:meth:`Election.valid_for` says for how long the term is then certainly valid).
 """
 
 from __future__ import annotations
@@ -112,6 +121,8 @@ class Election:
 
     def __init__(self, registry: Registry, contender: str, lease: float, *,
                  on_revoked: Callable[[Term], object] | None = None,
+                 on_renewed: Callable[[Term], object] | None = None,
+                 keep_alive: Callable[[], bool] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if lease <= 0:
             raise ConfigError(f"a lease must be positive, not {lease}")
@@ -123,6 +134,10 @@ class Election:
         self.contender = contender
         self.lease = lease
         self.on_revoked = on_revoked
+        self.on_renewed = on_renewed
+        self.keep_alive = keep_alive
+        """Asked before every claim and renewal (``None``: always yes); see the module
+        docstring."""
         self._clock = clock
         self._cancelled = threading.Event()
         self._lost = threading.Event()
@@ -170,7 +185,9 @@ class Election:
                     seen, changed_at = progress, self._clock()
                 lease_ms = info.lease_ms if info is not None else None
                 silent = self._clock() - changed_at
-                if image.active_leader is None or (
+                if not self._owner_alive():
+                    self._prepare()  # a hot standby still, but it claims for nobody
+                elif image.active_leader is None or (
                         lease_ms is not None and silent >= lease_ms / 1000):
                     term = self._claim(image)
                     if term is not None:
@@ -204,6 +221,16 @@ class Election:
     def lease_valid(self) -> bool:
         """True until ``0.9 x lease`` after the last successful renewal was sent."""
         return self._clock() < self._valid_until
+
+    def valid_for(self) -> float:
+        """Seconds for which the lease is certainly still valid from now (0: not leading):
+        ``0.9 x lease`` from when the last successful renewal (or the grant) was sent."""
+        if self.term is None or self._lost.is_set():
+            return 0.0
+        return max(0.0, self._valid_until - self._clock())
+
+    def _owner_alive(self) -> bool:
+        return self.keep_alive is None or bool(self.keep_alive())
 
     # -- internals ---------------------------------------------------------------------
 
@@ -253,6 +280,16 @@ class Election:
         wait, failures = period, 0
         while not self._cancelled.wait(wait):
             wait = retry  # until this round renews
+            if not self._owner_alive():
+                # The process this contender leads for is not alive: no renewal. Once the
+                # lease has run out the term is given up (a contender takes over after a
+                # silent lease); nothing is written, the lease may have run out elsewhere.
+                if not self.lease_valid():
+                    self._lose(term, Fenced(
+                        "not_alive", f"the lease of term {term.epoch} of {self.contender!r} "
+                        "ran out while its owner was not alive", actual_epoch=term.epoch))
+                    return
+                continue
             if not self.lease_valid():
                 # It may have been replaced (a pause, a long disconnect): it reads the
                 # log before it sends anything.
@@ -285,6 +322,8 @@ class Election:
             metrics.renewal("renewed", sent - self._due)
             self._due = sent + period
             wait = period
+            if self.on_renewed is not None:
+                self.on_renewed(term)
 
     def _read_log(self, term: Term, failures: int) -> str:
         """Read the log and ask the fold's fencing rule whether ``term`` is over (then lose

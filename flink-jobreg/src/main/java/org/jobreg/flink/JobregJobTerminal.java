@@ -1,0 +1,40 @@
+/*
+ * jobreg: an event-sourced job registry for HA coordinators.
+ */
+
+package org.jobreg.flink;
+
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.JobStatus;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ObjectNode;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Records a job's globally terminal status in jobreg ({@code job_terminal}). Called from the
+ * checkpoint coordinator's shutdown of the counter and the completed-checkpoint store, which Flink
+ * runs when the execution graph reaches its terminal state, before the Dispatcher writes its dirty
+ * job result: a JobManager killed in between leaves a registry that already knows the job ended,
+ * so the next leader does not run a cancelled job again (seed 001).
+ */
+final class JobregJobTerminal {
+
+    private static final Logger LOG = LoggerFactory.getLogger(JobregJobTerminal.class);
+
+    private JobregJobTerminal() {}
+
+    static void record(JobregBridge bridge, JobID jobId, JobStatus status) {
+        ObjectNode request = JobregBridge.request("job_terminal");
+        request.put("job", jobId.toHexString());
+        request.put("status", status.name());
+        try {
+            bridge.callUninterruptibly(request);
+            LOG.info("Recorded in jobreg that job {} reached {}.", jobId, status);
+        } catch (JobregBridgeException e) {
+            // Not fatal: the Dispatcher's dirty job result records the end too, a moment later.
+            LOG.warn("Could not record in jobreg that job {} reached {}: {}", jobId, status, e.getMessage());
+        }
+    }
+}

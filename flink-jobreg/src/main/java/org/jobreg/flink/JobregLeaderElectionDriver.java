@@ -1,0 +1,364 @@
+/*
+ * jobreg: an event-sourced job registry for HA coordinators.
+ */
+
+package org.jobreg.flink;
+
+import org.apache.flink.annotation.VisibleForTesting;
+import org.apache.flink.runtime.leaderelection.LeaderElectionDriver;
+import org.apache.flink.runtime.leaderelection.LeaderElectionException;
+import org.apache.flink.runtime.leaderelection.LeaderInformation;
+import org.apache.flink.util.concurrent.ExecutorThreadFactory;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ObjectNode;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.util.HashSet;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * {@link LeaderElectionDriver} over jobreg's election, through the process's {@link
+ * JobregBridge}: one term of jobreg's fenced log is one Flink leadership.
+ *
+ * <ul>
+ *   <li>Grants and revocations strictly alternate. The leader session id is the bridge's {@code
+ *       session}, a UUID derived from (namespace, epoch), so a reader of the log can map Flink's
+ *       session back to jobreg's epoch.
+ *   <li>{@link #hasLeadership()} is true only while a grant holds <em>and</em> the last lease
+ *       confirmation is still valid on this JVM's monotonic clock. A JVM resumed after a pause
+ *       (SIGSTOP, a long GC) past its lease knows at once that it may no longer lead, before the
+ *       bridge's revocation is read. A watchdog revokes locally when the lease runs out, or when it
+ *       itself was stalled for half a lease (events read after such a stall may be stale), and
+ *       then withdraws and contends again.
+ *   <li>A non-leader never publishes: {@link #publishLeaderInformation} returns without a write
+ *       unless this driver leads, and the bridge fences the write by the session as well.
+ *   <li>Changes of the published components' leader information reach the listener (while
+ *       leading), so Flink's service can correct drift; failures reach {@code onError}.
+ * </ul>
+ */
+public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregBridge.EventListener {
+
+    private static final Logger LOG = LoggerFactory.getLogger(JobregLeaderElectionDriver.class);
+
+    private final JobregBridge bridge;
+    private final Listener listener;
+    private final long leaseNanos;
+    private final ScheduledExecutorService watchdog;
+
+    private final Object lock = new Object();
+    private final Set<String> watchedComponents = new HashSet<>();
+
+    private boolean running = true;
+    private boolean granted;
+    private long epoch = -1;
+    private UUID session;
+    private long leaseDeadlineNanos;
+    private volatile long lastTickNanos = System.nanoTime();
+
+    public JobregLeaderElectionDriver(JobregBridge bridge, Listener listener) throws Exception {
+        this.bridge = bridge;
+        this.listener = listener;
+        this.leaseNanos = bridge.getLease().toNanos();
+        this.watchdog =
+                Executors.newSingleThreadScheduledExecutor(
+                        new ExecutorThreadFactory("jobreg-leader-watchdog"));
+        bridge.addListener(this);
+        long tick = Math.max(10, bridge.getLease().toMillis() / 10);
+        watchdog.scheduleAtFixedRate(this::tick, tick, tick, TimeUnit.MILLISECONDS);
+        bridge.call(JobregBridge.request("contend"));
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // LeaderElectionDriver
+    // ------------------------------------------------------------------------------------------
+
+    @Override
+    public boolean hasLeadership() {
+        synchronized (lock) {
+            return holdsValidLease(System.nanoTime());
+        }
+    }
+
+    private boolean holdsValidLease(long now) {
+        return running
+                && granted
+                && now - leaseDeadlineNanos < 0
+                && now - lastTickNanos < leaseNanos / 2;
+    }
+
+    /** The current leader session id, or null when this driver does not lead. */
+    @VisibleForTesting
+    UUID currentSession() {
+        synchronized (lock) {
+            return granted ? session : null;
+        }
+    }
+
+    @Override
+    public void publishLeaderInformation(String componentId, LeaderInformation leaderInformation) {
+        UUID sessionToWrite;
+        long epochToWrite;
+        synchronized (lock) {
+            if (!holdsValidLease(System.nanoTime())) {
+                LOG.debug(
+                        "Not publishing {} for {}: this process does not lead.",
+                        leaderInformation,
+                        componentId);
+                return;
+            }
+            sessionToWrite =
+                    leaderInformation.isEmpty() ? session : leaderInformation.getLeaderSessionID();
+            epochToWrite = epoch;
+        }
+        ensureWatched(componentId);
+        ObjectNode request = JobregBridge.request("publish");
+        request.put("component", componentId);
+        request.put("session", sessionToWrite.toString());
+        if (leaderInformation.isEmpty()) {
+            request.putNull("address");
+        } else {
+            request.put("address", leaderInformation.getLeaderAddress());
+        }
+        try {
+            bridge.call(request);
+            LOG.debug("Published {} for {}.", leaderInformation, componentId);
+        } catch (JobregBridgeException e) {
+            if (e.isNotLeader()) {
+                LOG.info("jobreg refused to publish for {}: {}", componentId, e.getMessage());
+                revokeLocally(epochToWrite, "publish refused: " + e.getMessage());
+            } else if (e.isOutcomeUnknown()
+                    || JobregBridgeException.UNAVAILABLE.equals(e.getKind())) {
+                // The watch shows what is there; Flink's service publishes again on drift.
+                LOG.warn("Publishing for {} may have failed: {}", componentId, e.getMessage());
+            } else {
+                listener.onError(
+                        new LeaderElectionException(
+                                "Could not publish the leader information for " + componentId,
+                                e));
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    @Override
+    public void deleteLeaderInformation(String componentId) {
+        publishLeaderInformation(componentId, LeaderInformation.empty());
+    }
+
+    private void ensureWatched(String componentId) {
+        synchronized (lock) {
+            if (!watchedComponents.add(componentId)) {
+                return;
+            }
+        }
+        try {
+            bridge.watch(componentId);
+        } catch (JobregBridgeException e) {
+            synchronized (lock) {
+                watchedComponents.remove(componentId);
+            }
+            LOG.warn("Cannot watch the leader information of {}: {}", componentId, e.getMessage());
+        }
+    }
+
+    @Override
+    public void close() throws Exception {
+        Set<String> components;
+        synchronized (lock) {
+            if (!running) {
+                return;
+            }
+            running = false;
+            granted = false;
+            components = new HashSet<>(watchedComponents);
+            watchedComponents.clear();
+        }
+        watchdog.shutdownNow();
+        bridge.removeListener(this);
+        for (String component : components) {
+            bridge.unwatch(component);
+        }
+        if (!bridge.closedFuture().isDone()) {
+            try {
+                bridge.call(JobregBridge.request("withdraw"));
+            } catch (JobregBridgeException e) {
+                LOG.info("Withdrawing from jobreg's election failed: {}", e.getMessage());
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // Bridge events
+    // ------------------------------------------------------------------------------------------
+
+    @Override
+    public void onEvent(JsonNode event) {
+        String kind = event.path("event").asText("");
+        switch (kind) {
+            case "granted":
+                onGranted(event);
+                break;
+            case "lease":
+                onLease(event);
+                break;
+            case "revoked":
+                onRevoked(event);
+                break;
+            case "leader":
+                onLeader(event);
+                break;
+            case "error":
+                listener.onError(
+                        new LeaderElectionException(
+                                "jobreg bridge: " + event.path("message").asText("")));
+                break;
+            default:
+                break;
+        }
+    }
+
+    private void onGranted(JsonNode event) {
+        long newEpoch = event.path("epoch").asLong();
+        UUID newSession = UUID.fromString(event.path("session").asText());
+        long validFor = event.path("valid_for_ms").asLong();
+        synchronized (lock) {
+            if (!running) {
+                return;
+            }
+            if (granted) {
+                // Strict alternation: end the old term for Flink before the new one starts.
+                LOG.warn("jobreg granted epoch {} while epoch {} was held", newEpoch, epoch);
+                granted = false;
+                listener.onRevokeLeadership();
+            }
+            granted = true;
+            epoch = newEpoch;
+            session = newSession;
+            leaseDeadlineNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validFor);
+            LOG.info("jobreg granted leadership: epoch {}, session {}.", epoch, session);
+            listener.onGrantLeadership(session);
+        }
+    }
+
+    private void onLease(JsonNode event) {
+        long leaseEpoch = event.path("epoch").asLong();
+        long validFor = event.path("valid_for_ms").asLong();
+        synchronized (lock) {
+            if (granted && leaseEpoch == epoch) {
+                leaseDeadlineNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validFor);
+            }
+        }
+    }
+
+    private void onRevoked(JsonNode event) {
+        long revokedEpoch = event.path("epoch").asLong();
+        synchronized (lock) {
+            if (!granted || revokedEpoch != epoch) {
+                return;
+            }
+            granted = false;
+            LOG.info(
+                    "jobreg revoked leadership: epoch {} ({}).",
+                    revokedEpoch,
+                    event.path("reason").asText(""));
+            listener.onRevokeLeadership();
+        }
+    }
+
+    private void onLeader(JsonNode event) {
+        String component = event.path("component").asText();
+        LeaderInformation information = JobregLeaderRetrievalDriver.toLeaderInformation(event);
+        synchronized (lock) {
+            if (!running || !granted || !watchedComponents.contains(component)) {
+                return;
+            }
+            listener.onLeaderInformationChange(component, information);
+        }
+    }
+
+    @Override
+    public void onBridgeClosed(Throwable cause) {
+        synchronized (lock) {
+            if (!running) {
+                return;
+            }
+            if (granted) {
+                granted = false;
+                listener.onRevokeLeadership();
+            }
+        }
+        listener.onError(
+                cause != null
+                        ? cause
+                        : new LeaderElectionException("the jobreg bridge has ended"));
+    }
+
+    // ------------------------------------------------------------------------------------------
+    // The watchdog
+    // ------------------------------------------------------------------------------------------
+
+    private void tick() {
+        long now = System.nanoTime();
+        long gap = now - lastTickNanos;
+        String reason = null;
+        long expiredEpoch;
+        synchronized (lock) {
+            if (granted && running) {
+                if (gap >= leaseNanos / 2) {
+                    reason =
+                            "this JVM was stalled for "
+                                    + TimeUnit.NANOSECONDS.toMillis(gap)
+                                    + " ms (half the lease is "
+                                    + TimeUnit.NANOSECONDS.toMillis(leaseNanos / 2)
+                                    + " ms)";
+                } else if (now - leaseDeadlineNanos >= 0) {
+                    reason = "the lease ran out before jobreg confirmed it";
+                }
+            }
+            expiredEpoch = epoch;
+            lastTickNanos = now;
+        }
+        if (reason != null) {
+            revokeLocally(expiredEpoch, reason);
+        }
+    }
+
+    /**
+     * Ends the term for Flink at once, then withdraws (so the bridge gives up the term it may still
+     * hold) and contends again.
+     */
+    private void revokeLocally(long expiredEpoch, String reason) {
+        synchronized (lock) {
+            if (!running || !granted || epoch != expiredEpoch) {
+                return;
+            }
+            granted = false;
+            LOG.warn("Leadership of epoch {} ends here: {}.", expiredEpoch, reason);
+            listener.onRevokeLeadership();
+        }
+        bridge.callAsync(JobregBridge.request("withdraw"))
+                .handle(
+                        (ignored, error) -> {
+                            synchronized (lock) {
+                                if (!running) {
+                                    return null;
+                                }
+                            }
+                            bridge.callAsync(JobregBridge.request("contend"))
+                                    .exceptionally(
+                                            e -> {
+                                                listener.onError(e);
+                                                return null;
+                                            });
+                            return null;
+                        });
+    }
+}

@@ -1,0 +1,267 @@
+"""``jobreg flink-bridge``: the bridge as a real subprocess, driven over its pipes as Flink's
+Java backend drives it (protocol v1), against the session's broker.
+
+Nothing here waits on a timing margin: every wait is for an event or an answer, with a
+deadline (``support.bridge_client.DEADLINE``) that only guards against a hung bridge.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from support.bridge_client import DEADLINE, ROOT, BridgeProcess
+
+from registry.flink_bridge import checkpoint_name, session_of
+
+pytestmark = pytest.mark.integration
+
+LEASE = 2.0
+JOB = "a" * 32  # a Flink JobID in hex
+OTHER = "b" * 32
+
+
+@pytest.fixture
+def bridges(broker, topic):
+    """Factory: ``bridges(namespace, contender)`` -> a running :class:`BridgeProcess`,
+    ended (EOF, then by pid) after the test."""
+    made: list[BridgeProcess] = []
+
+    def make(namespace: str, contender: str, **kw) -> BridgeProcess:
+        kw.setdefault("lease", LEASE)
+        b = BridgeProcess(broker.bootstrap, topic, namespace, contender, **kw)
+        made.append(b)
+        return b
+
+    yield make
+    for b in made:
+        b.stop()
+
+
+def _lead(b: BridgeProcess) -> dict:
+    assert b.ok("contend") == {}
+    return b.event("granted")
+
+
+def test_contend_publish_and_store_round_trip(bridges, connect) -> None:
+    b = bridges("rt", "jm-1")
+    granted = _lead(b)
+    assert granted["epoch"] == 1 and 0 < granted["valid_for_ms"] <= LEASE * 1000
+    assert granted["session"] == session_of("rt", 1) == str(
+        uuid.uuid5(uuid.NAMESPACE_URL, "jobreg:rt:1"))
+    assert b.event("lease")["epoch"] == 1  # renewed while the JVM beats
+    session = granted["session"]
+
+    b.ok("watch", component="dispatcher")
+    assert b.event("leader") == {"event": "leader", "component": "dispatcher",
+                                 "session": None, "address": None}
+    assert b.ok("publish", component="dispatcher", session=session,
+                address="pekko://flink@h:1/user/dispatcher") == {}
+    seen = b.event("leader")
+    assert (seen["session"], seen["address"]) == (session, "pekko://flink@h:1/user/dispatcher")
+    assert b.ok("leaders") == {"dispatcher": {"session": session,
+                                              "address": "pekko://flink@h:1/user/dispatcher"}}
+    assert b.error("publish", component="dispatcher", session=str(uuid.uuid4()),
+                   address="x") == "Fenced"
+
+    # plans: a job whose graph is the pointer
+    assert b.ok("store_add", store="plans", name=JOB, pointer="file:///ha/plan-a") == \
+        {"version": 0}
+    assert b.error("store_add", store="plans", name=JOB, pointer="file:///ha/x") == \
+        "AlreadyExists"
+    assert b.ok("store_get", store="plans", name=JOB) == {"pointer": "file:///ha/plan-a",
+                                                          "version": 0}
+    assert b.ok("store_exists", store="plans", name=JOB) == {"version": 0}
+    assert b.ok("store_exists", store="plans", name=OTHER) == {"version": -1}
+    assert b.error("store_get", store="plans", name=OTHER) == "NotExist"
+    assert b.ok("store_names", store="plans") == [JOB]
+    assert b.error("store_replace", store="plans", name=JOB, version=0, pointer="p") == \
+        "Invalid"
+    reg = connect("rt")
+    assert reg.job(JOB).graph.data == b"file:///ha/plan-a"
+
+    # checkpoints: the counter is the trigger, the add the completion
+    cps = f"checkpoints/{JOB}"
+    assert b.ok("counter_get", job=JOB) == {"value": 1}
+    assert b.ok("counter_next", job=JOB) == {"value": 1}
+    assert b.ok("counter_next", job=JOB) == {"value": 2}
+    assert b.ok("counter_get", job=JOB) == {"value": 3}
+    assert b.ok("store_add", store=cps, name=checkpoint_name(1), pointer="file:///cp/1") == \
+        {"version": 0}
+    assert b.error("store_add", store=cps, name=checkpoint_name(1), pointer="x") == \
+        "AlreadyExists"
+    assert b.ok("store_all", store=cps) == [{"name": "/0000000000000000001",
+                                             "pointer": "file:///cp/1", "version": 0}]
+    # Completed without a counter_next (the fold needs no trigger): the newest is retained,
+    # the one it subsumes goes (Flink then removes it: removed).
+    assert b.ok("store_add", store=cps, name=checkpoint_name(5), pointer="file:///cp/5") == \
+        {"version": 0}
+    assert b.ok("store_names", store=cps) == [checkpoint_name(5)]
+    assert b.ok("store_remove", store=cps, name=checkpoint_name(1)) == {"removed": True}
+    assert b.ok("store_remove", store=cps, name=checkpoint_name(5)) == {"removed": False}
+    assert b.error("store_add", store=cps, name=checkpoint_name(3), pointer="x") == "Invalid"
+    assert b.ok("counter_get", job=JOB) == {"value": 6}
+    assert b.ok("counter_set", job=JOB, value=10) == {}
+    assert b.ok("counter_next", job=JOB) == {"value": 10}
+    assert b.error("store_get", store=cps, name="not-a-checkpoint") == "Invalid"
+    view = reg.job(JOB)
+    assert [(c.checkpoint_id, c.location) for c in view.latest_checkpoints] == \
+        [(5, "file:///cp/5")]
+
+    # applications: jobs of their own, listed by their store only
+    assert b.ok("store_add", store="applications", name="c" * 32, pointer="file:///app") == \
+        {"version": 0}
+    assert b.ok("store_names", store="applications") == ["c" * 32]
+    assert b.ok("store_names", store="plans") == [JOB]
+    assert b.ok("store_remove", store="applications", name="c" * 32) == {"removed": True}
+    assert b.ok("store_names", store="applications") == []
+
+    # the job ends: terminal, then its plan is not recovered and its result is dirty
+    assert b.ok("job_terminal", job=JOB, status="CANCELED") == {}
+    assert b.ok("job_terminal", job=JOB, status="CANCELED") == {}  # idempotent
+    assert b.ok("store_names", store="plans") == []
+    assert b.error("result_create", job=JOB, status="CANCELED") == "AlreadyExists"
+    assert b.ok("results_dirty") == [{"job": JOB, "status": "CANCELED"}]
+    # the dirty result still lists the checkpoints, for Flink's cleanup to delete them
+    assert b.ok("store_names", store=cps) == [checkpoint_name(5)]
+    assert b.ok("store_remove", store=cps, name=checkpoint_name(5)) == {"removed": True}
+    assert b.ok("store_remove", store="plans", name=JOB) == {"removed": True}
+    assert b.ok("result_clean", job=JOB) == {}
+    assert b.ok("result_has", job=JOB) == {"dirty": False, "clean": True}
+    assert b.ok("results_dirty") == []
+    assert b.ok("store_names", store=cps) == []
+    assert reg.job(JOB).status == "CANCELLED" and not reg.job(JOB).dirty
+
+
+def test_job_results_map_to_fold_rule_5(bridges) -> None:
+    """Flink's JobResultStoreContractTest through the bridge."""
+    b = bridges("results", "jm-1")
+    _lead(b)
+    assert b.ok("result_has", job=JOB) == {"dirty": False, "clean": False}
+    assert b.error("result_clean", job=JOB) == "NotExist"
+    # a job the registry never saw (Flink's tests use random ids): recorded and ended
+    assert b.ok("result_create", job=JOB, status="FINISHED") == {}
+    assert b.error("result_create", job=JOB, status="FAILED") == "AlreadyExists"
+    assert b.ok("result_has", job=JOB) == {"dirty": True, "clean": False}
+    assert b.ok("results_dirty") == [{"job": JOB, "status": "FINISHED"}]
+    assert b.ok("result_clean", job=JOB) == {}
+    assert b.ok("result_clean", job=JOB) == {}  # cleaning a clean one: no error
+    assert b.error("result_create", job=JOB, status="FINISHED") == "AlreadyExists"
+    assert b.ok("result_has", job=JOB) == {"dirty": False, "clean": True}
+    # a live job (its plan stored): no result until it ends
+    b.ok("store_add", store="plans", name=OTHER, pointer="p")
+    assert b.error("result_clean", job=OTHER) == "NotExist"
+    assert b.ok("result_create", job=OTHER, status="FAILED") == {}
+    assert b.ok("results_dirty") == [{"job": OTHER, "status": "FAILED"}]
+    assert b.error("result_create", job=OTHER, status="RUNNING") == "Invalid"
+
+
+def test_grants_and_revocations_alternate_and_a_withdrawn_bridge_stops(bridges) -> None:
+    b = bridges("alt", "jm-1")
+    first = _lead(b)
+    assert b.ok("withdraw") == {}
+    revoked = b.event("revoked")
+    assert revoked["epoch"] == first["epoch"]
+    assert b.error("store_add", store="plans", name=JOB, pointer="p") == "NotLeader"
+    second = _lead(b)
+    assert second["epoch"] > first["epoch"] and second["session"] != first["session"]
+    b.ok("withdraw")
+    b.event("revoked")
+    kinds = [e["event"] for e in b.seen if e["event"] in ("granted", "revoked")]
+    assert kinds == ["granted", "revoked", "granted", "revoked"]
+
+
+def _first_granted(*bridges: BridgeProcess) -> tuple[BridgeProcess, dict]:
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        for b in bridges:
+            granted = [e for e in b.seen if e["event"] == "granted"]
+            if granted:
+                return b, granted[0]
+        time.sleep(0.05)
+    raise AssertionError("no bridge was granted a term")
+
+
+def test_two_bridges_one_leads_and_the_other_takes_over_when_its_jvm_dies(bridges) -> None:
+    a, b = bridges("pair", "jm-a"), bridges("pair", "jm-b")
+    a.ok("contend")
+    b.ok("contend")
+    leader, granted = _first_granted(a, b)
+    waiting = b if leader is a else a
+    assert not [e for e in waiting.seen if e["event"] == "granted"]
+    # The leader's JVM dies: EOF on its bridge's stdin; it revokes and leaves with 0.
+    leader.close_stdin()
+    assert leader.wait() == 0
+    taken = waiting.event("granted")
+    assert taken["epoch"] == granted["epoch"] + 1
+    assert waiting.ok("store_add", store="plans", name=JOB, pointer="p") == {"version": 0}
+
+
+def test_a_jvm_that_stops_beating_loses_the_term_and_a_stale_write_is_refused(bridges,
+                                                                                connect) -> None:
+    a = bridges("paused", "jm-a")
+    granted = _lead(a)
+    a.ok("store_add", store="plans", name=JOB, pointer="p")
+    a.pause_heartbeat()  # the JVM is frozen: no alive, no request
+    revoked = a.event("revoked")
+    assert revoked["epoch"] == granted["epoch"] and revoked["reason"].startswith("not_alive")
+    # Resumed: its stale session is refused; its store write is refused (no term)
+    assert a.error("publish", component="dispatcher", session=granted["session"],
+                   address="x") in ("NotLeader", "Fenced")
+    assert a.error("store_add", store="plans", name=OTHER, pointer="p") in ("NotLeader",
+                                                                          "Fenced")
+    b = bridges("paused", "jm-b")
+    taken = _lead(b)
+    assert taken["epoch"] == granted["epoch"] + 1
+    assert b.ok("counter_next", job=JOB) == {"value": 1}
+    assert connect("paused").job(JOB).checkpoints.pending == (1,)
+
+
+def test_a_stale_bridge_is_fenced(bridges, connect) -> None:
+    """A bridge whose term a newer grant ended writes: Fenced (the fold refuses), and it
+    says revoked."""
+    a = bridges("stale", "jm-a")
+    granted = _lead(a)
+    # Another claims the next epoch outside the election (an operator, a zombie).
+    other = connect("stale").claim_leadership("jm-z")
+    assert other.epoch == granted["epoch"] + 1
+    assert a.error("store_add", store="plans", name=JOB, pointer="p") in ("Fenced",
+                                                                        "NotLeader")
+    assert a.event("revoked")["epoch"] == granted["epoch"]
+    assert JOB not in connect("stale").jobs(include_terminal=True)
+
+
+def test_a_bad_request_is_answered_invalid_in_one_line(bridges) -> None:
+    b = bridges("bad", "jm-1")
+    assert b.error("no_such_op") == "Invalid"
+    assert b.error("store_get", store="plans") == "Invalid"  # no name
+    assert b.error("store_get", store="nope", name="x") == "Invalid"
+    assert b.error("counter_set", job=JOB, value="7") == "Invalid"
+    assert b.error("store_add", store="plans", name="bad id!", pointer="p") in (
+        "Invalid", "NotLeader")
+    b.send_raw("this is not json")
+    b.send_raw(b"\xff\xfe")
+    b.send_raw('{"op": "leaders"}')  # no id: cannot be answered
+    assert b.ok("results_dirty") == []  # still serving
+    assert len([line for line in b.stderr if "flink-bridge" in line]) >= 1
+
+
+@pytest.mark.parametrize("args", [
+    ["--namespace", "ok", "--contender", "c"],  # no --bootstrap
+    ["--bootstrap", "127.0.0.1:1", "--contender", "c"],  # no --namespace
+    ["--bootstrap", "127.0.0.1:1", "--namespace", "/bad cluster", "--contender", "c"],
+    ["--bootstrap", "127.0.0.1:1", "--namespace", "ok"],  # no --contender
+    ["--bootstrap", "127.0.0.1:1", "--namespace", "ok", "--contender", "c", "--lease", "x"],
+    ["--bootstrap", "nope", "--namespace", "ok", "--contender", "c"],
+    ["--bootstrap", "127.0.0.1:1", "--namespace", "ok", "--contender", "c", "--bogus"],
+])
+def test_bad_arguments_are_one_line_and_exit_2(args) -> None:
+    run = subprocess.run([sys.executable, "-m", "registry", "flink-bridge", *args],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 2, run
+    assert run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
