@@ -26,15 +26,17 @@ import contextlib
 import os
 import pathlib
 import re
+import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from registry.dev.flink import FlinkCluster, FlinkProcess, granted_at
+from registry.dev.flink import FlinkCluster, FlinkProcess, granted_at, revoked_at
 
 __all__ = ["BACKEND_JAR", "CancelRun", "FailoverRun", "FlinkBenchError", "backend_jar",
-           "bench_flink_failover", "cancel_then_kill", "format_flink_failover", "kill_leader"]
+           "bench_flink_failover", "cancel_then_kill", "ensure_backend_jar", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
 
 #: Where ``mvn -f flink-jobreg/pom.xml package`` leaves jobreg's Flink backend.
 BACKEND_JAR = pathlib.Path("flink-jobreg") / "target" / "flink-jobreg-0.1.0.jar"
@@ -51,6 +53,36 @@ def backend_jar() -> pathlib.Path:
     if given:
         return pathlib.Path(given)
     return pathlib.Path(__file__).resolve().parents[2] / BACKEND_JAR
+
+
+def ensure_backend_jar(progress: Callable[[str], None] = lambda _line: None) -> pathlib.Path:
+    """:func:`backend_jar`, built with ``mvn package -DskipTests`` first when it is missing
+    or older than a source of ``flink-jobreg/``.
+
+    :raises FlinkBenchError: no ``mvn``, or the build failed (one line).
+    """
+    jar = backend_jar()
+    module = jar.parents[1]
+    sources = [p for p in (module / "src" / "main").rglob("*") if p.is_file()]
+    sources.append(module / "pom.xml")
+    if jar.exists() and all(p.stat().st_mtime <= jar.stat().st_mtime for p in sources):
+        return jar
+    if not (module / "pom.xml").exists():
+        raise FlinkBenchError(f"{module / 'pom.xml'} is missing: jobreg's Flink backend is "
+                              "built from a source tree")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise FlinkBenchError("mvn not found on PATH: it builds jobreg's Flink backend "
+                              "(apt-get install maven)")
+    progress(f"building {jar.name} (mvn package)")
+    done = subprocess.run([mvn, "-q", "-B", "-f", str(module / "pom.xml"), "package",
+                           "-DskipTests"], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0 or not jar.exists():
+        said = [ln for ln in (done.stdout + done.stderr).splitlines() if "ERROR" in ln]
+        raise FlinkBenchError(f"building {jar.name} failed: "
+                              f"{said[0][:300] if said else f'exit {done.returncode}'}")
+    return jar
 
 
 @dataclass
@@ -165,6 +197,63 @@ def kill_leader(flink: FlinkCluster, job_id: str, *, timeout: float = 180.0,
     return run
 
 
+@dataclass
+class PauseRun:
+    """One SIGSTOP of the leading JobManager past its lease, then SIGCONT."""
+
+    paused: str
+    standby: str
+    standby_led_after: float
+    """Seconds from the SIGSTOP to the standby's grant."""
+    paused_for: float
+    revoked_after_resume: float | None
+    """Seconds from the SIGCONT to the resumed JobManager's revocation (``None``: its log
+    shows none; see :attr:`exited`)."""
+    exited: bool
+    """Whether the resumed JobManager ended (a fatal error on lost leadership)."""
+    deployed_after_resume: list[str]
+    """Log lines of the resumed JobManager after the SIGCONT that deploy, run or complete a
+    checkpoint (there should be none)."""
+    refusals: list[str]
+    """Log lines of the resumed JobManager after the SIGCONT where a write was refused."""
+
+
+_DEPLOYS = (r"Deploying |switched from state \w+ to RUNNING|Completed checkpoint \d+|"
+            r"was granted leadership")
+_REFUSED = r"Fenced|NotLeader|not the leader|stale.epoch"
+
+
+def pause_leader(flink: FlinkCluster, job_id: str, *, timeout: float = 180.0) -> PauseRun:
+    """SIGSTOP the leading JobManager until the standby leads and has completed a checkpoint
+    of ``job_id``, then SIGCONT it and wait until it has lost leadership (or ended) and the
+    new leader has completed two more checkpoints."""
+    leader = flink.leader()
+    wait_checkpoints(flink, leader, job_id, len(_completed(leader, job_id)) + 1, timeout)
+    others = [jm for jm in flink.jobmanagers if jm is not leader and jm.is_running()]
+    paused_at = flink.pause(leader)
+    try:
+        new = flink.leader(timeout=timeout, among=others)
+        grant = granted_at(new)
+        assert grant is not None
+        flink.wait_for(f"a checkpoint of {job_id} on {new.name}",
+                       lambda: [t for t, _ in _completed(new, job_id) if t >= grant], timeout)
+    finally:
+        resumed_at = flink.resume(leader)
+    flink.wait_for(f"{leader.name} losing leadership after SIGCONT",
+                   lambda: not leader.is_running() or
+                   (revoked_at(leader) or 0.0) >= paused_at, timeout)
+    done = len(_completed(new, job_id)) + 2
+    wait_checkpoints(flink, new, job_id, done, timeout)
+    revoked = revoked_at(leader)
+    after = [(t, line) for t, line in leader.log_lines(".") if t >= resumed_at]
+    return PauseRun(
+        leader.name, new.name, grant - paused_at, resumed_at - paused_at,
+        (revoked - resumed_at) if revoked is not None and revoked >= paused_at else None,
+        not leader.is_running(),
+        [line for _, line in after if re.search(_DEPLOYS, line)],
+        [line for _, line in after if re.search(_REFUSED, line)])
+
+
 def _job_result_file(flink: FlinkCluster, job_id: str) -> bool:
     store = flink.storage_dir / "job-result-store"
     return store.exists() and any(job_id in p.name for p in store.rglob("*"))
@@ -264,10 +353,7 @@ def bench_flink_failover(*, runs: int = 3, cancels: int | None = None, kafka: bo
                          ) -> list[BackendFigures]:
     """Run the kill and the cancel-then-kill ``runs`` times on each backend (see the module
     docstring); ``cancels`` defaults to ``runs``."""
-    jar = backend_jar()
-    if "jobreg" in backends and not jar.exists():
-        raise FlinkBenchError(f"{jar} is missing: build jobreg's Flink backend first "
-                              "(mvn -q -f flink-jobreg/pom.xml package -DskipTests)")
+    jar = ensure_backend_jar(progress) if "jobreg" in backends else backend_jar()
     out = []
     for backend in backends:
         figures = BackendFigures(backend if backend == "zookeeper" else

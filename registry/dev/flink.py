@@ -397,7 +397,7 @@ class LogWatcher:
     :attr:`fired_at` is the time (``time.time()``) the action began. :meth:`wait` waits for it.
     """
 
-    def __init__(self, path: pathlib.Path, pattern: str, action: Callable[[str], None], *,
+    def __init__(self, path: pathlib.Path, pattern: str, action: Callable[[str], object], *,
                  interval: float = 0.002) -> None:
         self.path = path
         self.pattern = re.compile(pattern)
@@ -617,7 +617,7 @@ class FlinkCluster:
             p.log_file.rename(p.log_file.with_name(f"flink.log.{n}"))
         self._spawn(p)
 
-    def watch(self, p: FlinkProcess, pattern: str, action: Callable[[str], None]) -> LogWatcher:
+    def watch(self, p: FlinkProcess, pattern: str, action: Callable[[str], object]) -> LogWatcher:
         """A :class:`LogWatcher` on ``p``'s log from now on."""
         return LogWatcher(p.log_file, pattern, action)
 
