@@ -38,7 +38,7 @@ from .errors import (
 )
 from .events import CheckpointState, CompletedCheckpoint, GraphRef, InlineGraph, JobStatus
 from .fold import fold, replay
-from .image import Decision, Image, JobView, LeaderView, LogRecord, Outcome
+from .image import Decision, Image, JobView, LeaderInfo, LeaderView, LogRecord, Outcome
 from .log import DEFAULT_TOPIC, TopicConfig
 from .recovery import CleanupResult, RecoveredJob, RecoveryResult
 
@@ -97,6 +97,7 @@ __all__ = [
     "InlineGraph",
     "JobStatus",
     "JobView",
+    "LeaderInfo",
     "LeaderView",
     "LeaseExpired",
     "LogRecord",

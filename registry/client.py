@@ -88,6 +88,7 @@ from .events import (
     JobStatus,
     JobSubmitted,
     JobTerminated,
+    LeaderInformationPublished,
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
@@ -102,11 +103,12 @@ from .fold import (
     failure_reason_counts,
     fencing_detail,
     fencing_reason,
+    leader_information_error,
     plan_reassertions,
 )
 from .folded import FoldedLog
 from .forensics import BrokerSource, DumpSource, Forensics, TermSummary
-from .image import Decision, Image, JobView, LeaderView, Outcome
+from .image import Decision, Image, JobView, LeaderInfo, LeaderView, Outcome
 from .kafka_config import Kafka, check_client_config
 from .keys import check_id, partition_for, record_key
 from .log import (
@@ -368,6 +370,12 @@ class Registry:
     def epoch(self) -> int:
         """The current fencing epoch (0 before the first grant)."""
         return self.sync().epoch
+
+    def leaders(self) -> Mapping[str, LeaderInfo]:
+        """Component -> :class:`~registry.image.LeaderInfo` (``session``, ``address``): the
+        leader information the current term published (fold rule 9; empty after a grant or
+        a revoke until the new leader publishes). Read-only."""
+        return self.sync().leaders
 
     def rejected(self) -> list[Decision]:
         """Every record the fold refused, in log order, with reason and epochs."""
@@ -776,6 +784,22 @@ class Term:
                 raise
             results.append(CleanupResult(view.job_id, True, None, receipt.offset))
         return results
+
+    def publish_leader(self, component: str, session: str, address: str | None) -> Receipt:
+        """Publish who leads ``component`` (Flink's leader information: ``resourcemanager``,
+        ``dispatcher``, ``rest_server`` or a job's id) and where: this term's leader
+        ``session`` id and ``address``; ``address`` ``None`` deletes the component's
+        information. A fenced write like every other (fold rule 9): once a newer term is
+        granted or this one is revoked, it raises :class:`~registry.errors.Fenced`.
+        Malformed input raises :class:`~registry.errors.ConfigError` before anything is
+        sent."""
+        error = leader_information_error(component, session, address)
+        if error is not None:
+            raise ConfigError(error)
+        return self._write([LeaderInformationPublished(
+            event_id=new_event_id(), namespace=self.namespace, epoch=self.epoch,
+            writer=self.contender, created_at=now_ms(), component=component, session=session,
+            address=address)])[0]
 
     def revoke(self, reason: str = "") -> Receipt:
         """Give this term up; no later write of it is accepted."""

@@ -58,6 +58,7 @@ __all__ = [
     "JobStatus",
     "JobSubmitted",
     "JobTerminated",
+    "LeaderInformationPublished",
     "LeadershipGranted",
     "LeadershipRevoked",
     "LeaseRenewed",
@@ -483,6 +484,21 @@ class LeaseRenewed(Event):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class LeaderInformationPublished(Event):
+    """The leader of ``epoch`` publishes who leads ``component`` (Flink's leader information:
+    ``resourcemanager``, ``dispatcher``, ``rest_server``, or a job's id) and where: the
+    leader's ``session`` id and ``address``; ``address`` ``None`` deletes the component's
+    information (Flink's ``deleteLeaderInformation``). Fenced like every leader write
+    (fold rule 9); the image holds the current term's publications only."""
+
+    TYPE: ClassVar[str] = "LeaderInformationPublished"
+
+    component: str
+    session: str
+    address: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CallCommitted(Event):
     """The end of a multi-record call: its ``size`` records (each carrying this event's id
     as ``call_id``) are decided here, all accepted or none (fold rule 8).
@@ -543,6 +559,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CallCommitted,
         JobRestarted,
         JobCleanedUp,
+        LeaderInformationPublished,
     )
 }
 """Event type name (the Avro record name without namespace) -> dataclass."""

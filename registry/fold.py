@@ -14,7 +14,14 @@ import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from . import rules
-from .events import Event, JobReasserted, JobStatus, new_event_id, now_ms
+from .events import (
+    Event,
+    JobReasserted,
+    JobStatus,
+    LeaderInformationPublished,
+    new_event_id,
+    now_ms,
+)
 from .image import Decision, Image, LogRecord, TermInfo
 from .keys import parse_key
 from .rules import (
@@ -25,6 +32,7 @@ from .rules import (
     failure_reason_counts,
     fencing_detail,
     fencing_reason,
+    leader_information_error,
 )
 from .wire import Codec, default_codec
 
@@ -40,6 +48,7 @@ __all__ = [
     "fencing_reason",
     "fold",
     "fold_batches",
+    "leader_information_error",
     "plan_reassertions",
     "replay",
 ]
@@ -130,20 +139,34 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
     return image
 
 
-def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, JobReasserted]]:
+def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, Event]]:
     """The (key, event) pairs the leader of ``epoch`` must write to settle the log.
 
     One :class:`JobReasserted` per unsettled key of a known job, carrying the
     job's whole accepted state, written on that same key so that it becomes
     the key's newest record again; for the key of a job that does not exist
-    (a refused call submitted it, rule 8) one with status ``ABSENT``. What it plans
+    (a refused call submitted it, rule 8) one with status ``ABSENT``. For an unsettled
+    key of this term's leader information (rule 9), a
+    :class:`~registry.events.LeaderInformationPublished` restating the component's
+    information (a deletion if it has none). What it plans
     depends on the image alone; each event gets a fresh id and creation stamp (the only
     things not derived from the image). The client and the model-based tests both call it.
     """
-    out: list[tuple[str, JobReasserted]] = []
+    out: list[tuple[str, Event]] = []
     ns = image.namespace
     for key in sorted(image.unsettled.keys()):
         parsed = parse_key(key)
+        if parsed is not None and parsed.kind == "leader":
+            _, key_epoch, key_writer, component = key[len(ns) + 1:].split("/")
+            if (key_epoch, key_writer) != (str(epoch), writer):
+                continue  # only the term's own leader can restate its key
+            info = image.leaders.get(component)
+            out.append((key, LeaderInformationPublished(
+                event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
+                created_at=now_ms(), component=component,
+                session=info.session if info is not None else "",
+                address=info.address if info is not None else None)))
+            continue
         if parsed is None or parsed.job_id is None:
             continue
         job = image.jobs.get(parsed.job_id)

@@ -6,8 +6,8 @@ build on the hot path of a replay. Large collections are persistent maps (``immu
 image shares everything the record did not touch.
 
 Equality that compaction must preserve (README, "Compaction") is
-:meth:`Image.answer`: the job set, the epoch, the leader and whether its term
-is revoked. Provenance, rejections and quarantine describe *this* log and
+:meth:`Image.answer`: the job set, the epoch, the leader, whether its term
+is revoked, and the term's published leader information. Provenance, rejections and quarantine describe *this* log and
 legitimately differ between a log and its compacted form.
 """
 
@@ -31,6 +31,7 @@ __all__ = [
     "Decision",
     "Image",
     "JobView",
+    "LeaderInfo",
     "LeaderView",
     "LogRecord",
     "Outcome",
@@ -129,6 +130,14 @@ class LeaderView(NamedTuple):
     contender: str
 
 
+class LeaderInfo(NamedTuple):
+    """The leader information of one component as the current term published it (fold rule
+    9): the leader's ``session`` id and its ``address``."""
+
+    session: str
+    address: str
+
+
 class Outcome:
     """What the fold did with a record."""
 
@@ -194,7 +203,8 @@ class Image:
       records that were valid but had no effect (with why), and undecodable
       ones, at most :data:`registry.rules.HISTORY_KEPT` of each; forensics
       replays the log for all of them.
-    * ``unsettled``: job-record keys whose newest record was not accepted, and
+    * ``unsettled``: job-record keys (and keys of the current term's leader
+      information) whose newest record was not accepted, and
       so must be reasserted by the leader before the cleaner could see them
       (key -> offset of that record).
     * ``recent_ids``: the event ids folded in the current and the previous
@@ -202,6 +212,8 @@ class Image:
       them has no second effect.
     * ``calls``: the records of multi-record calls whose commit has not been
       folded yet (call id -> the records, in log order; fold rule 8).
+    * ``leaders``: component -> :class:`LeaderInfo`, the leader information the current
+      term published (fold rule 9; empty after a grant or a revoke). Read-only.
     """
 
     provenance: Provenance
@@ -217,6 +229,7 @@ class Image:
     recent_ids: immutables.Map[int, immutables.Map[str, None]] = field(default=_EMPTY_MAP)
     duplicates: int = 0
     calls: immutables.Map[str, tuple[LogRecord, ...]] = field(default=_EMPTY_MAP)
+    leaders: immutables.Map[str, LeaderInfo] = field(default=_EMPTY_MAP)
 
     @classmethod
     def empty(cls, namespace: str) -> Image:
@@ -252,8 +265,9 @@ class Image:
         return {v.graph.uri for v in self.jobs.values() if isinstance(v.graph, GraphRef)}
 
     def answer(self) -> tuple[Any, ...]:
-        """What compaction must not change: (jobs, epoch, leader, revoked)."""
-        return (dict(self.jobs.items()), self.epoch, self.leader, self.revoked)
+        """What compaction must not change: (jobs, epoch, leader, revoked, leaders)."""
+        return (dict(self.jobs.items()), self.epoch, self.leader, self.revoked,
+                dict(self.leaders.items()))
 
     def with_provenance(self, **changes: Any) -> Image:
         """A copy with provenance fields replaced (used by snapshots)."""

@@ -12,6 +12,11 @@ correctness argument (README, "Compaction"):
 * ``<ns>/term/<epoch>/lease``    the lease renewals of a term (only the newest matters)
 * ``<ns>/call/<event_id>``      the commit of one multi-record call, under a key of its
   own, so the cleaner never removes one (fold rule 8)
+* ``<ns>/leader/<epoch>/<writer>/<component>``  a term's leader information of one
+  component (fold rule 9; only the newest matters). Per term and writer, so that no
+  refused publication (a deposed leader's, a zombie's) can land on the key of an accepted
+  one of the current term and be all the cleaner leaves of it; a grant clears the
+  information, so older terms' keys hold nothing the fold still needs.
 
 A :class:`~registry.events.JobReasserted` may land on any of a job's keys. Ids may
 not contain ``/`` so a key parses one way only.
@@ -33,6 +38,7 @@ from .events import (
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    LeaderInformationPublished,
     LeaseRenewed,
 )
 
@@ -43,6 +49,7 @@ __all__ = [
     "check_id",
     "checkpoints_key",
     "job_key",
+    "leader_key",
     "lease_key",
     "lock_key",
     "parse_key",
@@ -98,6 +105,12 @@ def lease_key(namespace: str, epoch: int) -> str:
     return f"{namespace}/term/{epoch}/lease"
 
 
+def leader_key(namespace: str, epoch: int, writer: str, component: str) -> str:
+    """The key of the leader information of ``component`` published in term ``epoch`` by
+    ``writer`` (fold rule 9)."""
+    return f"{namespace}/leader/{epoch}/{writer}/{component}"
+
+
 def record_key(event: Event) -> str:
     """The key a well-behaved writer uses for ``event``."""
     if isinstance(event, (JobAdopted, JobLockReleased, JobRecoveryFailed)):
@@ -110,6 +123,8 @@ def record_key(event: Event) -> str:
         return lease_key(event.namespace, event.epoch)
     if isinstance(event, CallCommitted):
         return call_key(event.namespace, event.event_id)
+    if isinstance(event, LeaderInformationPublished):
+        return leader_key(event.namespace, event.epoch, event.writer, event.component)
     return term_key(event.namespace, event.epoch, event.event_id)
 
 
@@ -124,7 +139,7 @@ def allowed_keys(event: Event) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``checkpoints``,
-    ``term``, ``call`` or ``other``."""
+    ``term``, ``call``, ``leader`` or ``other``."""
 
     namespace: str
     kind: str
@@ -145,6 +160,8 @@ def parse_key(key: str) -> ParsedKey | None:
         return ParsedKey(ns, "term")
     if len(parts) == 2 and parts[0] == "call":
         return ParsedKey(ns, "call")
+    if len(parts) == 4 and parts[0] == "leader":
+        return ParsedKey(ns, "leader")
     return ParsedKey(ns, "other")
 
 

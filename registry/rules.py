@@ -100,13 +100,27 @@ Rules, in the order the fold applies them to one record of this namespace:
    that the job is ``ABSENT``, so no record of a refused call outlives the
    cleaner.
 
+9. ``LeaderInformationPublished`` (Flink's leader information of one component) is
+   fenced like any write (rule 4: a deposed leader's publication is refused as
+   ``stale_epoch``, with both epochs). Then a component that is not an id, or a session
+   or address that is too long or not printable (:func:`leader_information_error`), is
+   refused (``bad_leader_information``). An accepted one sets its component's
+   ``LeaderInfo`` in ``Image.leaders`` (``address`` ``None``: removes it), which holds the
+   current term's publications only: an accepted grant or revoke empties it (a new leader
+   has published nothing yet). Each record is keyed by its epoch, writer and component,
+   so no refused publication of another term or writer lands on the current term's
+   keys; a record the fold does not accept on one of them (a late copy of an older
+   publication, a malformed one) leaves the key unsettled until the leader restates the
+   component (:func:`registry.fold.plan_reassertions`).
+
 Every event type has exactly one rule (``_RULES``); a type without one is
 quarantined (``no_rule``), never guessed at.
 
 After each record the fold notes whether the newest record of a known job's
 key was accepted (or, rule 8, of an unknown job's key a refused call
-record landed on); keys where it was not are ``unsettled`` until the leader
-reasserts them (:func:`registry.fold.plan_reassertions`).
+record landed on; rule 9, of a key of the current term's leader information);
+keys where it was not are ``unsettled`` until the leader reasserts them
+(:func:`registry.fold.plan_reassertions`).
 """
 
 from __future__ import annotations
@@ -144,16 +158,28 @@ from .events import (
     JobStatus,
     JobSubmitted,
     JobTerminated,
+    LeaderInformationPublished,
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
 )
-from .image import Decision, Image, JobView, LogRecord, Outcome, Provenance, TermInfo
-from .keys import allowed_keys, job_key, parse_key, record_key
+from .image import (
+    Decision,
+    Image,
+    JobView,
+    LeaderInfo,
+    LogRecord,
+    Outcome,
+    Provenance,
+    TermInfo,
+)
+from .keys import allowed_keys, check_id, job_key, parse_key, record_key
 
 __all__ = [
     "DUPLICATE_WINDOW_MS",
     "HISTORY_KEPT",
+    "MAX_ADDRESS_LENGTH",
+    "MAX_SESSION_LENGTH",
     "CheckpointRuleViolation",
     "Delta",
     "checkpoint_step",
@@ -161,6 +187,7 @@ __all__ = [
     "recorded_counts",
     "fencing_detail",
     "fencing_reason",
+    "leader_information_error",
 ]
 
 
@@ -171,6 +198,42 @@ milliseconds (broker time) of the first; ids are remembered for one to two windo
 HISTORY_KEPT = 1_000
 """How many of the newest refused, ignored and quarantined records an image keeps
 (the image is bounded by live state; forensics replays the log for all of them)."""
+
+
+MAX_SESSION_LENGTH = 200
+"""Rule 9: the longest leader session id (Flink's is a UUID: 36 characters)."""
+
+MAX_ADDRESS_LENGTH = 2048
+"""Rule 9: the longest leader address (Flink's are RPC or REST URLs)."""
+
+
+def leader_information_error(component: object, session: object,
+                             address: object) -> str | None:
+    """Rule 9: why leader information is malformed, or ``None`` if it is well formed.
+
+    ``component`` must be an id (:func:`~registry.keys.check_id`: it is part of the
+    record's key); ``session`` a printable string of at most :data:`MAX_SESSION_LENGTH`
+    characters, not empty when an ``address`` is given; ``address`` ``None`` (delete) or a
+    printable string of 1 to :data:`MAX_ADDRESS_LENGTH` characters. The client refuses
+    such input before writing, the fold a record that holds it.
+    """
+    try:
+        check_id("leader component", component)
+    except ConfigError as e:
+        return str(e)
+    if not isinstance(session, str) or len(session) > MAX_SESSION_LENGTH \
+            or not session.isprintable():
+        return (f"leader session {session!r:.80}: use a printable string of at most "
+                f"{MAX_SESSION_LENGTH} characters")
+    if address is None:
+        return None
+    if not session:
+        return f"leader information of {component!r} with an address needs a session"
+    if not isinstance(address, str) or not 0 < len(address) <= MAX_ADDRESS_LENGTH \
+            or not address.isprintable():
+        return (f"leader address {address!r:.80}: use None (delete) or a printable string "
+                f"of 1 to {MAX_ADDRESS_LENGTH} characters")
+    return None
 
 
 class _Verdict(Exception):
@@ -381,6 +444,7 @@ class Delta:
         self._windows = {w: ids.mutate() for w, ids in image.recent_ids.items()}
         self._newest: int | None = max(self._windows, default=None)
         self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
+        self._leaders = image.leaders.mutate()
         self._rejected: list[Decision] = []
         self._ignored: list[Decision] = []
         self._quarantined: list[Decision] = []
@@ -437,8 +501,11 @@ class Delta:
         self.last_event = event
         self._restate = False
         decision = self._decide(record, key, event)
-        if parsed is not None and parsed.job_id is not None and key is not None:
-            self._note_settlement(key, parsed.job_id, decision)
+        if parsed is not None and key is not None:
+            if parsed.job_id is not None:
+                self._note_settlement(key, parsed.job_id, decision)
+            elif parsed.kind == "leader":
+                self._note_leader_settlement(key, decision)
         return decision
 
     def job(self, job_id: str) -> JobView | None:
@@ -471,6 +538,7 @@ class Delta:
             duplicates=self._duplicates,
             calls=(base.calls if not self._calls and not base.calls
                    else immutables.Map(self._calls)),
+            leaders=self._leaders.finish(),
         )
 
     # -- internals -----------------------------------------------------------
@@ -482,7 +550,34 @@ class Delta:
         parsed = parse_key(key) if key is not None else None
         if parsed is not None and parsed.job_id is not None and key is not None:
             self._note_settlement(key, parsed.job_id, d)
+        elif parsed is not None and parsed.kind == "leader" and key is not None:
+            self._note_leader_settlement(key, d)
         return d
+
+    def _note_leader_settlement(self, key: str, decision: Decision) -> None:
+        # Rule 9: ``key`` is a leader key of this namespace. A record the fold did not
+        # accept (a duplicate of an older publication, a malformed one) on a key of the
+        # current term's leader would be all the cleaner leaves of the key: unsettled until
+        # the leader restates the component. Other terms' keys hold nothing the fold needs.
+        if decision.outcome == Outcome.ACCEPTED:
+            if key in self._unsettled:
+                del self._unsettled[key]
+            return
+        _, epoch, writer, component = key[len(self._prefix):].split("/")
+        # (A key whose component is no id never holds an accepted record: nothing to keep.)
+        if not self.revoked and writer == self.leader and epoch == str(self.epoch) \
+                and leader_information_error(component, "", None) is None:
+            self._unsettled[key] = decision.offset
+
+    def _forget_leader_keys(self) -> None:
+        # Rule 9: a grant or revoke empties the leader information; no unsettled leader
+        # key of the term that ended needs restating any more.
+        unsettled = self._unsettled.finish()
+        prefix = self._prefix + "leader/"
+        if any(k.startswith(prefix) for k in unsettled):
+            unsettled = immutables.Map({k: v for k, v in unsettled.items()
+                                        if not k.startswith(prefix)})
+        self._unsettled = unsettled.mutate()
 
     def _note_settlement(self, key: str, job_id: str, decision: Decision, *,
                          member: bool = False) -> None:
@@ -576,6 +671,8 @@ class Delta:
                            f"term {self.epoch} ended (epoch {e.epoch} granted at offset "
                            f"{record.offset}) before the call was committed")
         self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
+        self._leaders = immutables.Map().mutate()  # rule 9: the new leader published nothing
+        self._forget_leader_keys()
         self._set_term(TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms))
 
     def _set_term(self, info: TermInfo) -> None:
@@ -592,6 +689,8 @@ class Delta:
     def _revoked(self, e: LeadershipRevoked, record: LogRecord) -> None:
         self._fence(e)
         self.revoked = True
+        self._leaders = immutables.Map().mutate()  # rule 9: the current term's only
+        self._forget_leader_keys()
         info = self._term
         if info is not None:
             self._set_term(info._replace(revoked_offset=record.offset))
@@ -602,6 +701,18 @@ class Delta:
         if info is not None:
             self._set_term(info._replace(renewals=info.renewals + 1,
                                          last_renewal_offset=record.offset))
+
+    def _published(self, e: LeaderInformationPublished, record: LogRecord) -> None:
+        """Rule 9: fenced, then well formed; sets or removes the component's information."""
+        self._fence(e)
+        error = leader_information_error(e.component, e.session, e.address)
+        if error is not None:
+            raise _Verdict("bad_leader_information", error)
+        if e.address is None:
+            if e.component in self._leaders:
+                del self._leaders[e.component]
+        else:
+            self._leaders[e.component] = LeaderInfo(e.session, e.address)
 
     def _reassertion(self, e: JobReasserted, record: LogRecord) -> str | None:
         """Rules 4 and 5 for a reassertion: fenced; on the job's lock or checkpoints key it
@@ -842,10 +953,13 @@ _SAYS: dict[type[Event], str] = {
 def _said(event: Event) -> str:
     """The ``detail`` of an accepted record: what its writer said about it, for people (the
     reason given to a cancel, a terminate, a revoke, a restart, a discard; a recovery's
-    error; a checkpoint failure's reason), or ``""``."""
+    error; a checkpoint failure's reason; the leader information published), or ``""``."""
     if isinstance(event, CheckpointFailed):
         return f"{event.failure_reason}: {event.reason}" if event.reason \
             else event.failure_reason
+    if isinstance(event, LeaderInformationPublished):
+        return (f"{event.component}: deleted" if event.address is None
+                else f"{event.component}: session {event.session} at {event.address}")
     field = _SAYS.get(type(event))
     said = getattr(event, field) if field is not None else None
     return f"{field}: {said}" if said else ""
@@ -859,6 +973,7 @@ _RULES: dict[type[Event], Callable[[Delta, Any, LogRecord], Any]] = {
     LeadershipGranted: Delta._grant,
     LeadershipRevoked: Delta._revoked,
     LeaseRenewed: Delta._renewed,
+    LeaderInformationPublished: Delta._published,
     CallCommitted: Delta._commit,
     JobSubmitted: Delta._job_write,
     JobAdopted: Delta._job_write,

@@ -96,7 +96,16 @@ from .events import (
 )
 from .files import atomic_write
 from .fold import bulk
-from .image import Decision, Image, JobView, LeaderView, LogRecord, Provenance, TermInfo
+from .image import (
+    Decision,
+    Image,
+    JobView,
+    LeaderInfo,
+    LeaderView,
+    LogRecord,
+    Provenance,
+    TermInfo,
+)
 
 __all__ = [
     "BODY_ENCODING",
@@ -140,6 +149,7 @@ _RECORD_TYPES: tuple[type, ...] = (
     CheckpointState,
     CompletedCheckpoint,
     LogRecord,  # the records of calls waiting for their commit (Image.calls)
+    LeaderInfo,  # the current term's leader information (Image.leaders)
 )
 _PRIMITIVES = frozenset({str, int, type(None), bool, float})
 
@@ -567,7 +577,7 @@ def _decode_columns(text: bytes, end_head: int, types: Any) -> Image:
 
 # -- checks ----------------------------------------------------------------------
 
-_MAP_FIELDS = ("jobs", "unsettled", "recent_ids")
+_MAP_FIELDS = ("jobs", "unsettled", "recent_ids", "leaders")
 _DECISION_FIELDS = ("rejected", "ignored", "quarantined")
 
 
@@ -594,6 +604,8 @@ def _check_image(
         raise ValueError("the image's jobs are not all JobViews")
     if image.term is not None and type(image.term) is not TermInfo:
         raise ValueError("the image's term is not a TermInfo")
+    if not value_types(image.leaders) <= {LeaderInfo}:
+        raise ValueError("the image's leaders are not all LeaderInfos")
     return image
 
 

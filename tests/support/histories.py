@@ -22,12 +22,13 @@ write = st.tuples(st.just("write"), st.sampled_from(["leader"] * 3 + list(CONTEN
                                    "adopt", "release", "release", "revoke", "recfail", "renew",
                                    "trigger", "trigger", "complete", "cpfail", "cpfail",
                                    "discard", "submit_many", "submit_many", "adopt_many",
-                                   "cpskip", "trigfail", "restart", "clean", "clean"]),
+                                   "cpskip", "trigfail", "restart", "clean", "clean",
+                                   "publish", "publish", "unpublish"]),
                   job, st.sampled_from([False] * 7 + [True]),  # True: the transaction aborted
                   st.integers(1, 6))  # checkpoint id (small, so they collide)
 raw = st.tuples(st.just("raw"),
                 st.sampled_from(["submit", "cancel", "release", "adopt", "revoke", "garbage",
-                                 "tombstone", "call", "torn", "clean"]),
+                                 "tombstone", "call", "torn", "clean", "publish"]),
                 st.integers(0, 4), contender, job, st.integers(0, 2))
 dup = st.tuples(st.just("dup"), st.integers(0, 50))
 tick = st.tuples(st.just("tick"), st.integers(0, 3_600_000))

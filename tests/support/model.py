@@ -43,6 +43,7 @@ from registry.events import (
     JobRestarted,
     JobSubmitted,
     JobTerminated,
+    LeaderInformationPublished,
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
@@ -231,6 +232,11 @@ class Sim:
             ev = LeadershipRevoked(**common)
         elif cmd == "renew":
             ev = LeaseRenewed(**common)
+        elif cmd in ("publish", "unpublish"):
+            # Flink's leader information (fold rule 9): the drawn job names the component.
+            ev = LeaderInformationPublished(
+                component=job, session=f"session-{a.term}",
+                address=f"addr-{cp}" if cmd == "publish" else None, **common)
         elif cmd in ("submit_many", "adopt_many"):
             # One call of several records (fold rule 8): ``job`` and the next one or two,
             # so a call may name a known job (a submit that sinks it) or a terminal one.
@@ -273,7 +279,8 @@ class Sim:
             pairs.append((record_key(ev), ev))
         for key, e in pairs:
             self.append(key, encode(e), aborted)
-            if not aborted and isinstance(e, JobEvent):  # the client re-sends only these verbatim
+            if not aborted and isinstance(e, (JobEvent, LeaderInformationPublished)):
+                # the client re-sends these verbatim
                 self.client_records.append(len(self.log) - 1)
         a.seen = len(self.log)
         if self.reassert and not aborted:
@@ -293,6 +300,13 @@ class Sim:
             return
         if kind == "tombstone":
             self.append(key, None)
+            return
+        if kind == "publish":
+            # A deposed leader (or one that never led) publishing under its own epoch: the
+            # key is its own (a client keys a record by its content), fold rule 9.
+            ev = LeaderInformationPublished(component=job, session=f"zombie-{epoch}",
+                                            address=f"zombie-{key_choice}", **common)
+            self.append(record_key(ev), encode(ev))
             return
         if kind in ("call", "torn"):
             # A zombie's call of two submits and an adopt, whole or without its commit.

@@ -61,6 +61,7 @@ from registry.events import (
     JobStatus,
     JobSubmitted,
     JobTerminated,
+    LeaderInformationPublished,
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
@@ -139,6 +140,8 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
     },
     JobRecoveryFailed: {"job_id": texts, "error": texts, "call_id": st.none() | texts},
     LeaseRenewed: {},
+    LeaderInformationPublished: {"component": texts, "session": texts,
+                                 "address": st.none() | texts},
     CallCommitted: {"size": ints},
     CheckpointTriggered: {"job_id": texts, "checkpoint_id": longs, "state": checkpoint_states},
     CheckpointCompleted: {
