@@ -326,6 +326,7 @@ def _measure(flink: FlinkCluster, runs: int, cancels: int, figures: BackendFigur
                  f"checkpoint after {run.to_checkpoint:.2f} s (restored {run.restored}, "
                  f"last before the kill {run.last_before_kill})")
         _wait_standby(flink)
+    _cancel_and_wait(flink, job)  # free its slot for the jobs of the cancel runs
     for i in range(cancels):
         leader = flink.leader()
         job = flink.submit(leader, f"cancel-{i + 1}")
@@ -338,6 +339,14 @@ def _measure(flink: FlinkCluster, runs: int, cancels: int, figures: BackendFigur
                  f"{'RESURRECTED' if c.resurrected else 'stayed cancelled'} "
                  f"(state on the new leader: {c.new_state})")
         _wait_standby(flink)
+        if c.resurrected:  # cancel it again, for good this time, to free its slot
+            _cancel_and_wait(flink, job)
+
+
+def _cancel_and_wait(flink: FlinkCluster, job: str) -> None:
+    leader = flink.leader()
+    flink.cancel(leader, job)
+    flink.wait_for(f"{job} CANCELED", lambda: flink.job_status(leader, job) == "CANCELED")
 
 
 def _wait_standby(flink: FlinkCluster) -> None:
