@@ -123,6 +123,10 @@ class CancelRun:
     dirty_result_file: bool
     """Whether Flink's file-based JobResultStore had a result for the job at the kill
     (ZooKeeper backend): the window was missed if so."""
+    crashed: bool = False
+    """Whether the new leader ended (a fatal error) instead of running on."""
+    crash: str | None = None
+    """The first line of its fatal error's cause, if it crashed."""
 
 
 @dataclass
@@ -281,19 +285,39 @@ def cancel_then_kill(flink: FlinkCluster, job_id: str, *, settle: float = 8.0,
     grant = granted_at(new)
     assert grant is not None
     flink.wait_for(f"{new.name} recovering its jobs",
-                   lambda: [t for t, _ in new.log_lines(
+                   lambda: not new.is_running() or [t for t, _ in new.log_lines(
                        r"Successfully recovered \d+ persisted job graphs") if t >= grant],
                    timeout)
-    time.sleep(settle)
+    deadline = time.monotonic() + settle
+    while new.is_running() and time.monotonic() < deadline:
+        time.sleep(0.1)
     resurrected = bool([t for t in _running_lines(new, job_id) if t >= grant])
-    state = flink.job_status(new, job_id)
+    state = flink.job_status(new, job_id) if new.is_running() else None
     run = CancelRun(job_id, (watcher.fired_at - line_at) * 1000.0,
                     resurrected or state in ("RUNNING", "RESTARTING", "CREATED",
                                              "INITIALIZING"),
-                    state, dirty)
+                    state, dirty, crashed=not new.is_running(), crash=_fatal_cause(new))
     if restart:
         flink.restart(leader)
     return run
+
+
+def _fatal_cause(jm: FlinkProcess) -> str | None:
+    """The fatal error in ``jm``'s log and its deepest cause with a place, if any."""
+    text = jm.log_text()
+    at = text.find("Fatal error occurred in the cluster entrypoint")
+    if at < 0:
+        return None
+    lines = text[at:].splitlines()
+    head = lines[1].strip() if len(lines) > 1 else ""
+    causes = [i for i, ln in enumerate(lines) if ln.startswith("Caused by:")]
+    if causes:
+        last = causes[-1]
+        where = next((ln.strip() for ln in lines[last + 1:last + 4]
+                      if ln.strip().startswith("at org.apache.flink")
+                      and "Preconditions" not in ln), "")
+        head = f"{lines[last].strip()} {where}".strip()
+    return head[:300]
 
 
 # -- the bench -----------------------------------------------------------------------------------
@@ -313,8 +337,8 @@ def _jobreg_broker(kafka: bool, progress: Callable[[str], None]) -> Iterator[str
             yield broker.bootstrap
 
 
-def _measure(flink: FlinkCluster, runs: int, cancels: int, figures: BackendFigures,
-             progress: Callable[[str], None]) -> None:
+def _measure_kills(flink: FlinkCluster, runs: int, figures: BackendFigures,
+                   progress: Callable[[str], None]) -> None:
     leader = flink.leader()
     job = flink.submit(leader, "failover")
     flink.wait_for(f"{job} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
@@ -326,27 +350,21 @@ def _measure(flink: FlinkCluster, runs: int, cancels: int, figures: BackendFigur
                  f"checkpoint after {run.to_checkpoint:.2f} s (restored {run.restored}, "
                  f"last before the kill {run.last_before_kill})")
         _wait_standby(flink)
-    _cancel_and_wait(flink, job)  # free its slot for the jobs of the cancel runs
-    for i in range(cancels):
-        leader = flink.leader()
-        job = flink.submit(leader, f"cancel-{i + 1}")
-        flink.wait_for(f"{job} RUNNING", lambda j=job, jm=leader:  # type: ignore[misc]
-                       flink.job_status(jm, j) == "RUNNING")
-        c = cancel_then_kill(flink, job)
-        figures.cancels.append(c)
-        progress(f"{figures.backend}: cancel-then-kill {i + 1}/{cancels}: killed "
-                 f"{c.reaction_ms:.1f} ms after CANCELED, "
-                 f"{'RESURRECTED' if c.resurrected else 'stayed cancelled'} "
-                 f"(state on the new leader: {c.new_state})")
-        _wait_standby(flink)
-        if c.resurrected:  # cancel it again, for good this time, to free its slot
-            _cancel_and_wait(flink, job)
 
 
-def _cancel_and_wait(flink: FlinkCluster, job: str) -> None:
+def _measure_cancel(flink: FlinkCluster, i: int, cancels: int, figures: BackendFigures,
+                    progress: Callable[[str], None]) -> None:
     leader = flink.leader()
-    flink.cancel(leader, job)
-    flink.wait_for(f"{job} CANCELED", lambda: flink.job_status(leader, job) == "CANCELED")
+    job = flink.submit(leader, f"cancel-{i + 1}")
+    flink.wait_for(f"{job} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
+    c = cancel_then_kill(flink, job, restart=False)
+    figures.cancels.append(c)
+    outcome = ("the new leader CRASHED: " + (c.crash or "?") if c.crashed else
+               "RESURRECTED" if c.resurrected else "stayed cancelled")
+    progress(f"{figures.backend}: cancel-then-kill {i + 1}/{cancels}: killed "
+             f"{c.reaction_ms:.1f} ms after CANCELED (dirty JobResult file at the kill: "
+             f"{'yes' if c.dirty_result_file else 'no'}), {outcome} "
+             f"(state on the new leader: {c.new_state})")
 
 
 def _wait_standby(flink: FlinkCluster) -> None:
@@ -360,27 +378,36 @@ def bench_flink_failover(*, runs: int = 3, cancels: int | None = None, kafka: bo
                          lease: float = 5.0, backends: tuple[str, ...] = ("zookeeper", "jobreg"),
                          progress: Callable[[str], None] = lambda _line: None
                          ) -> list[BackendFigures]:
-    """Run the kill and the cancel-then-kill ``runs`` times on each backend (see the module
-    docstring); ``cancels`` defaults to ``runs``."""
+    """Run the kill ``runs`` times on one cluster of each backend, then each cancel-then-kill
+    (``cancels``, default ``runs``) on a fresh cluster of that backend (see the module
+    docstring): a run that takes the cluster down does not spoil the next."""
     jar = ensure_backend_jar(progress) if "jobreg" in backends else backend_jar()
     out = []
-    for backend in backends:
-        figures = BackendFigures(backend if backend == "zookeeper" else
-                                 ("jobreg (Kafka)" if kafka else "jobreg (embedded)"))
-        out.append(figures)
-        with tempfile.TemporaryDirectory(prefix="jobreg-flink-bench-") as work, \
-                contextlib.ExitStack() as stack:
-            options: dict[str, object] = {"ha": backend, "progress": progress,
-                                          "directory": pathlib.Path(work) / backend}
+    with tempfile.TemporaryDirectory(prefix="jobreg-flink-bench-") as work, \
+            contextlib.ExitStack() as brokers:
+        bootstrap = (brokers.enter_context(_jobreg_broker(kafka, progress))
+                     if "jobreg" in backends else None)
+        for backend in backends:
+            figures = BackendFigures(backend if backend == "zookeeper" else
+                                     ("jobreg (Kafka)" if kafka else "jobreg (embedded)"))
+            out.append(figures)
+            options: dict[str, object] = {"ha": backend, "progress": progress}
             if backend == "jobreg":
-                options.update(bootstrap=stack.enter_context(_jobreg_broker(kafka, progress)),
-                               backend_jar=jar, lease=lease)
-            flink = stack.enter_context(FlinkCluster(**options))  # type: ignore[arg-type]
-            try:
-                _measure(flink, runs, runs if cancels is None else cancels, figures, progress)
-            except (TimeoutError, FlinkBenchError) as e:
-                figures.error = str(e)
-                progress(f"{figures.backend}: stopped: {e}")
+                options.update(bootstrap=bootstrap, backend_jar=jar, lease=lease)
+            count = runs if cancels is None else cancels
+            # step -1: the kills on one cluster; step i >= 0: cancel run i on a fresh one
+            for n in range(-1, count):
+                directory = pathlib.Path(work) / f"{backend}-{n + 1}"
+                try:
+                    with FlinkCluster(directory=directory, **options) as flink:  # type: ignore[arg-type]
+                        if n < 0:
+                            _measure_kills(flink, runs, figures, progress)
+                        else:
+                            _measure_cancel(flink, n, count, figures, progress)
+                except (TimeoutError, FlinkBenchError) as e:
+                    figures.error = str(e)
+                    progress(f"{figures.backend}: stopped: {e}")
+                    break
     return out
 
 
@@ -394,7 +421,7 @@ def _span(values: list[float]) -> str:
 def format_flink_failover(figures: list[BackendFigures], *, lease: float) -> str:
     """The bench's table: one row per backend."""
     head = ("backend", "kills", "to leader s", "to RUNNING s", "to checkpoint s",
-            "restored last", "cancel+kill", "killed after ms", "resurrected")
+            "restored last", "cancel+kill", "killed after ms", "resurrected", "leader crashed")
     rows = [head]
     for f in figures:
         k = f.kills
@@ -402,7 +429,8 @@ def format_flink_failover(figures: list[BackendFigures], *, lease: float) -> str
                      _span([r.to_running for r in k]), _span([r.to_checkpoint for r in k]),
                      f"{sum(r.restored_last for r in k)}/{len(k)}", str(len(f.cancels)),
                      _span([c.reaction_ms for c in f.cancels]),
-                     f"{sum(c.resurrected for c in f.cancels)}/{len(f.cancels)}"))
+                     f"{sum(c.resurrected for c in f.cancels)}/{len(f.cancels)}",
+                     f"{sum(c.crashed for c in f.cancels)}/{len(f.cancels)}"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
              for r in rows]
@@ -410,6 +438,10 @@ def format_flink_failover(figures: list[BackendFigures], *, lease: float) -> str
     notes = [f"Flink 2.3.0, 2 JobManagers + 1 TaskManager, checkpoint every 500 ms; "
              f"ZooKeeper session timeout 6 s, jobreg lease {lease:g} s."]
     for f in figures:
+        for c in f.cancels:
+            if c.crashed:
+                notes.append(f"{f.backend}: after cancel-then-kill the new leader crashed: "
+                             f"{c.crash}")
         if f.error:
             notes.append(f"{f.backend}: stopped early: {f.error}")
     return "\n".join(lines + [""] + notes)
