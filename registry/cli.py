@@ -1643,7 +1643,7 @@ class _OneLineUsage(click.Command):
 @main.command("flink-bridge", cls=_OneLineUsage)
 @click.option("--contender", required=True, metavar="NAME",
               help="This Flink process's name in the election (a jobreg id).")
-@click.option("--lease", type=click.FloatRange(0.1, 3600, min_open=False), default=5.0,
+@click.option("--lease", type=click.FloatRange(0.5, 3600), default=5.0,
               show_default=True, help="Seconds of the lease (renewed while the JVM is alive).")
 @click.option("--poll-ms", "poll_ms", type=click.IntRange(1, 60_000), default=100,
               show_default=True, help="How often watched leader information is re-read.")
@@ -1668,8 +1668,14 @@ def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int)
     except ConfigError as e:
         raise CliError(str(e), EXIT_USAGE) from None
     die_with_parent()
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    # The bridge's own lines and jobreg's warnings (a failed renewal) go to stderr, which the
+    # JVM forwards to its log; librdkafka's (registry.kafka: a line per failed connection
+    # attempt) do not: what they say reaches the JVM as the answers' and errors' one line.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(lambda record: not record.name.startswith("registry.kafka"))
+    logging.getLogger("registry").addHandler(handler)
+    logging.getLogger("registry").setLevel(logging.WARNING)
     from registry.client import Registry
 
     with registry_errors():

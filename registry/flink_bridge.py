@@ -385,7 +385,7 @@ class Bridge:
             if self._contender is not None and self._contender.is_alive():
                 return {}
             self._withdrawn.clear()
-            self._contender = threading.Thread(target=self._contend_loop,
+            self._contender = threading.Thread(target=self._contend,
                                                name="bridge-contender", daemon=True)
             self._contender.start()
         return {}
@@ -405,6 +405,14 @@ class Bridge:
             waiting.cancel()  # acquire() raises ElectionCancelled (or returns a term: revoked)
         if contender is not None:
             contender.join()
+
+    def _contend(self) -> None:
+        try:
+            self._contend_loop()
+        except Exception as e:  # a defect: say so, Java's onError ends the JobManager
+            _log.exception("flink-bridge: the contender failed")
+            self.emit({"event": "error", "message": _one_line(f"the contender failed: "
+                                                              f"{type(e).__name__}: {e}")})
 
     def _contend_loop(self) -> None:
         while not self._withdrawn.is_set():

@@ -51,7 +51,8 @@ narrower than about 760 px scrolls the plot sideways on its own. It encodes:
   and ends at its revoke (a dashed line), at the next grant, or at the last
   record drawn; no band means no term (before the first grant, or after a revoke).
 * **Lanes**, top to bottom: ``leadership`` (grants ▲, revokes ▼, lease
-  renewals |, committed calls □, and any record that names no job),
+  renewals |, committed calls □, leader information published ⚑, and any record
+  that names no job),
   ``quarantined`` (records the fold could not decode, purple ◆; only when
   the window has any), then one lane per job (submit ●, adopt ◆, release ◇,
   cancel ■, terminate ■ grey, reassert ○, recovery failed ▼ orange, restart
@@ -171,6 +172,7 @@ _SYMBOLS: dict[str, _Symbol] = {
     "revoke": _Symbol("revoke", "leadership revoked", "Leadership"),
     "renew": _Symbol("renew", "lease renewed", "Leadership"),
     "call": _Symbol("call", "call committed (its records applied together)", "Leadership"),
+    "leader-info": _Symbol("leader-info", "leader information published (Flink)", "Leadership"),
     "submit": _Symbol("submit", "submitted", "Jobs"),
     "adopt": _Symbol("adopt", "adopted (lock taken)", "Jobs"),
     "release": _Symbol("release", "lock released", "Jobs"),
@@ -197,6 +199,7 @@ _TYPE_SYMBOL = {
     "LeadershipRevoked": "revoke",
     "LeaseRenewed": "renew",
     "CallCommitted": "call",
+    "LeaderInformationPublished": "leader-info",
     "JobSubmitted": "submit",
     "JobAdopted": "adopt",
     "JobLockReleased": "release",

@@ -327,6 +327,10 @@ class AuditProjection:
                 if d.accepted and d.event_type == "LeadershipRevoked":
                     state.term_times.setdefault((ns, d.epoch), [None, None])[1] = r.timestamp
             touched_terms.add((ns, d.epoch))
+        # A record about no job (a grant, a revoke, a renewal, a call's commit, Flink's
+        # leader information: fold rule 9) has its row in audit_records and counts in its
+        # term; leader information has no table of its own, deliberately: it is the
+        # current term's only (the stored image holds it), and its history is those rows.
         if not d.accepted or d.job_id is None:
             return
         if d.outcome == Outcome.ACCEPTED:

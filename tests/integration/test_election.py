@@ -466,3 +466,64 @@ def test_a_leader_killed_mid_call_does_not_block_the_next_one(broker, topic) -> 
     assert any(d.reason == "call_not_committed" for d in fresh.rejected())
     fresh.close()
     reg.close()
+
+
+# -- keep_alive: a contender that leads for another process (the Flink bridge) -----------------
+
+
+def test_a_leader_whose_owner_is_not_alive_stops_renewing_and_gives_the_term_up(broker,
+                                                                                topic) -> None:
+    """``keep_alive`` says no: the renewer sends nothing; once the lease has run out on the
+    election's (injected) clock the term is given up (``on_revoked``, reason ``not_alive``)
+    and writes are refused; while it says no the contender does not claim either; when it
+    says yes again the contender claims again (after a silent lease of the old term)."""
+    from registry import Fenced
+
+    now, alive = [0.0], [True]
+    a = connect_fast(broker, topic, "keep-alive")
+    revoked: list = []
+    renewed: list = []
+    election = a.elect("jm-a", lease=LEASE, clock=lambda: now[0], on_revoked=revoked.append,
+                       on_renewed=renewed.append, keep_alive=lambda: alive[0])
+    rounds = Rounds(election)
+    term = election.acquire()
+    assert election.valid_for() == pytest.approx(0.9 * LEASE)
+    rounds.ready()
+    rounds.step()  # alive: an ordinary renewal, reported
+    assert renewed == [term] and a.sync().term.renewals == 1
+
+    alive[0] = False
+    rounds.step()  # not alive, lease still valid: nothing sent
+    assert a.sync().term.renewals == 1 and not revoked and election.is_leader
+    now[0] = LEASE  # the lease runs out
+    rounds.step()
+    assert revoked == [term] and not election.is_leader
+    assert a.sync().term.renewals == 1 and a.image.active_leader is not None  # nothing written
+    with pytest.raises(Fenced) as e:
+        term.submit("late", b"g")
+    assert e.value.reason == "not_alive" and e.value.event_ids == ()
+    assert renewed == [term]
+    election.cancel()
+
+    # Not alive: a new contender claims for nobody, even once the old term is silent.
+    again = a.elect("jm-a", lease=LEASE, clock=lambda: now[0], keep_alive=lambda: alive[0])
+    with pytest.raises(ElectionTimeout):
+        again.acquire(timeout=0.0)
+    assert a.sync().epoch == 1
+    again.cancel()
+
+    def ticking() -> float:  # a lease passes between any two looks at the clock
+        now[0] += LEASE
+        return now[0]
+
+    for owner in (False, True):
+        alive[0] = owner
+        third = a.elect("jm-a", lease=LEASE, clock=ticking, keep_alive=lambda: alive[0])
+        if not owner:  # the old term is silent for a lease each round: still no claim
+            with pytest.raises(ElectionTimeout):
+                third.acquire(timeout=4 * LEASE)
+            assert a.sync().epoch == 1
+        else:
+            assert third.acquire(timeout=60 * LEASE).epoch == 2  # claimed once alive
+        third.cancel(revoke=True)
+    a.close()

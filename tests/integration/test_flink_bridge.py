@@ -192,12 +192,25 @@ def test_two_bridges_one_leads_and_the_other_takes_over_when_its_jvm_dies(bridge
     leader, granted = _first_granted(a, b)
     waiting = b if leader is a else a
     assert not [e for e in waiting.seen if e["event"] == "granted"]
+    leader.ok("publish", component="rest_server", session=granted["session"],
+              address="http://a:8081")
+    waiting.ok("watch", component="rest_server")  # the standby follows the leader
+    first = waiting.event("leader")
+    assert (first["session"], first["address"]) == (granted["session"], "http://a:8081")
     # The leader's JVM dies: EOF on its bridge's stdin; it revokes and leaves with 0.
     leader.close_stdin()
     assert leader.wait() == 0
+    emptied = waiting.event("leader")  # the revoke ends the term's leader information
+    assert (emptied["session"], emptied["address"]) == (None, None)
     taken = waiting.event("granted")
     assert taken["epoch"] == granted["epoch"] + 1
     assert waiting.ok("store_add", store="plans", name=JOB, pointer="p") == {"version": 0}
+    waiting.ok("publish", component="rest_server", session=taken["session"],
+               address="http://b:8081")
+    mine = waiting.event("leader")
+    assert (mine["session"], mine["address"]) == (taken["session"], "http://b:8081")
+    assert [e["event"] for e in leader.seen if e["event"] in ("granted", "revoked")] == \
+        ["granted", "revoked"]
 
 
 def test_a_jvm_that_stops_beating_loses_the_term_and_a_stale_write_is_refused(bridges,
@@ -265,3 +278,79 @@ def test_bad_arguments_are_one_line_and_exit_2(args) -> None:
     assert run.returncode == 2, run
     assert run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+
+
+_PARENT = """
+import subprocess, sys, time
+child = subprocess.Popen(sys.argv[3:], stdin=int(sys.argv[1]), stdout=open(sys.argv[2], "wb"),
+                         pass_fds=(int(sys.argv[1]),))
+print(child.pid, flush=True)
+time.sleep(3600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_bridge_dies_with_its_jvm_and_revokes(broker, topic, connect, tmp_path) -> None:
+    """The JVM killed with -9 while the bridge's stdin stays open elsewhere: the bridge gets
+    SIGTERM (PR_SET_PDEATHSIG), gives its term up and leaves."""
+    import json
+    import os
+    import signal
+
+    read, write = os.pipe()
+    out = tmp_path / "bridge.out"
+    out.touch()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, str(read), str(out), sys.executable, "-m", "registry",
+         "flink-bridge", "--bootstrap", broker.bootstrap, "--topic", topic,
+         "--namespace", "orphan", "--contender", "jm-1", "--lease", str(LEASE)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+        pass_fds=(read,))
+    os.close(read)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        os.write(write, b'{"id": 1, "op": "contend"}\n')
+        deadline = time.monotonic() + DEADLINE
+        while '"granted"' not in out.read_text():
+            assert time.monotonic() < deadline, out.read_text()
+            os.write(write, b'{"op": "alive"}\n')
+            time.sleep(0.1)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(DEADLINE)
+        while not _gone(child):
+            assert time.monotonic() < deadline + DEADLINE, "the bridge outlived its JVM"
+            time.sleep(0.1)
+        events = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [e.get("event") for e in events if e.get("event") in ("granted", "revoked")] \
+            == ["granted", "revoked"]
+        assert connect("orphan").leader() is None  # revoked, not left to lapse
+    finally:
+        os.close(write)
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+
+
+def test_a_broker_it_cannot_reach_is_one_line_and_exit_1() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on: every connection refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = subprocess.run([sys.executable, "-m", "registry", "flink-bridge", "--bootstrap",
+                          f"127.0.0.1:{port}", "--namespace", "ok", "--contender", "c"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120,
+                         stdin=subprocess.DEVNULL)
+    assert run.returncode == 1 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert "no Kafka broker answered" in run.stderr

@@ -47,6 +47,7 @@ from registry.events import (
     JobLockReleased,
     JobSubmitted,
     JobTerminated,
+    LeaderInformationPublished,
     LeadershipGranted,
     LeaseRenewed,
     new_event_id,
@@ -210,6 +211,21 @@ def test_a_large_log_is_thinned_but_keeps_every_refused_write() -> None:
     quiet = render_report(log.forensics(), jobs=chosen, generated_at=T0)
     assert "job lane(s) left out" not in quiet and quiet.count('href="#m-rejected"') == 0
     assert quiet.count("<h3 ") == 30 and quiet.count('href="#m-submit"') == 30
+
+
+def test_leader_information_is_drawn_on_the_leadership_lane_and_a_stale_one_refused() -> None:
+    log = Log()
+    log.grant(1, "jm-1")
+    log.add(LeaderInformationPublished(**log.env(1, "jm-1"), component="dispatcher",
+                                       session="s-1", address="jm-1:6123"))
+    log.grant(2, "jm-2")
+    log.add(LeaderInformationPublished(**log.env(1, "jm-1"), component="dispatcher",
+                                       session="s-1", address="jm-1:6123"))  # deposed
+    page = render_report(log.forensics(), generated_at=T0)
+    assert page.count('href="#m-leader-info"') == 1 and page.count('href="#m-rejected"') == 1
+    assert "leader information published (Flink)" in page  # in the legend
+    assert "dispatcher: session s-1 at jm-1:6123" in page  # the accepted one's tooltip
+    assert "stale_epoch" in page
 
 
 # -- incident 000 on the broker, drawn by Chromium -----------------------------------------------

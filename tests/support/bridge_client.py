@@ -7,7 +7,6 @@ import contextlib
 import itertools
 import json
 import os
-import queue
 import subprocess
 import sys
 import threading
@@ -24,8 +23,8 @@ machine, never a timing margin a test relies on."""
 
 class BridgeProcess:
     """``python -m registry flink-bridge ...`` with pipes. :meth:`call` sends a request and
-    waits for its answer; :meth:`event` waits for the next event of a kind. Events and
-    answers are read by one thread into queues, in the order the bridge wrote them."""
+    waits for its answer; :meth:`event` waits for the next event of a kind. One thread reads
+    the bridge's stdout: :attr:`seen` holds every event in the order the bridge wrote them."""
 
     def __init__(self, bootstrap: str, topic: str, namespace: str, contender: str, *,
                  lease: float = 2.0, poll_ms: int = 50, extra: tuple[str, ...] = (),
@@ -41,8 +40,9 @@ class BridgeProcess:
         self._ids = itertools.count(1)
         self._answers: dict[int, dict[str, Any]] = {}
         self._answered = threading.Condition()
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []  # every event, in order
+        self._cursor: dict[str, int] = {}  # per kind: where event() reads on
+        self._ended = False
         self.lines: list[str] = []  # every stdout line, in order
         self.stderr: list[str] = []
         self._write_lock = threading.Lock()
@@ -62,14 +62,15 @@ class BridgeProcess:
             line = raw.decode()
             self.lines.append(line)
             message = json.loads(line)
-            if "event" in message:
-                self.seen.append(message)
-                self.events.put(message)
-            else:
-                with self._answered:
+            with self._answered:
+                if "event" in message:
+                    self.seen.append(message)
+                else:
                     self._answers[message["id"]] = message
-                    self._answered.notify_all()
-        self.events.put({"event": "<eof>"})
+                self._answered.notify_all()
+        with self._answered:
+            self._ended = True
+            self._answered.notify_all()
 
     def _read_err(self) -> None:
         assert self.proc.stderr is not None
@@ -131,21 +132,23 @@ class BridgeProcess:
         return str(answer["error"])
 
     def event(self, kind: str, timeout: float = DEADLINE) -> dict[str, Any]:
-        """The next event of ``kind`` (earlier events of other kinds are skipped, and kept
-        in :attr:`seen`)."""
+        """The next event of ``kind`` after the one this returned last (each kind is read
+        in order on its own: waiting for one kind consumes no event of another)."""
         deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            assert left > 0, f"no {kind!r} event; seen {self.seen[-5:]}, stderr " \
-                             f"{self.stderr[-5:]}"
-            try:
-                message = self.events.get(timeout=left)
-            except queue.Empty:
-                continue
-            if message["event"] == kind:
-                return message
-            assert message["event"] != "<eof>", f"the bridge ended waiting for {kind!r}; " \
-                                                f"stderr {self.stderr[-5:]}"
+        with self._answered:
+            while True:
+                start = self._cursor.get(kind, 0)
+                for i in range(start, len(self.seen)):
+                    if self.seen[i]["event"] == kind:
+                        self._cursor[kind] = i + 1
+                        return self.seen[i]
+                self._cursor[kind] = len(self.seen)
+                left = deadline - time.monotonic()
+                assert left > 0, f"no {kind!r} event; seen {self.seen[-5:]}, stderr " \
+                                 f"{self.stderr[-5:]}"
+                assert not self._ended, f"the bridge ended waiting for {kind!r}; stderr " \
+                                        f"{self.stderr[-5:]}"
+                self._answered.wait(min(left, 1.0))
 
     def close_stdin(self) -> None:
         """EOF on the bridge's stdin: the JVM died."""

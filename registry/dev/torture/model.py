@@ -42,12 +42,18 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
   fewer than ``size`` records decides each on its own; an accepted grant ends the calls
   left open (``call_not_committed``). A reassertion with status ``ABSENT`` says the job
   does not exist.
+* Flink's leader information (rule 9; key ``<ns>/leader/<epoch>/<writer>/<component>``):
+  fenced like any write, then refused (``bad_leader_information``) unless the component
+  is an id, the session printable and at most 200 characters (not empty with an
+  address), the address absent (a deletion) or printable and 1 to 2,048 characters; the
+  current term's information, per component, is emptied by a grant or a revoke.
 * an event type without a rule is quarantined (``no_rule``).
 """
 
 from __future__ import annotations
 
 import base64
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -170,7 +176,21 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
         return (f"{ns}/term/{ev.epoch}/{ev.event_id}",)
     if t == "CallCommitted":
         return (f"{ns}/call/{ev.event_id}",)
+    if t == "LeaderInformationPublished":
+        return (f"{ns}/leader/{ev.epoch}/{ev.writer}/{ev.component}",)
     return None
+
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}")  # README: ids
+
+
+def _leader_information_ok(ev: Any) -> bool:
+    """Rule 9's well-formed leader information, as documented."""
+    session, address = ev.session, ev.address
+    if not _ID.fullmatch(ev.component) or len(session) > 200 or not session.isprintable():
+        return False
+    return address is None or (session != "" and 0 < len(address) <= 2048
+                               and address.isprintable())
 
 
 # The reasons that counted for the jobregs that did not record the writer's decision
@@ -240,6 +260,7 @@ class NamespaceModel:
         self.newest_window: int | None = None
         self.grants: dict[int, tuple[str, int, int | None]] = {}
         self.revokes: dict[int, int] = {}
+        self.leaders: dict[str, tuple[str, str]] = {}  # rule 9: component -> (session, address)
         self.verdicts: list[Verdict] = []
         self.by_offset: dict[int, Verdict] = {}
         self.by_event: dict[str, list[Verdict]] = {}
@@ -381,14 +402,25 @@ class NamespaceModel:
             if not dry:
                 self.epoch, self.leader, self.revoked = ev.epoch, ev.writer, False
                 self.grants[ev.epoch] = (ev.writer, offset, ts)
+                self.leaders = {}
             return None
         self._fence(ev)
         if t == "LeadershipRevoked":
             if not dry:
                 self.revoked = True
                 self.revokes[self.epoch] = offset
+                self.leaders = {}
             return None
         if t == "LeaseRenewed":
+            return None
+        if t == "LeaderInformationPublished":
+            if not _leader_information_ok(ev):
+                raise _Refused("bad_leader_information")
+            if not dry:
+                if ev.address is None:
+                    self.leaders.pop(ev.component, None)
+                else:
+                    self.leaders[ev.component] = (ev.session, ev.address)
             return None
         job_id = ev.job_id
         job = self.jobs.get(job_id)

@@ -129,6 +129,7 @@ def synthetic_run(run_dir: str | Path) -> Path:
         JobCleanedUp,
         JobSubmitted,
         JobTerminated,
+        LeaderInformationPublished,
         LeadershipGranted,
         LeaseRenewed,
         new_event_id,
@@ -200,6 +201,8 @@ def synthetic_run(run_dir: str | Path) -> Path:
     s.op("w1", "clean", "ns-c", args={"job": "a"}, epoch=1, value={"receipts": r},
          event_ids=[r[0]["event_id"]])
     s.write([LeaseRenewed(**env("ns-c", 1, "w1.0"))])
+    s.write([LeaderInformationPublished(**env("ns-c", 1, "w1.0"), component="dispatcher",
+                                        session="s-1", address="w1:6123")])
     # a zombie of no term, refused
     z = JobCancelled(**env("ns-c", 0, "zombie"), job_id="b", reason="zombie")
     off, _ = s.record("ns-c/job/b", z)
@@ -212,6 +215,12 @@ def synthetic_run(run_dir: str | Path) -> Path:
                                                      "event_id": "g3"}, prev_epoch=1))
     s.op("w2", "elect", "ns-c", value={"epoch": 2, "contender": "w2.0"}, epoch=2)
     s.note("w1", type="info", f="revoked", ns="ns-c", epoch=1)
+    # w1's leader information, late: refused (stale_epoch)
+    late = LeaderInformationPublished(**env("ns-c", 1, "w1.0"), component="dispatcher",
+                                      session="s-1", address="w1:6123")
+    off, _ = s.record("ns-c/leader/1/w1.0/dispatcher", late)
+    s.nemesis.append({"time": s.t, "kind": "zombie", "sub": "stale_epoch", "ns": "ns-c",
+                      "offset": off, "partition": 0, "event_id": late.event_id})
     r = s.write([JobAdopted(**env("ns-c", 2, "w2.0"), job_id=j) for j in ("b", "c")])
     s.op("w2", "adopt", "ns-c", args={"jobs": ["b", "c"]}, epoch=2, value={"receipts": r},
          event_ids=[x["event_id"] for x in r])

@@ -58,6 +58,9 @@ public class JobregBridge implements AutoCloseable {
 
     private static final ObjectMapper MAPPER = new ObjectMapper();
 
+    /** The bridges of this JVM that are running, for hooks Flink creates without a reference. */
+    private static final List<JobregBridge> LIVE = new CopyOnWriteArrayList<>();
+
     /** How long {@link #call} waits for an answer before it gives up (the outcome is unknown). */
     private static final Duration CALL_TIMEOUT = Duration.ofSeconds(60);
 
@@ -189,6 +192,7 @@ public class JobregBridge implements AutoCloseable {
             throw new IOException(
                     "the jobreg bridge did not start: " + describeFailure(e.getCause()), e);
         }
+        LIVE.add(this);
         long period = Math.max(50, lease.toMillis() / 5);
         heartbeat.scheduleAtFixedRate(this::sendAlive, 0, period, TimeUnit.MILLISECONDS);
         LOG.info(
@@ -207,6 +211,17 @@ public class JobregBridge implements AutoCloseable {
             return stderr;
         }
         return cause == null ? "no answer" : String.valueOf(cause.getMessage());
+    }
+
+    /** The running bridges of this JVM for a namespace. */
+    static List<JobregBridge> liveBridges(String namespace) {
+        List<JobregBridge> bridges = new java.util.ArrayList<>();
+        for (JobregBridge bridge : LIVE) {
+            if (bridge.namespace.equals(namespace) && !bridge.closedFuture.isDone()) {
+                bridges.add(bridge);
+            }
+        }
+        return bridges;
     }
 
     /** The pid of the child process (tests pause or kill it). */
@@ -496,6 +511,7 @@ public class JobregBridge implements AutoCloseable {
         }
         JobregBridgeException cause =
                 new JobregBridgeException(JobregBridgeException.UNAVAILABLE, description);
+        LIVE.remove(this);
         closedFuture.complete(cause);
         ready.completeExceptionally(cause);
         for (Long id : pending.keySet()) {
@@ -531,6 +547,7 @@ public class JobregBridge implements AutoCloseable {
     @Override
     public void close() {
         closing = true;
+        LIVE.remove(this);
         heartbeat.shutdownNow();
         try {
             synchronized (writeLock) {

@@ -16,7 +16,8 @@ import java.util.List;
 /**
  * Flink's {@code DefaultCompletedCheckpointStore} (over a {@link JobregStateHandleStore}) that,
  * when shut down with a globally terminal status, first records the job's end in jobreg (see
- * {@link JobregJobTerminal}).
+ * {@link JobregJobTerminal}: in Flink 2.3 this runs after the Dispatcher's dirty job result; the
+ * earlier record comes from {@link JobregJobStatusChangedListenerFactory}).
  */
 public class JobregCompletedCheckpointStore implements CompletedCheckpointStore {
 

@@ -29,6 +29,8 @@ public class JobregHaServicesFactory implements HighAvailabilityServicesFactory 
     public HighAvailabilityServices createHAServices(
             Configuration configuration, Executor executor) throws Exception {
         JobregHaOptions.checkStorageDir(configuration);
+        // The JobManager's components read this same configuration afterwards.
+        JobregJobStatusChangedListenerFactory.register(configuration);
         BlobStoreService blobStoreService = BlobUtils.createBlobStoreFromConfig(configuration);
         JobregBridge bridge = JobregBridge.start(configuration);
         try {

@@ -13,11 +13,14 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Records a job's globally terminal status in jobreg ({@code job_terminal}). Called from the
- * checkpoint coordinator's shutdown of the counter and the completed-checkpoint store, which Flink
- * runs when the execution graph reaches its terminal state, before the Dispatcher writes its dirty
- * job result: a JobManager killed in between leaves a registry that already knows the job ended,
- * so the next leader does not run a cancelled job again (seed 001).
+ * Records a job's globally terminal status in jobreg ({@code job_terminal}; idempotent). Called
+ * first by {@link JobregJobStatusChangedListenerFactory}'s listener, synchronously inside the
+ * execution graph's transition to the terminal state, before the Dispatcher learns of it and
+ * writes its dirty job result: a JobManager killed in between leaves a registry that already
+ * knows the job ended, so the next leader does not run a cancelled job again (seed 001). Called
+ * again from the checkpoint services' shutdown ({@link JobregCompletedCheckpointStore}, {@link
+ * JobregCheckpointIDCounter}), which in Flink 2.3 runs only when the scheduler closes, after the
+ * Dispatcher's write, and for jobs with checkpointing only.
  */
 final class JobregJobTerminal {
 

@@ -163,6 +163,10 @@ public class JobregStateHandleStore<T extends Serializable>
         return result;
     }
 
+    /**
+     * Removes the entry, then discards its state; false (and nothing discarded) when jobreg keeps
+     * the entry.
+     */
     @Override
     public boolean releaseAndTryRemove(String name) throws Exception {
         RetrievableStateHandle<T> handle;
@@ -171,8 +175,9 @@ public class JobregStateHandleStore<T extends Serializable>
         } catch (NotExistException e) {
             return true;
         }
+        boolean removed;
         try {
-            bridge.call(request("store_remove", name));
+            removed = bridge.call(request("store_remove", name)).path("removed").asBoolean(true);
         } catch (JobregBridgeException e) {
             if (e.isOutcomeUnknown()) {
                 throw new PossibleInconsistentStateException(e);
@@ -181,6 +186,11 @@ public class JobregStateHandleStore<T extends Serializable>
                 throw new Exception("not the leader: " + e.getMessage(), e);
             }
             throw e;
+        }
+        if (!removed) {
+            // jobreg keeps the entry (the fold retains a live job's newest checkpoints): the
+            // state stays too, and Flink keeps the checkpoint's files.
+            return false;
         }
         discard(handle, name);
         return true;

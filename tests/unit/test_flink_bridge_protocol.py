@@ -1,0 +1,158 @@
+"""The Flink bridge's protocol parsing and error mapping (no broker): every line gets exactly
+one answer or one line on stderr, never a crash."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from registry.errors import (
+    BrokerError,
+    ConfigError,
+    Fenced,
+    LeaseExpired,
+    OutcomeUnknown,
+    UnknownJob,
+    WriteRejected,
+)
+from registry.flink_bridge import (
+    Bridge,
+    BridgeError,
+    checkpoint_id_of,
+    checkpoint_name,
+    error_kind,
+    parse_request,
+    session_of,
+)
+
+
+def test_a_request_parses_with_its_arguments() -> None:
+    r = parse_request('{"id": 7, "op": "store_add", "store": "plans", "name": "n", '
+                      '"pointer": "p", "extra": 1}')
+    assert (r.id, r.op, dict(r.args), r.error) == (7, "store_add",
+                                                   {"store": "plans", "name": "n",
+                                                    "pointer": "p"}, None)
+    assert parse_request(b'{"op": "alive"}').id is None
+    assert parse_request('{"id": 1, "op": "publish", "component": "c", "session": "s", '
+                         '"address": null}').args["address"] is None
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"id": 1, "op": "nope"}', "unknown op"),
+    ('{"id": 1}', "unknown op"),
+    ('{"id": 1, "op": "store_get", "store": "plans"}', "needs 'name'"),
+    ('{"id": 1, "op": "counter_set", "job": "j", "value": "3"}', "'value' must be int"),
+    ('{"id": 1, "op": "counter_set", "job": "j", "value": true}', "'value' must be int"),
+    ('{"id": 1, "op": "publish", "component": "c", "session": 3, "address": null}',
+     "'session' must be str"),
+])
+def test_a_bad_request_with_an_id_is_answered_invalid(line: str, why: str) -> None:
+    r = parse_request(line)
+    assert r.id == 1 and r.error is not None and why in r.error
+
+
+@pytest.mark.parametrize("line", ["", "not json", "[1]", '{"op": "leaders"}',
+                                  '{"id": "1", "op": "leaders"}', '{"id": true, "op": "x"}',
+                                  b"\xff"])
+def test_a_line_without_an_id_cannot_be_answered(line: str | bytes) -> None:
+    with pytest.raises(BridgeError) as e:
+        parse_request(line)
+    assert e.value.kind == "Invalid" and "\n" not in str(e.value)
+
+
+def test_checkpoint_names_are_flinks() -> None:
+    assert checkpoint_name(42) == "/0000000000000000042"
+    assert checkpoint_id_of("/0000000000000000042") == 42
+    for bad in ("", "/", "/x", "/-1", "/" + "9" * 20):
+        with pytest.raises(BridgeError):
+            checkpoint_id_of(bad)
+
+
+def test_the_session_is_derived_from_namespace_and_epoch() -> None:
+    assert session_of("ns", 3) == session_of("ns", 3) != session_of("ns", 4)
+    assert session_of("ns", 3) != session_of("other", 3)
+
+
+@pytest.mark.parametrize("error, kind", [
+    (OutcomeUnknown("m", ("e",)), "OutcomeUnknown"),
+    (Fenced("stale_epoch", "m"), "Fenced"),
+    (WriteRejected("job_exists", "m"), "AlreadyExists"),
+    (WriteRejected("terminal_job", "m"), "AlreadyExists"),
+    (WriteRejected("checkpoint_id_not_increasing", "m"), "Invalid"),
+    (UnknownJob("ns", "j"), "NotExist"),
+    (ConfigError("m"), "Invalid"),
+    (LeaseExpired("m"), "Unavailable"),
+    (BrokerError("m"), "Unavailable"),
+    (BridgeError("NotLeader", "m"), "NotLeader"),
+    (RuntimeError("m"), "Internal"),
+])
+def test_exact_outcomes_map_to_error_kinds(error: Exception, kind: str) -> None:
+    assert error_kind(error)[0] == kind
+
+
+def test_messages_are_one_line() -> None:
+    assert error_kind(ConfigError("a\nb\r\nc"))[1] == "a b c"
+
+
+class _NoRegistry:
+    """Stands in for a Registry where a test sends only lines that never reach it."""
+
+    namespace = "unit"
+    timeout = 1.0
+
+
+def _bridge(out: io.StringIO) -> Bridge:
+    return Bridge(_NoRegistry(), "c", 5.0, out=out)  # type: ignore[arg-type]
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(
+    st.binary(max_size=200),
+    st.text(max_size=200).map(str.encode),
+    st.dictionaries(st.sampled_from(["id", "op", "store", "name", "value", "job", "x"]),
+                    _json_values, max_size=5).map(lambda d: json.dumps(d).encode()),
+))
+def test_no_line_crashes_the_bridge(line: bytes) -> None:
+    """Any line: at most one answer (``Invalid``), or one line on stderr, or a request
+    handed to the pool (a well-formed one: not sent here); never an exception."""
+    out = io.StringIO()
+    bridge = _bridge(out)
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    log = logging.getLogger("registry.flink_bridge")
+    log.addHandler(handler)
+    try:
+        try:
+            request = parse_request(line)
+        except BridgeError:
+            request = None
+        if request is not None and request.id is not None and request.error is None:
+            return  # a valid request: it would go to the pool and the registry
+        bridge.handle_line(line)
+    finally:
+        log.removeHandler(handler)
+        bridge._pool.shutdown()
+    answers = [json.loads(x) for x in out.getvalue().splitlines()]
+    if request is None:
+        assert answers == [] and len(logged) == 1
+        assert "\n" not in logged[0].getMessage()
+    elif request.id is None:
+        assert answers == [] and logged == []  # alive
+    else:
+        assert len(answers) == 1 and logged == []
+        answer: dict[str, Any] = answers[0]
+        assert answer["id"] == request.id and answer["error"] == "Invalid"
+        assert "\n" not in answer["message"]
