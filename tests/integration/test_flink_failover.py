@@ -58,7 +58,8 @@ def flink(broker, tmp_path_factory) -> Iterator[FlinkCluster]:
     except FlinkBenchError as e:
         pytest.fail(str(e))
     cluster = FlinkCluster(ha="jobreg", bootstrap=broker.bootstrap, backend_jar=jar,
-                           lease=LEASE, directory=tmp_path_factory.mktemp("flink"))
+                           lease=LEASE, directory=tmp_path_factory.mktemp("flink"),
+                           startup_timeout=90)
     with cluster:
         yield cluster
 
