@@ -698,8 +698,10 @@ def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: in
               help="jobreg's leadership lease, seconds (high-availability.jobreg.lease).")
 @click.option("--only", type=click.Choice(["both", "zookeeper", "jobreg"]), default="both",
               show_default=True, help="The backends to run.")
+@click.option("--kill-delay-ms", type=click.FloatRange(0, 1000), default=0.0, show_default=True,
+              help="Cancel-then-kill: wait this long after the CANCELED line before the kill.")
 def bench_flink_failover_cmd(runs: int, cancels: int | None, kafka: bool, lease: float,
-                             only: str) -> None:
+                             only: str, kill_delay_ms: float) -> None:
     """A Flink 2.3 JobManager failover, Flink's ZooKeeper backend (Debian's ZooKeeper, 6 s
     session timeout) against jobreg's (flink-jobreg), the same job on the same machine in one
     run: seconds from the SIGKILL of the leader to the standby's leadership, to the job
@@ -716,6 +718,7 @@ def bench_flink_failover_cmd(runs: int, cancels: int | None, kafka: bool, lease:
         try:
             figures = bench_flink_failover(runs=runs, cancels=cancels, kafka=kafka,
                                            lease=lease, backends=backends,
+                                           kill_delay_ms=kill_delay_ms,
                                            progress=lambda msg: click.echo(f"... {msg}",
                                                                            err=True))
         except FlinkBenchError as e:

@@ -264,14 +264,21 @@ def _job_result_file(flink: FlinkCluster, job_id: str) -> bool:
 
 
 def cancel_then_kill(flink: FlinkCluster, job_id: str, *, settle: float = 8.0,
-                     timeout: float = 180.0, restart: bool = True) -> CancelRun:
+                     delay_ms: float = 0.0, timeout: float = 180.0,
+                     restart: bool = True) -> CancelRun:
     """Cancel ``job_id`` on the leader and SIGKILL the leader the moment its log says the
-    job is CANCELED; then watch the new leader for ``settle`` s after it recovered its jobs:
-    a resurrection is the job running there again."""
+    job is CANCELED (``delay_ms`` after the watcher sees the line); then watch the new leader
+    for ``settle`` s after it recovered its jobs: a resurrection is the job running there
+    again."""
     leader = flink.leader()
     wait_checkpoints(flink, leader, job_id, len(_completed(leader, job_id)) + 1, timeout)
     others = [jm for jm in flink.jobmanagers if jm is not leader and jm.is_running()]
-    watcher = flink.watch(leader, rf"\({job_id}\) {_CANCELED}", lambda _line: flink.kill(leader))
+    def kill(_line: str) -> None:
+        if delay_ms > 0:
+            time.sleep(delay_ms / 1000.0)
+        flink.kill(leader)
+
+    watcher = flink.watch(leader, rf"\({job_id}\) {_CANCELED}", kill)
     try:
         flink.cancel(leader, job_id)
         if not watcher.wait(timeout):
@@ -293,7 +300,7 @@ def cancel_then_kill(flink: FlinkCluster, job_id: str, *, settle: float = 8.0,
         time.sleep(0.1)
     resurrected = bool([t for t in _running_lines(new, job_id) if t >= grant])
     state = flink.job_status(new, job_id) if new.is_running() else None
-    run = CancelRun(job_id, (watcher.fired_at - line_at) * 1000.0,
+    run = CancelRun(job_id, (watcher.fired_at - line_at) * 1000.0 + delay_ms,
                     resurrected or state in ("RUNNING", "RESTARTING", "CREATED",
                                              "INITIALIZING"),
                     state, dirty, crashed=not new.is_running(), crash=_fatal_cause(new))
@@ -353,11 +360,11 @@ def _measure_kills(flink: FlinkCluster, runs: int, figures: BackendFigures,
 
 
 def _measure_cancel(flink: FlinkCluster, i: int, cancels: int, figures: BackendFigures,
-                    progress: Callable[[str], None]) -> None:
+                    progress: Callable[[str], None], delay_ms: float) -> None:
     leader = flink.leader()
     job = flink.submit(leader, f"cancel-{i + 1}")
     flink.wait_for(f"{job} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
-    c = cancel_then_kill(flink, job, restart=False)
+    c = cancel_then_kill(flink, job, restart=False, delay_ms=delay_ms)
     figures.cancels.append(c)
     outcome = ("the new leader CRASHED: " + (c.crash or "?") if c.crashed else
                "RESURRECTED" if c.resurrected else "stayed cancelled")
@@ -376,6 +383,7 @@ def _wait_standby(flink: FlinkCluster) -> None:
 
 def bench_flink_failover(*, runs: int = 3, cancels: int | None = None, kafka: bool = False,
                          lease: float = 5.0, backends: tuple[str, ...] = ("zookeeper", "jobreg"),
+                         kill_delay_ms: float = 0.0,
                          progress: Callable[[str], None] = lambda _line: None
                          ) -> list[BackendFigures]:
     """Run the kill ``runs`` times on one cluster of each backend, then each cancel-then-kill
@@ -403,7 +411,7 @@ def bench_flink_failover(*, runs: int = 3, cancels: int | None = None, kafka: bo
                         if n < 0:
                             _measure_kills(flink, runs, figures, progress)
                         else:
-                            _measure_cancel(flink, n, count, figures, progress)
+                            _measure_cancel(flink, n, count, figures, progress, kill_delay_ms)
                 except (TimeoutError, FlinkBenchError) as e:
                     figures.error = str(e)
                     progress(f"{figures.backend}: stopped: {e}")
