@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from registry.dev.flink import FlinkCluster, FlinkProcess, granted_at, revoked_at
 
 __all__ = ["BACKEND_JAR", "CancelRun", "FailoverRun", "FlinkBenchError", "backend_jar",
-           "bench_flink_failover", "cancel_then_kill", "ensure_backend_jar", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
+           "bench_flink_failover", "cancel_then_kill", "ensure_backend_jar", "fatal_cause", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
 
 #: Where ``mvn -f flink-jobreg/pom.xml package`` leaves jobreg's Flink backend.
 BACKEND_JAR = pathlib.Path("flink-jobreg") / "target" / "flink-jobreg-0.1.0.jar"
@@ -303,13 +303,13 @@ def cancel_then_kill(flink: FlinkCluster, job_id: str, *, settle: float = 8.0,
     run = CancelRun(job_id, (watcher.fired_at - line_at) * 1000.0 + delay_ms,
                     resurrected or state in ("RUNNING", "RESTARTING", "CREATED",
                                              "INITIALIZING"),
-                    state, dirty, crashed=not new.is_running(), crash=_fatal_cause(new))
+                    state, dirty, crashed=not new.is_running(), crash=fatal_cause(new))
     if restart:
         flink.restart(leader)
     return run
 
 
-def _fatal_cause(jm: FlinkProcess) -> str | None:
+def fatal_cause(jm: FlinkProcess) -> str | None:
     """The fatal error in ``jm``'s log and its deepest cause with a place, if any."""
     text = jm.log_text()
     at = text.find("Fatal error occurred in the cluster entrypoint")

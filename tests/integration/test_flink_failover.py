@@ -34,6 +34,7 @@ from registry.dev.bench_flink import (
     FlinkBenchError,
     cancel_then_kill,
     ensure_backend_jar,
+    fatal_cause,
     kill_leader,
     pause_leader,
     wait_checkpoints,
@@ -110,6 +111,10 @@ def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None
     assert run.standby_led_after >= LEASE * 0.5, "the standby led before the lease could end"
     assert run.revoked_after_resume is not None or run.exited
     assert run.deployed_after_resume == [], "the resumed JobManager acted as leader"
+    paused = next(jm for jm in flink.jobmanagers if jm.name == run.paused)
+    ended = paused.log_lines(r"jobreg revoked leadership|Leadership of epoch \d+ ends here")
+    print("the resumed JobManager's own account:", *[line for _, line in ended], sep="\n  ")
+    assert ended, "the resumed JobManager's log does not say its term ended"
     rejected = [d for d in registry.rejected() if d.reason == "stale_epoch"]
     print("refusals in the resumed JobManager's log:", *run.refusals, sep="\n  ")
     print("records the fold refused:", *rejected, sep="\n  ")
@@ -117,14 +122,32 @@ def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None
         if not jm.is_running():
             flink.restart(jm)
     assert flink.job_status(flink.leader(), job) == "RUNNING"
+    # In the log: once the standby's term wrote for the job, no record of an older term
+    # about the job was accepted (the resumed JobManager wrote nothing that stuck).
+    found = registry.timeline(job)
     _story(registry, job)
+    newest = max(d.epoch for d in found if d.epoch is not None)
+    first_new = min(d.offset for d in found if d.epoch == newest)
+    stale = [d for d in found if d.offset > first_new and d.epoch is not None
+             and d.epoch < newest and d.accepted]
+    assert stale == [], stale
     flink.cancel(flink.leader(), job)
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "flink-jobreg records the end from a JobStatusChangedListener called after the CANCELED "
+    "line; its write lands ~15 ms later, and a kill 2-5 ms after the line precedes it, so "
+    "the new leader recovers the job (measured: 1 of 1 runs here, as on ZooKeeper); closing "
+    "the window needs the record before the line (e.g. at CANCELLING)"))
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
     job = _running_job(flink, "seed-001-cancel")
     run = cancel_then_kill(flink, job, settle=5.0)
     print(run)
+    if run.resurrected:  # free its slot for the next test before failing
+        leader = flink.leader()
+        flink.cancel(leader, job)
+        flink.wait_for("the resurrected job cancelled",
+                       lambda: flink.job_status(leader, job) == "CANCELED")
     assert not run.resurrected, f"the new leader ran the cancelled job again ({run.new_state})"
     assert run.new_state in (None, "CANCELED")
     story = _story(registry, job)
@@ -140,6 +163,9 @@ def _plan_files(flink: FlinkCluster, name: str) -> list[pathlib.Path]:
             and needle in p.read_bytes()]
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "flink-jobreg hands Flink's Dispatcher the unreadable plan's failure: 'Could not recover "
+    "job with job id ...' is a fatal error and the new leader ends (seed 003 as on ZooKeeper)"))
 def test_a_job_whose_plan_cannot_be_read_fails_alone(flink, registry) -> None:
     healthy = _running_job(flink, "seed-003-healthy")
     broken = _running_job(flink, "seed-003-broken")
@@ -153,8 +179,11 @@ def test_a_job_whose_plan_cannot_be_read_fails_alone(flink, registry) -> None:
     new = flink.leader(among=others)
     grant = granted_at(new)
     assert grant is not None
-    flink.wait_for("the healthy job RUNNING on the new leader",
-                   lambda: flink.job_status(new, healthy) == "RUNNING")
+    flink.wait_for("the healthy job RUNNING on the new leader, or the new leader ended",
+                   lambda: not new.is_running() or flink.job_status(new, healthy) == "RUNNING")
+    if not new.is_running():
+        flink.restart(leader)  # leave the module's cluster with a JobManager
+        pytest.fail(f"the new leader {new.name} ended: {fatal_cause(new)}")
     wait_checkpoints(flink, new, healthy, 1)
     state = flink.wait_for("the broken job failed",
                            lambda: (flink.job_status(new, broken) or "") in ("FAILED",)
