@@ -135,6 +135,9 @@ class BackendFigures:
 
     backend: str
     kills: list[FailoverRun] = field(default_factory=list)
+    record_lag_ms: float | None = None
+    """jobreg: from a plain cancel's CANCELED log line to the backend's log line saying the
+    job's end is recorded in jobreg (the width of the cancel-then-kill window it leaves)."""
     cancels: list[CancelRun] = field(default_factory=list)
     error: str | None = None
 
@@ -357,6 +360,20 @@ def _measure_kills(flink: FlinkCluster, runs: int, figures: BackendFigures,
                  f"checkpoint after {run.to_checkpoint:.2f} s (restored {run.restored}, "
                  f"last before the kill {run.last_before_kill})")
         _wait_standby(flink)
+    if flink.ha == "jobreg":
+        leader = flink.leader()
+        flink.cancel(leader, job)
+        canceled = flink.wait_for("the CANCELED line", lambda: leader.log_lines(
+            rf"\({job}\) {_CANCELED}"))
+        try:
+            recorded = flink.wait_for("jobreg's record of the end", lambda: leader.log_lines(
+                rf"Recorded in jobreg that job {job}"), timeout=30)
+        except TimeoutError:
+            progress(f"{figures.backend}: the backend's log never said the end was recorded")
+            return
+        figures.record_lag_ms = (recorded[0][0] - canceled[0][0]) * 1000.0
+        progress(f"{figures.backend}: a plain cancel is recorded in jobreg "
+                 f"{figures.record_lag_ms:.0f} ms after the CANCELED line")
 
 
 def _measure_cancel(flink: FlinkCluster, i: int, cancels: int, figures: BackendFigures,
@@ -446,6 +463,9 @@ def format_flink_failover(figures: list[BackendFigures], *, lease: float) -> str
     notes = [f"Flink 2.3.0, 2 JobManagers + 1 TaskManager, checkpoint every 500 ms; "
              f"ZooKeeper session timeout 6 s, jobreg lease {lease:g} s."]
     for f in figures:
+        if f.record_lag_ms is not None:
+            notes.append(f"{f.backend}: a plain cancel's end is recorded in jobreg "
+                         f"{f.record_lag_ms:.0f} ms after the CANCELED log line.")
         for c in f.cancels:
             if c.crashed:
                 notes.append(f"{f.backend}: after cancel-then-kill the new leader crashed: "
