@@ -81,6 +81,17 @@ def _running_job(flink: FlinkCluster, name: str) -> str:
     return job
 
 
+def _terms(registry: Registry) -> list[str]:
+    """The namespace's leadership terms (``jobreg terms``), printed: grant, and how each
+    ended (revoked, superseded)."""
+    terms = registry.terms()
+    print("terms:")
+    for t in terms:
+        print(f"  epoch {t.epoch} {t.leader}: {t.started}; {t.ended} "
+              f"(offsets {t.first_offset}-{t.last_offset})")
+    return [t.end for t in terms]
+
+
 def _story(registry: Registry, job: str) -> list[str]:
     """The job's timeline as ``event_type/outcome`` strings, printed for the log."""
     found = registry.timeline(job)
@@ -101,6 +112,8 @@ def test_a_killed_leader_hands_over_and_checkpoints_go_on(flink, registry) -> No
     story = _story(registry, job)
     assert any(s.startswith("JobSubmitted/") for s in story)
     assert any("Checkpoint" in s and "ACCEPTED" in s for s in story)
+    ends = _terms(registry)  # the killed leader's term ended, the standby's is current
+    assert ends[-1] == "current" and len(ends) >= 2 and ends[-2] in ("revoked", "superseded")
     flink.cancel(flink.leader(), job)
 
 
@@ -131,6 +144,8 @@ def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None
     stale = [d for d in found if d.offset > first_new and d.epoch is not None
              and d.epoch < newest and d.accepted]
     assert stale == [], stale
+    ends = _terms(registry)  # the paused leader's term ended before the standby's began
+    assert ends[-1] == "current" and ends[-2] in ("revoked", "superseded")
     flink.cancel(flink.leader(), job)
 
 
@@ -150,6 +165,7 @@ def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
                        lambda: flink.job_status(leader, job) == "CANCELED")
     assert not run.resurrected, f"the new leader ran the cancelled job again ({run.new_state})"
     assert run.new_state in (None, "CANCELED")
+    _terms(registry)
     story = _story(registry, job)
     assert any(s.startswith("JobCancelled/ACCEPTED") or s.startswith("JobTerminated/ACCEPTED")
                for s in story), story
