@@ -1,9 +1,8 @@
 """``jobreg flink-bridge``: Flink's high-availability services on jobreg, over pipes.
 
 The Java backend (Flink 2.3's ``HighAvailabilityServices`` on jobreg) starts one bridge per
-Flink process and speaks JSON lines with it (protocol v1, the contract in
-``notes/flink-bridge-protocol.md``): requests on the bridge's stdin, answers and events on its
-stdout, logs on stderr. The bridge turns each request into calls of jobreg's own client
+Flink process and speaks JSON lines with it (protocol v1, README "The Flink bridge"):
+requests on the bridge's stdin, answers and events on its stdout, logs on stderr. The bridge turns each request into calls of jobreg's own client
 (:class:`~registry.client.Registry`, :meth:`~registry.client.Registry.elect`,
 :class:`~registry.client.Term`), so the fold stays the one source of truth, and turns
 jobreg's exact outcomes into the protocol's error kinds (:func:`error_kind`): a write is

@@ -106,6 +106,15 @@ def test_contend_publish_and_store_round_trip(bridges, connect) -> None:
     assert b.ok("counter_get", job=JOB) == {"value": 6}
     assert b.ok("counter_set", job=JOB, value=10) == {}
     assert b.ok("counter_next", job=JOB) == {"value": 10}
+    assert b.ok("counter_set", job=JOB, value=3) == {}  # ids only increase: nothing written
+    assert b.ok("counter_get", job=JOB) == {"value": 11}
+    assert b.error("counter_set", job=JOB, value=0) == "Invalid"
+    assert b.error("counter_next", job=OTHER) == "NotExist"
+    assert b.error("store_replace", store=cps, name=checkpoint_name(5), version=0,
+                   pointer="x") == "Invalid"
+    assert b.error("store_replace", store=cps, name=checkpoint_name(6), version=0,
+                   pointer="x") == "NotExist"
+    assert b.error("store_clear", store=cps) == "Invalid"  # the newest stays with a live job
     assert b.error("store_get", store=cps, name="not-a-checkpoint") == "Invalid"
     view = reg.job(JOB)
     assert [(c.checkpoint_id, c.location) for c in view.latest_checkpoints] == \
@@ -133,6 +142,8 @@ def test_contend_publish_and_store_round_trip(bridges, connect) -> None:
     assert b.ok("result_has", job=JOB) == {"dirty": False, "clean": True}
     assert b.ok("results_dirty") == []
     assert b.ok("store_names", store=cps) == []
+    assert b.ok("store_clear", store=cps) == {}
+    assert b.ok("unwatch", component="dispatcher") == {}
     assert reg.job(JOB).status == "CANCELLED" and not reg.job(JOB).dirty
 
 

@@ -21,6 +21,7 @@ from registry.events import (
 from registry.fold import DUPLICATE_WINDOW_MS, Delta, fold, leader_information_error
 from registry.image import Image, LeaderInfo, LogRecord, Outcome
 from registry.keys import leader_key, parse_key, record_key
+from registry.snapshot import decode_image, encode_image
 from registry.wire import encode
 
 
@@ -263,3 +264,15 @@ def test_a_late_copy_of_an_older_publication_is_restated_by_the_leader() -> None
     sim2.sync("jm-2")
     sim2.claim("jm-2")
     assert not sim2.image().unsettled and not sim2.image().leaders
+
+
+@SETTINGS
+@given(st.lists(_op, min_size=3, max_size=40).map(lambda ops: build(ops, settle=False)),
+       st.data())
+def test_a_snapshot_keeps_the_leader_information(sim, data) -> None:
+    records = visible(sim.log)
+    cut = data.draw(st.integers(0, len(records)))
+    prefix = fold(records[:cut], NS)
+    restored = decode_image(encode_image(prefix))
+    assert restored == prefix and restored.leaders == prefix.leaders
+    assert fold(records[cut:], restored) == fold(records, NS)
