@@ -848,6 +848,12 @@ class FlinkCluster:
                             f"Flink's {p.name} exited with code {p.proc.returncode if p.proc else '?'}"
                             " before the cluster was ready", p))
                 if time.monotonic() > deadline:
+                    stuck = [note for q in (*self.jobmanagers, self.taskmanager)
+                             if (note := _deadlock(q))]
+                    if stuck:
+                        raise BrokerStartError(
+                            f"Flink's {jm.name} did not show the TaskManager's slots on "
+                            f"{jm.rest} within {self._startup_timeout:g} s: {stuck[0]}")
                     raise BrokerStartError(_tail(
                         f"Flink's {jm.name} did not show the TaskManager's slots on "
                         f"{jm.rest} within {self._startup_timeout:g} s", jm))
@@ -886,6 +892,26 @@ def revoked_at(jm: FlinkProcess) -> float | None:
     """When ``jm``'s log last says its leadership was revoked, else ``None``."""
     found = jm.log_lines(_REVOKED)
     return found[-1][0] if found else None
+
+
+def _deadlock(p: FlinkProcess) -> str | None:
+    """If ``jstack`` finds a Java-level deadlock in ``p``: one line naming its first two
+    frames (the whole dump is kept as ``jstack.txt`` in ``p``'s folder); else ``None``."""
+    jstack = shutil.which("jstack")
+    if jstack is None or not p.is_running():
+        return None
+    try:
+        dump = subprocess.run([jstack, str(p.pid)], capture_output=True, text=True,
+                              timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    (p.directory / "jstack.txt").write_text(dump)
+    if "Found one Java-level deadlock" not in dump:
+        return None
+    part = dump.split("Java stack information for the threads listed above:", 1)[-1]
+    frames = [ln.strip()[3:] for ln in part.splitlines() if ln.strip().startswith("at ")]
+    return (f"{p.name} is deadlocked ({' / '.join(frames[:2])}; "
+            f"the thread dump is {p.directory / 'jstack.txt'})")
 
 
 def _fresh(taken: set[int]) -> int:
