@@ -43,7 +43,10 @@ lock:
 demo: $(BIN)/.installed
 	$(BIN)/jobreg demo
 
-# `make test` runs in parts, each timed: the checks, the whole suite on the embedded broker
+# `make test` runs in parts, each timed: the checks, the Flink backend's Maven build with
+# Flink's contract tests against it (flink-jobreg/; its jar is what the Flink failover tests put
+# on JobManager classpaths, so it is built before pytest; Maven's repository stays in ~/.m2),
+# the whole suite on the embedded broker
 # (with the tests of Apache Kafka itself, marker `kafka`, which start their own nodes), then
 # the integration suite again on one Apache Kafka node (JOBREG_TEST_BROKER=kafka; tests
 # marked embedded_only are skipped there, each with its reason). Kafka's jars are fetched
@@ -57,6 +60,7 @@ test: $(BIN)/.installed system
 	@$(TIMED) "import contracts" $(BIN)/lint-imports
 	@$(TIMED) "mypy" $(BIN)/mypy
 	@$(TIMED) "schema catalog" $(BIN)/jobreg catalog --check
+	@$(TIMED) "maven, flink-jobreg" mvn -B -q -f flink-jobreg/pom.xml verify -Djobreg.python=$(abspath $(BIN))/python
 	@$(TIMED) "pytest, embedded broker" $(BIN)/pytest -q
 	@JOBREG_TEST_BROKER=kafka $(TIMED) "pytest, Apache Kafka" $(BIN)/pytest -q -m "not kafka" tests/integration
 

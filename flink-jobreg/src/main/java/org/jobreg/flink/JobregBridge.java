@@ -297,9 +297,14 @@ public class JobregBridge implements AutoCloseable {
             }
             throw new JobregBridgeException("Internal", String.valueOf(e.getCause()));
         } catch (TimeoutException e) {
+            LOG.warn("No answer from the jobreg bridge to {} within {} s", request, CALL_TIMEOUT.toSeconds());
             throw new JobregBridgeException(
                     JobregBridgeException.OUTCOME_UNKNOWN,
-                    "no answer from the jobreg bridge within " + CALL_TIMEOUT.toSeconds() + " s");
+                    "no answer from the jobreg bridge to "
+                            + request.path("op").asText()
+                            + " within "
+                            + CALL_TIMEOUT.toSeconds()
+                            + " s");
         }
     }
 
@@ -315,7 +320,11 @@ public class JobregBridge implements AutoCloseable {
     }
 
     private void send(JsonNode message) throws IOException {
-        byte[] line = (MAPPER.writeValueAsString(message) + "\n").getBytes(StandardCharsets.UTF_8);
+        String text = MAPPER.writeValueAsString(message);
+        if (LOG.isDebugEnabled() && message.has("id")) {
+            LOG.debug("-> {}", text);
+        }
+        byte[] line = (text + "\n").getBytes(StandardCharsets.UTF_8);
         synchronized (writeLock) {
             stdin.write(line);
             stdin.flush();
@@ -426,6 +435,7 @@ public class JobregBridge implements AutoCloseable {
     }
 
     private void handle(JsonNode message) {
+        LOG.debug("<- {}", message);
         if (message.has("id") && !message.get("id").isNull()) {
             CompletableFuture<JsonNode> answer = pending.remove(message.get("id").asLong());
             if (answer == null) {

@@ -28,8 +28,10 @@ import java.util.List;
  * termination future, from which the JobMaster tells the Dispatcher, which then writes its dirty
  * job result. The checkpoint services' shutdown with the terminal status runs even later (when the
  * scheduler closes, after the Dispatcher's write). So this listener is the earliest point at which
- * the registry can learn that a job ended; {@link JobregHaServicesFactory} adds it to the
- * configuration of every JobManager that uses jobreg.
+ * the registry can learn that a job ended. {@link JobregHaServicesFactory} adds it to the
+ * JobManager's configuration where that configuration can be changed (the standalone
+ * entrypoints); set {@code execution.job-status-changed-listeners:
+ * org.jobreg.flink.JobregJobStatusChangedListenerFactory} to be sure.
  */
 public class JobregJobStatusChangedListenerFactory implements JobStatusChangedListenerFactory {
 
@@ -54,7 +56,17 @@ public class JobregJobStatusChangedListenerFactory implements JobStatusChangedLi
         }
         List<String> updated = listeners == null ? new ArrayList<>() : new ArrayList<>(listeners);
         updated.add(name);
-        configuration.set(DeploymentOptions.JOB_STATUS_CHANGED_LISTENERS, updated);
+        try {
+            configuration.set(DeploymentOptions.JOB_STATUS_CHANGED_LISTENERS, updated);
+        } catch (UnsupportedOperationException e) {
+            // MiniCluster hands out an unmodifiable configuration.
+            LOG.warn(
+                    "Cannot add {} to {} (the configuration is unmodifiable): set it there, or a"
+                            + " JobManager killed right after a job ended may run it again.",
+                    name,
+                    DeploymentOptions.JOB_STATUS_CHANGED_LISTENERS.key());
+            return;
+        }
         LOG.info(
                 "Added {} to {}: jobreg records a job's end as its execution graph reaches it.",
                 name,

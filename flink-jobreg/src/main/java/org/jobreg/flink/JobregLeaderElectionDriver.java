@@ -52,6 +52,13 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
     private final long leaseNanos;
     private final ScheduledExecutorService watchdog;
 
+    /**
+     * Calls the listener, one call at a time, in the order the state changed. Never call the
+     * listener while holding {@link #lock}: Flink's DefaultLeaderElectionService calls {@link
+     * #hasLeadership()} under its own lock, so calling it back under ours could deadlock.
+     */
+    private final java.util.concurrent.ExecutorService notifier;
+
     private final Object lock = new Object();
     private final Set<String> watchedComponents = new HashSet<>();
 
@@ -69,6 +76,9 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
         this.watchdog =
                 Executors.newSingleThreadScheduledExecutor(
                         new ExecutorThreadFactory("jobreg-leader-watchdog"));
+        this.notifier =
+                Executors.newSingleThreadExecutor(
+                        new ExecutorThreadFactory("jobreg-leader-notifier"));
         bridge.addListener(this);
         long tick = Math.max(10, bridge.getLease().toMillis() / 10);
         watchdog.scheduleAtFixedRate(this::tick, tick, tick, TimeUnit.MILLISECONDS);
@@ -138,10 +148,10 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
                 // The watch shows what is there; Flink's service publishes again on drift.
                 LOG.warn("Publishing for {} may have failed: {}", componentId, e.getMessage());
             } else {
-                listener.onError(
+                LeaderElectionException error =
                         new LeaderElectionException(
-                                "Could not publish the leader information for " + componentId,
-                                e));
+                                "Could not publish the leader information for " + componentId, e);
+                notifyListener(() -> listener.onError(error));
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
@@ -182,6 +192,7 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
             watchedComponents.clear();
         }
         watchdog.shutdownNow();
+        notifier.shutdown();
         bridge.removeListener(this);
         for (String component : components) {
             bridge.unwatch(component);
@@ -216,9 +227,10 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
                 onLeader(event);
                 break;
             case "error":
-                listener.onError(
+                LeaderElectionException error =
                         new LeaderElectionException(
-                                "jobreg bridge: " + event.path("message").asText("")));
+                                "jobreg bridge: " + event.path("message").asText(""));
+                notifyListener(() -> listener.onError(error));
                 break;
             default:
                 break;
@@ -237,14 +249,15 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
                 // Strict alternation: end the old term for Flink before the new one starts.
                 LOG.warn("jobreg granted epoch {} while epoch {} was held", newEpoch, epoch);
                 granted = false;
-                listener.onRevokeLeadership();
+                notifyListener(listener::onRevokeLeadership);
             }
             granted = true;
             epoch = newEpoch;
             session = newSession;
             leaseDeadlineNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validFor);
             LOG.info("jobreg granted leadership: epoch {}, session {}.", epoch, session);
-            listener.onGrantLeadership(session);
+            UUID grantedSession = session;
+            notifyListener(() -> listener.onGrantLeadership(grantedSession));
         }
     }
 
@@ -269,7 +282,7 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
                     "jobreg revoked leadership: epoch {} ({}).",
                     revokedEpoch,
                     event.path("reason").asText(""));
-            listener.onRevokeLeadership();
+            notifyListener(listener::onRevokeLeadership);
         }
     }
 
@@ -280,7 +293,7 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
             if (!running || !granted || !watchedComponents.contains(component)) {
                 return;
             }
-            listener.onLeaderInformationChange(component, information);
+            notifyListener(() -> listener.onLeaderInformationChange(component, information));
         }
     }
 
@@ -292,13 +305,22 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
             }
             if (granted) {
                 granted = false;
-                listener.onRevokeLeadership();
+                notifyListener(listener::onRevokeLeadership);
             }
+            Throwable error =
+                    cause != null
+                            ? cause
+                            : new LeaderElectionException("the jobreg bridge has ended");
+            notifyListener(() -> listener.onError(error));
         }
-        listener.onError(
-                cause != null
-                        ? cause
-                        : new LeaderElectionException("the jobreg bridge has ended"));
+    }
+
+    private void notifyListener(Runnable call) {
+        try {
+            notifier.execute(call);
+        } catch (java.util.concurrent.RejectedExecutionException e) {
+            LOG.debug("The driver is closed; not telling the listener", e);
+        }
     }
 
     // ------------------------------------------------------------------------------------------
@@ -342,7 +364,7 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
             }
             granted = false;
             LOG.warn("Leadership of epoch {} ends here: {}.", expiredEpoch, reason);
-            listener.onRevokeLeadership();
+            notifyListener(listener::onRevokeLeadership);
         }
         bridge.callAsync(JobregBridge.request("withdraw"))
                 .handle(
@@ -355,7 +377,7 @@ public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregB
                             bridge.callAsync(JobregBridge.request("contend"))
                                     .exceptionally(
                                             e -> {
-                                                listener.onError(e);
+                                                notifyListener(() -> listener.onError(e));
                                                 return null;
                                             });
                             return null;

@@ -6,6 +6,7 @@ package org.jobreg.flink;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.DeploymentOptions;
 import org.apache.flink.configuration.HighAvailabilityOptions;
 import org.apache.flink.runtime.leaderelection.LeaderElectionEvent;
 import org.apache.flink.runtime.leaderelection.TestingLeaderElectionListener;
@@ -14,6 +15,7 @@ import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.Obje
 
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.List;
 import java.util.UUID;
 
 /** Configurations, bridges and leaders for the tests. */
@@ -38,6 +40,9 @@ public final class JobregTestUtils {
         configuration.set(JobregHaOptions.BOOTSTRAP, bootstrap);
         configuration.set(JobregHaOptions.COMMAND, JobregBrokerExtension.jobregCommand());
         configuration.set(JobregHaOptions.LEASE, TEST_LEASE);
+        configuration.set(
+                DeploymentOptions.JOB_STATUS_CHANGED_LISTENERS,
+                List.of(JobregJobStatusChangedListenerFactory.class.getName()));
         return configuration;
     }
 
