@@ -297,7 +297,10 @@ public class JobregBridge implements AutoCloseable {
             }
             throw new JobregBridgeException("Internal", String.valueOf(e.getCause()));
         } catch (TimeoutException e) {
-            LOG.warn("No answer from the jobreg bridge to {} within {} s", request, CALL_TIMEOUT.toSeconds());
+            LOG.warn(
+                    "No answer from the jobreg bridge to {} within {} s",
+                    request,
+                    CALL_TIMEOUT.toSeconds());
             throw new JobregBridgeException(
                     JobregBridgeException.OUTCOME_UNKNOWN,
                     "no answer from the jobreg bridge to "

@@ -24,7 +24,8 @@ public final class JobregHaOptions {
                     .stringType()
                     .noDefaultValue()
                     .withDescription(
-                            "host:port[,host:port...] of the Kafka brokers that hold jobreg's log.");
+                            "host:port[,host:port...] of the Kafka brokers that hold"
+                                    + " jobreg's log.");
 
     /**
      * The command that runs jobreg (split on whitespace), e.g. {@code jobreg} or {@code
@@ -35,8 +36,8 @@ public final class JobregHaOptions {
                     .stringType()
                     .defaultValue("jobreg")
                     .withDescription(
-                            "The command that runs jobreg, split on whitespace; the backend appends "
-                                    + "'flink-bridge' and its arguments.");
+                            "The command that runs jobreg, split on whitespace; the backend"
+                                    + " appends 'flink-bridge' and its arguments.");
 
     /** How long a leadership term lasts without renewal. */
     public static final ConfigOption<Duration> LEASE =
@@ -53,7 +54,8 @@ public final class JobregHaOptions {
                     .stringType()
                     .noDefaultValue()
                     .withDescription(
-                            "A file of librdkafka properties passed to the bridge (--command-config).");
+                            "A file of librdkafka properties passed to the bridge"
+                                    + " (--command-config).");
 
     private JobregHaOptions() {}
 

@@ -4,6 +4,7 @@
 
 package org.jobreg.flink;
 
+import org.apache.flink.api.common.ApplicationID;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.runtime.highavailability.AbstractThreadsafeJobResultStore;
@@ -25,7 +26,9 @@ import java.util.concurrent.Executor;
  * recorded has a dirty result, so a new leader cleans it up instead of running it again.
  *
  * <p>jobreg keeps the final status only: {@link #getDirtyResults()} gives results with the job id
- * and its status, without accumulators, failure cause or runtime.
+ * and its status, without accumulators, failure cause or runtime, and with the job's id as its
+ * application's id (right for jobs submitted on their own, each a SingleJobApplication; not for
+ * the jobs of a multi-job application).
  */
 public class JobregJobResultStore extends AbstractThreadsafeJobResultStore {
 
@@ -60,7 +63,10 @@ public class JobregJobResultStore extends AbstractThreadsafeJobResultStore {
         } catch (JobregBridgeException e) {
             if (JobregBridgeException.ALREADY_EXISTS.equals(e.getKind())) {
                 throw new IllegalStateException(
-                        "A job result of " + jobResultEntry.getJobId() + " exists: " + e.getMessage());
+                        "A job result of "
+                                + jobResultEntry.getJobId()
+                                + " exists: "
+                                + e.getMessage());
             }
             throw new IOException(e.getMessage(), e);
         }
@@ -72,7 +78,8 @@ public class JobregJobResultStore extends AbstractThreadsafeJobResultStore {
     }
 
     @Override
-    protected void markResultAsCleanInternal(JobID jobId) throws IOException, NoSuchElementException {
+    protected void markResultAsCleanInternal(JobID jobId)
+            throws IOException, NoSuchElementException {
         try {
             bridge.callUninterruptibly(request("result_clean", jobId));
         } catch (JobregBridgeException e) {
@@ -99,9 +106,14 @@ public class JobregJobResultStore extends AbstractThreadsafeJobResultStore {
         Set<JobResult> results = new HashSet<>();
         for (JsonNode entry : call(JobregBridge.request("results_dirty"))) {
             JobStatus status = JobStatus.valueOf(entry.path("status").asText("FAILED"));
+            String job = entry.path("job").asText();
             results.add(
                     new JobResult.Builder()
-                            .jobId(JobID.fromHexString(entry.path("job").asText()))
+                            .jobId(JobID.fromHexString(job))
+                            // Flink 2.3's Dispatcher refuses a recovered result without an
+                            // application. jobreg does not keep it; a job submitted on its own
+                            // runs as a SingleJobApplication whose id is the job's id.
+                            .applicationId(ApplicationID.fromHexString(job))
                             .jobStatus(status)
                             .netRuntime(0)
                             .build());

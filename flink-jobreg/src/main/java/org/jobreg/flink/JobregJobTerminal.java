@@ -37,7 +37,11 @@ final class JobregJobTerminal {
             LOG.info("Recorded in jobreg that job {} reached {}.", jobId, status);
         } catch (JobregBridgeException e) {
             // Not fatal: the Dispatcher's dirty job result records the end too, a moment later.
-            LOG.warn("Could not record in jobreg that job {} reached {}: {}", jobId, status, e.getMessage());
+            LOG.warn(
+                    "Could not record in jobreg that job {} reached {}: {}",
+                    jobId,
+                    status,
+                    e.getMessage());
         }
     }
 }

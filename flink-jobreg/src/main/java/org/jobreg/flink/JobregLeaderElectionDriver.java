@@ -43,7 +43,8 @@ import java.util.concurrent.TimeUnit;
  *       leading), so Flink's service can correct drift; failures reach {@code onError}.
  * </ul>
  */
-public class JobregLeaderElectionDriver implements LeaderElectionDriver, JobregBridge.EventListener {
+public class JobregLeaderElectionDriver
+        implements LeaderElectionDriver, JobregBridge.EventListener {
 
     private static final Logger LOG = LoggerFactory.getLogger(JobregLeaderElectionDriver.class);
 

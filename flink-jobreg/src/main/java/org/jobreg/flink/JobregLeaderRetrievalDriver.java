@@ -19,7 +19,8 @@ import java.util.UUID;
  * bridge and reports every change, including a cleared one ({@link LeaderInformation#empty()}).
  * The bridge's end clears the information and is a fatal error.
  */
-public class JobregLeaderRetrievalDriver implements LeaderRetrievalDriver, JobregBridge.EventListener {
+public class JobregLeaderRetrievalDriver
+        implements LeaderRetrievalDriver, JobregBridge.EventListener {
 
     private final JobregBridge bridge;
     private final String componentId;

@@ -124,7 +124,9 @@ public class JobregStateHandleStore<T extends Serializable>
     @Override
     public IntegerResourceVersion exists(String name) throws Exception {
         int version = bridge.call(request("store_exists", name)).path("version").asInt(-1);
-        return version < 0 ? IntegerResourceVersion.notExisting() : IntegerResourceVersion.valueOf(version);
+        return version < 0
+                ? IntegerResourceVersion.notExisting()
+                : IntegerResourceVersion.valueOf(version);
     }
 
     @Override

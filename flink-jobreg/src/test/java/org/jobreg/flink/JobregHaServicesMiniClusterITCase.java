@@ -8,7 +8,10 @@ import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.JobManagerOptions;
+import org.apache.flink.configuration.RestOptions;
 import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.runtime.client.JobStatusMessage;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.minicluster.MiniCluster;
@@ -69,6 +72,12 @@ class JobregHaServicesMiniClusterITCase {
                 RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, Integer.MAX_VALUE);
         configuration.set(
                 RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, Duration.ofMillis(200));
+        // Loopback only, and no fixed port (other JobManagers may run on this machine).
+        configuration.set(RestOptions.BIND_PORT, "0");
+        configuration.set(RestOptions.BIND_ADDRESS, "127.0.0.1");
+        configuration.set(RestOptions.ADDRESS, "127.0.0.1");
+        configuration.set(JobManagerOptions.BIND_HOST, "127.0.0.1");
+        configuration.set(TaskManagerOptions.BIND_HOST, "127.0.0.1");
         // A bridge that never contends: it reads what the clusters wrote.
         observer = JobregBridge.start(configuration);
     }
