@@ -154,6 +154,49 @@ public class JobregBridge implements AutoCloseable {
         return lease;
     }
 
+    /**
+     * Starts the child from a thread of its own that lives exactly as long as the child. The bridge
+     * sets Linux's {@code PR_SET_PDEATHSIG} so that it never outlives its JVM, but Linux sends that
+     * signal when the thread that started the child ends, not the process; Flink may build its
+     * high-availability services on a thread that ends long before the JVM (a retired pool thread),
+     * and the bridge, and with it the leadership, must not end with that thread.
+     */
+    private Process startOwned(ProcessBuilder builder) throws IOException {
+        CompletableFuture<Process> started = new CompletableFuture<>();
+        Thread owner =
+                new Thread(
+                        () -> {
+                            Process child;
+                            try {
+                                child = builder.start();
+                            } catch (Throwable t) {
+                                started.completeExceptionally(t);
+                                return;
+                            }
+                            started.complete(child);
+                            try {
+                                child.waitFor();
+                            } catch (InterruptedException e) {
+                                Thread.currentThread().interrupt();
+                            }
+                        },
+                        "jobreg-bridge-owner-" + contender);
+        owner.setDaemon(true);
+        owner.start();
+        try {
+            return started.get();
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted while the jobreg bridge was started", e);
+        } catch (ExecutionException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof IOException) {
+                throw (IOException) cause;
+            }
+            throw new IOException(String.valueOf(cause), cause);
+        }
+    }
+
     private void startProcess() throws IOException {
         LOG.info("Starting the jobreg bridge: {}", String.join(" ", command));
         ProcessBuilder builder = new ProcessBuilder(command);
@@ -161,7 +204,7 @@ public class JobregBridge implements AutoCloseable {
         builder.redirectOutput(ProcessBuilder.Redirect.PIPE);
         builder.redirectError(ProcessBuilder.Redirect.PIPE);
         try {
-            process = builder.start();
+            process = startOwned(builder);
         } catch (IOException e) {
             throw new IOException(
                     "cannot start the jobreg bridge ("
