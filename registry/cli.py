@@ -687,6 +687,45 @@ def bench_peers_cmd(submits: int, calls: int, writers: tuple[int, ...], jobs: in
     click.echo(format_peers(figures))
 
 
+@bench.command("flink-failover")
+@click.option("--runs", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="SIGKILLs of the leading JobManager on each backend.")
+@click.option("--cancels", type=click.IntRange(0, 50), default=None,
+              help="Cancel-then-kill runs on each backend (default: --runs).")
+@click.option("--kafka", is_flag=True,
+              help="jobreg on one Apache Kafka node instead of the embedded broker.")
+@click.option("--lease", type=click.FloatRange(1.0, 60.0), default=5.0, show_default=True,
+              help="jobreg's leadership lease, seconds (high-availability.jobreg.lease).")
+@click.option("--only", type=click.Choice(["both", "zookeeper", "jobreg"]), default="both",
+              show_default=True, help="The backends to run.")
+@click.option("--kill-delay-ms", type=click.FloatRange(0, 1000), default=0.0, show_default=True,
+              help="Cancel-then-kill: wait this long after the CANCELED line before the kill.")
+def bench_flink_failover_cmd(runs: int, cancels: int | None, kafka: bool, lease: float,
+                             only: str, kill_delay_ms: float) -> None:
+    """A Flink 2.3 JobManager failover, Flink's ZooKeeper backend (Debian's ZooKeeper, 6 s
+    session timeout) against jobreg's (flink-jobreg), the same job on the same machine in one
+    run: seconds from the SIGKILL of the leader to the standby's leadership, to the job
+    RUNNING and to its first checkpoint; then cancel-then-kill at the CANCELED log line,
+    resurrections out of the runs. Needs Java 17, javac and Maven."""
+    from registry.dev.bench_flink import (
+        FlinkBenchError,
+        bench_flink_failover,
+        format_flink_failover,
+    )
+
+    backends = ("zookeeper", "jobreg") if only == "both" else (only,)
+    with registry_errors():
+        try:
+            figures = bench_flink_failover(runs=runs, cancels=cancels, kafka=kafka,
+                                           lease=lease, backends=backends,
+                                           kill_delay_ms=kill_delay_ms,
+                                           progress=lambda msg: click.echo(f"... {msg}",
+                                                                           err=True))
+        except FlinkBenchError as e:
+            raise CliError(str(e)) from e
+    click.echo(format_flink_failover(figures, lease=lease))
+
+
 @bench.command("soak")
 @click.option("--writes", type=click.IntRange(1), default=100_000, show_default=True,
               help="Fenced writes on one namespace.")

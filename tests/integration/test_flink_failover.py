@@ -1,0 +1,215 @@
+"""A real Flink 2.3 cluster on jobreg's high-availability backend fails over (issue 37, point 4).
+
+Two JobManagers (``StandaloneSessionClusterEntrypoint``) and one TaskManager, each a JVM
+(:class:`registry.dev.flink.FlinkCluster`), with ``high-availability.type`` set to jobreg's
+factory on the session's broker, and the streaming job of ``tests/support/flink`` (keyed
+state, a checkpoint every 500 ms). One cluster serves the module; each test leaves both
+JobManagers running (a killed one is started again as the standby). In order:
+
+(a) the leader is SIGKILLed: the standby leads, the job runs again, and its checkpoints go on
+    from the last one completed before the kill;
+(b) the leader is SIGSTOPped past its lease, then resumed (seed 000's long pause): the
+    standby led meanwhile; the resumed JobManager loses its leadership and deploys nothing,
+    and what it still tried to write was refused;
+(c) a job is cancelled and the leader SIGKILLed the moment its log says CANCELED (seed 001's
+    window, where Flink's ZooKeeper backend runs the job again): the job stays cancelled;
+(d) a job whose execution plan cannot be read back fails alone on the new leader (seed 003);
+    the other job and the cluster run on.
+
+After each, ``Registry.timeline`` of the job is printed and checked. The same scenarios time
+Flink's own ZooKeeper backend in ``jobreg bench flink-failover``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from registry import Registry
+from registry.dev.bench_flink import (
+    FlinkBenchError,
+    cancel_then_kill,
+    ensure_backend_jar,
+    fatal_cause,
+    kill_leader,
+    pause_leader,
+    wait_checkpoints,
+)
+from registry.dev.flink import FlinkCluster, granted_at
+
+_MISSING = [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(bool(_MISSING), reason=f"Flink's failover test needs "
+                       f"{', '.join(_MISSING)} (a JDK 17 and Maven) on PATH"),
+]
+
+LEASE = 3.0  # seconds: the backend's lease; (b) pauses the leader past it
+
+
+@pytest.fixture(scope="module")
+def flink(broker, tmp_path_factory) -> Iterator[FlinkCluster]:
+    """Two JobManagers and a TaskManager on jobreg's backend, on the session's broker."""
+    try:
+        jar = ensure_backend_jar()
+    except FlinkBenchError as e:
+        pytest.fail(str(e))
+    cluster = FlinkCluster(ha="jobreg", bootstrap=broker.bootstrap, backend_jar=jar,
+                           lease=LEASE, directory=tmp_path_factory.mktemp("flink"),
+                           startup_timeout=90)
+    with cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def registry(flink) -> Iterator[Registry]:
+    """A reader of the cluster's namespace (the backend's cluster id)."""
+    reg = Registry.connect(flink.bootstrap or "", flink.namespace)
+    yield reg
+    reg.close()
+
+
+def _running_job(flink: FlinkCluster, name: str) -> str:
+    leader = flink.leader()
+    job = flink.submit(leader, name)
+    flink.wait_for(f"{name} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
+    wait_checkpoints(flink, leader, job, 2)
+    return job
+
+
+def _terms(registry: Registry) -> list[str]:
+    """The namespace's leadership terms (``jobreg terms``), printed: grant, and how each
+    ended (revoked, superseded)."""
+    terms = registry.terms()
+    print("terms:")
+    for t in terms:
+        print(f"  epoch {t.epoch} {t.leader}: {t.started}; {t.ended} "
+              f"(offsets {t.first_offset}-{t.last_offset})")
+    return [t.end for t in terms]
+
+
+def _story(registry: Registry, job: str) -> list[str]:
+    """The job's timeline as ``event_type/outcome`` strings, printed for the log."""
+    found = registry.timeline(job)
+    print(f"timeline of {job}:")
+    for d in found:
+        print(f"  {d.offset:>6} {d.event_type:<24} epoch {d.epoch} {d.outcome} "
+              f"{d.reason or ''} {d.detail}")
+    return [f"{d.event_type}/{d.outcome}" for d in found]
+
+
+def test_a_killed_leader_hands_over_and_checkpoints_go_on(flink, registry) -> None:
+    job = _running_job(flink, "seed-kill")
+    run = kill_leader(flink, job)
+    print(run)
+    assert run.restored_last, (f"the new leader restored checkpoint {run.restored}; the last "
+                               f"completed before the kill was {run.last_before_kill}")
+    assert flink.job_status(flink.leader(), job) == "RUNNING"
+    story = _story(registry, job)
+    assert any(s.startswith("JobSubmitted/") for s in story)
+    assert any("Checkpoint" in s and "ACCEPTED" in s for s in story)
+    ends = _terms(registry)  # the killed leader's term ended, the standby's is current
+    assert ends[-1] == "current" and len(ends) >= 2 and ends[-2] in ("revoked", "superseded")
+    flink.cancel(flink.leader(), job)
+
+
+def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None:
+    job = _running_job(flink, "seed-000-pause")
+    run = pause_leader(flink, job)
+    print(run)
+    assert run.standby_led_after >= LEASE * 0.5, "the standby led before the lease could end"
+    assert run.revoked_after_resume is not None or run.exited
+    assert run.deployed_after_resume == [], "the resumed JobManager acted as leader"
+    paused = next(jm for jm in flink.jobmanagers if jm.name == run.paused)
+    ended = paused.log_lines(r"jobreg revoked leadership|Leadership of epoch \d+ ends here")
+    print("the resumed JobManager's own account:", *[line for _, line in ended], sep="\n  ")
+    assert ended, "the resumed JobManager's log does not say its term ended"
+    rejected = [d for d in registry.rejected() if d.reason == "stale_epoch"]
+    print("refusals in the resumed JobManager's log:", *run.refusals, sep="\n  ")
+    print("records the fold refused:", *rejected, sep="\n  ")
+    for jm in flink.jobmanagers:
+        if not jm.is_running():
+            flink.restart(jm)
+    assert flink.job_status(flink.leader(), job) == "RUNNING"
+    # In the log: once the standby's term wrote for the job, no record of an older term
+    # about the job was accepted (the resumed JobManager wrote nothing that stuck).
+    found = registry.timeline(job)
+    _story(registry, job)
+    newest = max(d.epoch for d in found if d.epoch is not None)
+    first_new = min(d.offset for d in found if d.epoch == newest)
+    stale = [d for d in found if d.offset > first_new and d.epoch is not None
+             and d.epoch < newest and d.accepted]
+    assert stale == [], stale
+    ends = _terms(registry)  # the paused leader's term ended before the standby's began
+    assert ends[-1] == "current" and ends[-2] in ("revoked", "superseded")
+    flink.cancel(flink.leader(), job)
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "flink-jobreg records the end from a JobStatusChangedListener called after the CANCELED "
+    "line; its write lands ~15-19 ms later, and a kill 2-5 ms after the line precedes it, so "
+    "the new leader recovers the job, as on ZooKeeper; closing the window needs the record "
+    "before the line (e.g. at CANCELLING). Killed after the record (~25 ms), the new leader "
+    "ends instead: 'Application ID is missing in the recovered job result' (Flink 2.3's "
+    "SessionDispatcherLeaderProcess.recoverApplications)"))
+def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
+    job = _running_job(flink, "seed-001-cancel")
+    run = cancel_then_kill(flink, job, settle=5.0)
+    print(run)
+    if run.resurrected:  # free its slot for the next test before failing
+        leader = flink.leader()
+        flink.cancel(leader, job)
+        flink.wait_for("the resurrected job cancelled",
+                       lambda: flink.job_status(leader, job) == "CANCELED")
+    assert not run.crashed, f"the new leader ended: {run.crash}"
+    assert not run.resurrected, f"the new leader ran the cancelled job again ({run.new_state})"
+    assert run.new_state in (None, "CANCELED")
+    _terms(registry)
+    story = _story(registry, job)
+    assert any(s.startswith("JobCancelled/ACCEPTED") or s.startswith("JobTerminated/ACCEPTED")
+               for s in story), story
+
+
+def _plan_files(flink: FlinkCluster, name: str) -> list[pathlib.Path]:
+    """The execution-plan files in storageDir that hold the job called ``name``."""
+    needle = name.encode()
+    return [p for p in flink.storage_dir.rglob("*") if p.is_file()
+            and "completedCheckpoint" not in p.name and "/blob/" not in p.as_posix()
+            and needle in p.read_bytes()]
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "flink-jobreg hands Flink's Dispatcher the unreadable plan's failure: 'Could not recover "
+    "job with job id ...' is a fatal error and the new leader ends (seed 003 as on ZooKeeper)"))
+def test_a_job_whose_plan_cannot_be_read_fails_alone(flink, registry) -> None:
+    healthy = _running_job(flink, "seed-003-healthy")
+    broken = _running_job(flink, "seed-003-broken")
+    files = _plan_files(flink, "seed-003-broken")
+    assert files, "no execution-plan file of the broken job in storageDir"
+    for path in files:
+        path.write_bytes(b"not a serialized execution plan")
+    leader = flink.leader()
+    others = [jm for jm in flink.jobmanagers if jm is not leader]
+    flink.kill(leader)
+    new = flink.leader(among=others)
+    grant = granted_at(new)
+    assert grant is not None
+    flink.wait_for("the healthy job RUNNING on the new leader, or the new leader ended",
+                   lambda: not new.is_running() or flink.job_status(new, healthy) == "RUNNING")
+    if not new.is_running():
+        flink.restart(leader)  # leave the module's cluster with a JobManager
+        pytest.fail(f"the new leader {new.name} ended: {fatal_cause(new)}")
+    wait_checkpoints(flink, new, healthy, 1)
+    state = flink.wait_for("the broken job failed",
+                           lambda: (flink.job_status(new, broken) or "") in ("FAILED",)
+                           and flink.job_status(new, broken))
+    print(f"broken job: {state}; healthy job: {flink.job_status(new, healthy)}")
+    time.sleep(2.0)
+    assert new.is_running(), "the new leader went down with the broken job"
+    flink.restart(leader)
+    assert flink.job_status(new, healthy) == "RUNNING"
+    _story(registry, broken)
