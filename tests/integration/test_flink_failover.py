@@ -149,14 +149,10 @@ def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None
     flink.cancel(flink.leader(), job)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "flink-jobreg records the end from a JobStatusChangedListener called after the CANCELED "
-    "line; its write lands ~15-19 ms later, and a kill 2-5 ms after the line precedes it, so "
-    "the new leader recovers the job, as on ZooKeeper; closing the window needs the record "
-    "before the line (e.g. at CANCELLING). Killed after the record (~25 ms), the new leader "
-    "ends instead: 'Application ID is missing in the recovered job result' (Flink 2.3's "
-    "SessionDispatcherLeaderProcess.recoverApplications)"))
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
+    """Seed 001: flink-jobreg records the cancel when the execution graph enters CANCELLING,
+    synchronously on the JobMaster's thread, so the record is in the log before the CANCELED
+    line is written, and a leader killed at that line leaves a cancelled job."""
     job = _running_job(flink, "seed-001-cancel")
     run = cancel_then_kill(flink, job, settle=5.0)
     print(run)
@@ -165,13 +161,21 @@ def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
         flink.cancel(leader, job)
         flink.wait_for("the resurrected job cancelled",
                        lambda: flink.job_status(leader, job) == "CANCELED")
-    assert not run.crashed, f"the new leader ended: {run.crash}"
     assert not run.resurrected, f"the new leader ran the cancelled job again ({run.new_state})"
     assert run.new_state in (None, "CANCELED")
     _terms(registry)
     story = _story(registry, job)
-    assert any(s.startswith("JobCancelled/ACCEPTED") or s.startswith("JobTerminated/ACCEPTED")
-               for s in story), story
+    assert any(s.startswith("JobCancelled/ACCEPTED") for s in story), story
+    assert not run.crashed, f"the new leader ended: {run.crash}"
+    if run.crash is not None:  # the fatal error is logged before the JVM has exited
+        pytest.xfail(
+            f"the cancel held, but the new leader ended: {run.crash}. Flink 2.3's "
+            "Dispatcher.onStart checks that every recovered dirty job result belongs to a "
+            "recovered application or to a dirty application result; the result jobreg "
+            "recorded (application id = job id, the job's SingleJobApplication) has neither: "
+            "session-mode SingleJobApplications are not in the application store, and the "
+            "killed leader never wrote the application's result "
+            "(FileSystemApplicationResultStore)")
 
 
 def _plan_files(flink: FlinkCluster, name: str) -> list[pathlib.Path]:
