@@ -4,7 +4,8 @@ Two JobManagers (``StandaloneSessionClusterEntrypoint``) and one TaskManager, ea
 (:class:`registry.dev.flink.FlinkCluster`), with ``high-availability.type`` set to jobreg's
 factory on the session's broker, and the streaming job of ``tests/support/flink`` (keyed
 state, a checkpoint every 500 ms). One cluster serves the module; each test leaves both
-JobManagers running (a killed one is started again as the standby). In order:
+JobManagers running (a killed one is started again as the standby). In order ((c) runs
+last: see its docstring):
 
 (a) the leader is SIGKILLed: the standby leads, the job runs again, and its checkpoints go on
     from the last one completed before the kill;
@@ -152,35 +153,6 @@ def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None
     flink.cancel(flink.leader(), job)
 
 
-def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
-    """Seed 001: flink-jobreg records the cancel when the execution graph enters CANCELLING,
-    synchronously on the JobMaster's thread, so the record is in the log before the CANCELED
-    line is written, and a leader killed at that line leaves a cancelled job."""
-    job = _running_job(flink, "seed-001-cancel")
-    run = cancel_then_kill(flink, job, settle=5.0)
-    print(run)
-    if run.resurrected:  # free its slot for the next test before failing
-        leader = flink.leader()
-        flink.cancel(leader, job)
-        flink.wait_for("the resurrected job cancelled",
-                       lambda: flink.job_status(leader, job) == "CANCELED")
-    assert not run.resurrected, f"the new leader ran the cancelled job again ({run.new_state})"
-    assert run.new_state in (None, "CANCELED")
-    _terms(registry)
-    story = _story(registry, job)
-    assert any(s.startswith("JobCancelled/ACCEPTED") for s in story), story
-    assert not run.crashed, f"the new leader ended: {run.crash}"
-    if run.crash is not None:  # the fatal error is logged before the JVM has exited
-        pytest.xfail(
-            f"the cancel held, but the new leader ended: {run.crash}. Flink 2.3's "
-            "Dispatcher.onStart checks that every recovered dirty job result belongs to a "
-            "recovered application or to a dirty application result; the result jobreg "
-            "recorded (application id = job id, the job's SingleJobApplication) has neither: "
-            "session-mode SingleJobApplications are not in the application store, and the "
-            "killed leader never wrote the application's result "
-            "(FileSystemApplicationResultStore)")
-
-
 def _plan_files(flink: FlinkCluster, name: str) -> list[pathlib.Path]:
     """The execution-plan files in storageDir that hold the job called ``name``."""
     needle = name.encode()
@@ -242,3 +214,35 @@ def test_a_job_whose_plan_cannot_be_read_fails_alone(flink, registry) -> None:
     story = _story(registry, broken)
     assert story[-1] == "JobRecoveryFailed/ACCEPTED", story
     flink.cancel(new, healthy)
+
+
+def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
+    """Seed 001: flink-jobreg records the cancel when the execution graph enters CANCELLING,
+    synchronously on the JobMaster's thread, so the record is in the log before the CANCELED
+    line is written, and a leader killed at that line leaves a cancelled job.
+
+    The module's last test: while the new leader ends (the expected failure below), the
+    job's dirty result stays, and every later leader ends on it the same way."""
+    job = _running_job(flink, "seed-001-cancel")
+    run = cancel_then_kill(flink, job, settle=5.0)
+    print(run)
+    if run.resurrected:  # free its slot for the next test before failing
+        leader = flink.leader()
+        flink.cancel(leader, job)
+        flink.wait_for("the resurrected job cancelled",
+                       lambda: flink.job_status(leader, job) == "CANCELED")
+    assert not run.resurrected, f"the new leader ran the cancelled job again ({run.new_state})"
+    assert run.new_state in (None, "CANCELED")
+    _terms(registry)
+    story = _story(registry, job)
+    assert any(s.startswith("JobCancelled/ACCEPTED") for s in story), story
+    assert not run.crashed, f"the new leader ended: {run.crash}"
+    if run.crash is not None:  # the fatal error is logged before the JVM has exited
+        pytest.xfail(
+            f"the cancel held, but the new leader ended: {run.crash}. Flink 2.3's "
+            "Dispatcher.onStart checks that every recovered dirty job result belongs to a "
+            "recovered application or to a dirty application result; the result jobreg "
+            "recorded (application id = job id, the job's SingleJobApplication) has neither: "
+            "session-mode SingleJobApplications are not in the application store, and the "
+            "killed leader never wrote the application's result "
+            "(FileSystemApplicationResultStore)")
