@@ -891,6 +891,15 @@ class Term:
         return RecoveryResult(job_id, "ADOPTED" if error is None else JobStatus.RECOVERY_FAILED,
                               error, receipt.offset)
 
+    def recovery_failed(self, job_id: str, error: str) -> Receipt:
+        """Record that recovering the job failed where this client could not see it (a host
+        that reads the job's graph itself, as Flink's JobManager does through the Flink
+        bridge): the same ``JobRecoveryFailed`` record :meth:`recover` writes (status
+        ``RECOVERY_FAILED``, ``error`` kept, no owner; :meth:`retry` or a cancel moves it
+        on). Raises :class:`~registry.errors.WriteRejected` for an unknown
+        (``unknown_job``) or ended (``terminal_job``) job, as every write of a job."""
+        return self._write([self._event(JobRecoveryFailed, job_id, error=error)])[0]
+
     # -- checkpoints -------------------------------------------------------------------
 
     def checkpoint_triggered(self, job_id: str, checkpoint_id: int) -> Receipt:

@@ -13,7 +13,9 @@ How Flink's stores map onto the registry (README "The Flink bridge"):
 * ``plans`` (Flink's ``ExecutionPlanStore``): a plan is a job, ``Term.submit(job, graph)``,
   whose graph is the pointer's UTF-8 bytes (inline; the plan's file stays where Flink's
   storage helper wrote it). ``store_names plans`` lists the live jobs only: a job the
-  registry knows ended is never recovered. Removing a live job's plan cancels the job.
+  registry knows ended is never recovered, nor one whose plan Flink could not recover
+  (``plan_failed``: ``RECOVERY_FAILED``, as jobreg's own recovery leaves such a job out).
+  Removing a live job's plan cancels the job.
 * ``applications``: jobs named ``application:<id>``, listed by this store only; removing
   one terminates it (``FINISHED``) and marks its result clean.
 * ``checkpoints/<job>`` (Flink's ``CompletedCheckpointStore``): the job's retained
@@ -137,6 +139,7 @@ _OPS: Final[dict[str, dict[str, str]]] = {
     "counter_get": {"job": _STR}, "counter_next": {"job": _STR},
     "counter_set": {"job": _STR, "value": _INT},
     "job_terminal": {"job": _STR, "status": _STR},
+    "plan_failed": {"job": _STR, "error": _STR},
     "result_create": {"job": _STR, "status": _STR}, "result_clean": {"job": _STR},
     "result_has": {"job": _STR}, "results_dirty": {},
 }
@@ -584,16 +587,20 @@ class Bridge:
             return graph.uri
         return ""
 
-    def _entries(self, store: str) -> list[tuple[str, str]]:
-        """(name, pointer) of every entry of ``store``, in its order."""
+    def _entries(self, store: str, *, listing: bool = False) -> list[tuple[str, str]]:
+        """(name, pointer) of every entry of ``store``, in its order. ``listing``: what Flink
+        lists to recover (``store_names``, ``store_all``): a plan whose recovery failed is
+        left out, as jobreg's own recovery leaves such a job out (``recovery.candidates``)."""
         kind, job = self._store(store)
         image = self.registry.sync()
         if job is None:
             entries = []
             for job_id, view in sorted(image.jobs.items()):
                 name = self._listed(kind, job_id)
-                if name is not None and view.live:
-                    entries.append((name, self._pointer(view)))
+                if name is None or not view.live or (
+                        listing and view.status == JobStatus.RECOVERY_FAILED):
+                    continue
+                entries.append((name, self._pointer(view)))
             return entries
         found = image.jobs.get(job)
         if found is None:
@@ -612,10 +619,11 @@ class Bridge:
         return {"version": _VERSION if found else -1}
 
     def op_store_names(self, store: str) -> list[str]:
-        return [name for name, _ in self._entries(store)]
+        return [name for name, _ in self._entries(store, listing=True)]
 
     def op_store_all(self, store: str) -> list[dict[str, Any]]:
-        return [{"name": n, "pointer": p, "version": _VERSION} for n, p in self._entries(store)]
+        return [{"name": n, "pointer": p, "version": _VERSION}
+                for n, p in self._entries(store, listing=True)]
 
     def _normal(self, store: str, name: str) -> str:
         kind, _ = self._store(store)
@@ -792,6 +800,19 @@ class Bridge:
 
     def op_job_terminal(self, job: str, status: str) -> dict[str, Any]:
         self._end(job, status)
+        return {}
+
+    def op_plan_failed(self, job: str, error: str) -> dict[str, Any]:
+        """The JobManager could not read or deserialize the job's execution plan: the job is
+        ``RECOVERY_FAILED`` with ``error`` kept (the record :meth:`Term.recover` writes for a
+        graph it cannot load), and no longer listed by ``store_names plans``, so the next
+        leader does not try it again (a plan that does not deserialize fails the same way on
+        every JobManager); a retry (:meth:`Term.retry`) or a cancel moves it on. A job that
+        failed recovery before gets the new error. Unknown job ``NotExist``, ended job
+        ``AlreadyExists`` (the fold's ``unknown_job`` / ``terminal_job``)."""
+        lead = self._term()
+        reason = _one_line(error) or "the execution plan could not be recovered"
+        lead.term.recovery_failed(job, reason)
         return {}
 
     def op_result_create(self, job: str, status: str) -> dict[str, Any]:

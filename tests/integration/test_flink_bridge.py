@@ -170,6 +170,47 @@ def test_job_results_map_to_fold_rule_5(bridges) -> None:
     assert b.error("result_create", job=OTHER, status="RUNNING") == "Invalid"
 
 
+def test_a_plan_that_cannot_be_recovered_fails_its_job_alone(bridges, connect) -> None:
+    """Seed 003 through the bridge: ``plan_failed`` makes the job RECOVERY_FAILED with its
+    error (jobreg's ``JobRecoveryFailed``), the next leader no longer lists it, the other
+    job is untouched; only the leader may say so."""
+    standby = bridges("pf", "jm-2")
+    b = bridges("pf", "jm-1")
+    _lead(b)
+    assert b.ok("store_add", store="plans", name=JOB, pointer="file:/ha/submittedPlan-a") \
+        == {"version": 0}
+    assert b.ok("store_add", store="plans", name=OTHER, pointer="file:/ha/submittedPlan-b") \
+        == {"version": 0}
+    assert standby.error("plan_failed", job=JOB, error="x") == "NotLeader"
+    error = ("org.apache.flink.util.FlinkException: Could not retrieve the submitted execution "
+             "plan\n (caused by java.io.StreamCorruptedException: invalid stream header)")
+    assert b.ok("plan_failed", job=JOB, error=error) == {}
+
+    reg = connect("pf")
+    view = reg.job(JOB)
+    assert view.status == "RECOVERY_FAILED" and view.live and view.owner_epoch is None
+    assert view.error == " ".join(error.split())  # one line
+    assert [d.event_type for d in reg.timeline(JOB)][-1] == "JobRecoveryFailed"
+    assert reg.job(OTHER).status == "ACTIVE"
+    # Not listed for recovery (by this leader or the next), still readable and removable.
+    assert b.ok("store_names", store="plans") == [OTHER]
+    assert standby.ok("store_names", store="plans") == [OTHER]
+    assert [e["name"] for e in b.ok("store_all", store="plans")] == [OTHER]
+    assert b.ok("store_get", store="plans", name=JOB)["pointer"] == "file:/ha/submittedPlan-a"
+    assert b.ok("result_has", job=JOB) == {"dirty": False, "clean": False}
+    # Once more: the newer error is kept.
+    assert b.ok("plan_failed", job=JOB, error="ClassNotFoundException: Gone") == {}
+    assert reg.job(JOB).error == "ClassNotFoundException: Gone"
+    # The fold's refusals: an unknown job, an ended one, a bad request.
+    assert b.error("plan_failed", job="c" * 32, error="x") == "NotExist"
+    assert b.ok("job_terminal", job=OTHER, status="FINISHED") == {}
+    assert b.error("plan_failed", job=OTHER, error="x") == "AlreadyExists"
+    assert b.error("plan_failed", job=JOB) == "Invalid"
+    # A cancel moves it on (Flink's removal of the plan), as for jobreg's own recovery.
+    assert b.ok("store_remove", store="plans", name=JOB) == {"removed": True}
+    assert reg.job(JOB).status == "CANCELLED"
+
+
 def test_grants_and_revocations_alternate_and_a_withdrawn_bridge_stops(bridges) -> None:
     b = bridges("alt", "jm-1")
     first = _lead(b)

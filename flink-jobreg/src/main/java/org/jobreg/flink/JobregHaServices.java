@@ -88,8 +88,13 @@ public class JobregHaServices extends AbstractHaServices {
                                 configuration,
                                 ZooKeeperUtils.HA_STORAGE_SUBMITTED_EXECUTION_PLAN_PREFIX));
         // Kubernetes' choice too: no watcher; a standby learns of plans when it becomes leader.
-        return new DefaultExecutionPlanStore<>(
-                store, NoOpExecutionPlanStoreWatcher.INSTANCE, JobregStoreUtils.EXECUTION_PLANS);
+        // A plan that cannot be recovered fails its job alone (JobregExecutionPlanStore).
+        return new JobregExecutionPlanStore(
+                new DefaultExecutionPlanStore<>(
+                        store,
+                        NoOpExecutionPlanStoreWatcher.INSTANCE,
+                        JobregStoreUtils.EXECUTION_PLANS),
+                bridge);
     }
 
     @Override

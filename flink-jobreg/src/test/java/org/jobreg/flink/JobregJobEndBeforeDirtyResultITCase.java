@@ -40,7 +40,7 @@ import static org.assertj.core.api.Assertions.assertThat;
  * before its Dispatcher wrote the dirty job result. What the next leader's Dispatcher reads (the
  * execution plans' job ids, the dirty results) decides whether the cancelled job runs again.
  * {@link JobregJobStatusChangedListenerFactory}'s listener, which Flink calls inside the
- * execution graph's transition to CANCELED, has recorded the end by then: the plan is no longer
+ * execution graph's transition to CANCELLING (and again to CANCELED), has recorded the end by then: the plan is no longer
  * listed and a dirty CANCELED result is. Without that record (the control), the next leader
  * recovers the plan, as Flink's ZooKeeper backend does.
  */
@@ -101,6 +101,15 @@ class JobregJobEndBeforeDirtyResultITCase {
     }
 
     private JobID submitThenCrash(boolean recordTheEnd) throws Exception {
+        return submitThenCrash(recordTheEnd ? JobStatus.CANCELED : null);
+    }
+
+    /**
+     * Submits a plan, then (unless {@code reached} is null) calls the listener as {@code
+     * DefaultExecutionGraph.transitionState} does when the graph reaches {@code reached} from its
+     * previous status, then kills the JobManager's bridge.
+     */
+    private JobID submitThenCrash(JobStatus reached) throws Exception {
         JobregHaServices first = leadingServices();
         JobVertex vertex = new JobVertex("v");
         vertex.setInvokableClass(NoOpInvokable.class);
@@ -109,9 +118,9 @@ class JobregJobEndBeforeDirtyResultITCase {
         plans.putExecutionPlan(job);
         assertThat(plans.getJobIds()).contains(job.getJobID());
 
-        if (recordTheEnd) {
+        if (reached != null) {
             // What DefaultExecutionGraph.transitionState does right after logging
-            // "switched from state CANCELLING to CANCELED".
+            // "switched from state <previous> to <reached>".
             JobStatusChangedListener listener =
                     new JobregJobStatusChangedListenerFactory()
                             .createListener(
@@ -131,9 +140,11 @@ class JobregJobEndBeforeDirtyResultITCase {
                                             return executor;
                                         }
                                     });
+            JobStatus previous =
+                    reached == JobStatus.CANCELED ? JobStatus.CANCELLING : JobStatus.RUNNING;
             listener.onEvent(
                     new DefaultJobExecutionStatusEvent(
-                            job.getJobID(), "job", JobStatus.CANCELLING, JobStatus.CANCELED, null));
+                            job.getJobID(), "job", previous, reached, null));
         }
         // The crash: the JobManager's bridge dies with it; nothing else is written.
         ProcessHandle.of(first.getBridge().pid()).ifPresent(ProcessHandle::destroyForcibly);
@@ -154,6 +165,37 @@ class JobregJobEndBeforeDirtyResultITCase {
                             assertThat(result.getJobId()).isEqualTo(jobId);
                             assertThat(result.getJobStatus()).contains(JobStatus.CANCELED);
                         });
+    }
+
+    /**
+     * The cancel is recorded when the graph enters CANCELLING: a JobManager killed before its
+     * graph reached CANCELED (or at any moment after) leaves a cancelled job, never a plan.
+     */
+    @Test
+    void testACancelIsRecordedWhenTheJobIsCancelling() throws Exception {
+        JobID jobId = submitThenCrash(JobStatus.CANCELLING);
+
+        JobregHaServices next = leadingServices();
+        assertThat(started(next.getExecutionPlanStore()).getJobIds()).doesNotContain(jobId);
+        assertThat(next.getJobResultStore().getDirtyResults())
+                .singleElement()
+                .satisfies(
+                        result -> {
+                            assertThat(result.getJobId()).isEqualTo(jobId);
+                            assertThat(result.getJobStatus()).contains(JobStatus.CANCELED);
+                        });
+    }
+
+    /** A status a job leaves again (here RESTARTING) records nothing: the plan is recovered. */
+    @Test
+    void testAStatusThatIsNotAnEndRecordsNothing() throws Exception {
+        JobID jobId = submitThenCrash(JobStatus.RESTARTING);
+
+        JobregHaServices next = leadingServices();
+        assertThat(started(next.getExecutionPlanStore()).getJobIds()).contains(jobId);
+        assertThat(next.getJobResultStore().getDirtyResults())
+                .extracting(JobResult::getJobId)
+                .doesNotContain(jobId);
     }
 
     @Test
