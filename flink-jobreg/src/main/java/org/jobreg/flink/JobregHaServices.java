@@ -29,7 +29,9 @@ import java.util.concurrent.Executor;
  * reached through one {@link JobregBridge} child process that these services own. Payloads
  * (execution plans, checkpoint metadata, blobs) are files under {@code
  * high-availability.storageDir}; the log holds their pointers. Application results use Flink's
- * {@code FileSystemApplicationResultStore}: the bridge protocol (v1) has no application results.
+ * {@code FileSystemApplicationResultStore} (the bridge protocol has no application results),
+ * completed by those jobreg's earlier record of a job's end implies ({@link
+ * JobregApplicationResultStore}).
  */
 public class JobregHaServices extends AbstractHaServices {
 
@@ -52,13 +54,29 @@ public class JobregHaServices extends AbstractHaServices {
             BlobStoreService blobStoreService,
             JobregBridge bridge,
             ApplicationResultStore applicationResultStore) {
+        this(
+                configuration,
+                ioExecutor,
+                blobStoreService,
+                bridge,
+                new JobregJobResultStore(bridge, ioExecutor),
+                applicationResultStore);
+    }
+
+    private JobregHaServices(
+            Configuration configuration,
+            Executor ioExecutor,
+            BlobStoreService blobStoreService,
+            JobregBridge bridge,
+            JobregJobResultStore jobResultStore,
+            ApplicationResultStore applicationResultStore) {
         super(
                 configuration,
                 new JobregLeaderElectionDriverFactory(bridge),
                 ioExecutor,
                 blobStoreService,
-                new JobregJobResultStore(bridge, ioExecutor),
-                applicationResultStore);
+                jobResultStore,
+                new JobregApplicationResultStore(applicationResultStore, jobResultStore));
         this.bridge = bridge;
     }
 
