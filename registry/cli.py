@@ -1700,15 +1700,25 @@ def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int)
                                     client_config=settings.client_config,
                                     partitions=settings.partitions)
 
+    bridge = Bridge(registry, contender, lease, out=sys.stdout, poll_ms=poll_ms)
+
     def _terminate(signum: int, frame: object) -> None:
-        raise SystemExit(0)  # the JVM died (PR_SET_PDEATHSIG): leave as at EOF
+        # The JVM died (PR_SET_PDEATHSIG): leave as at EOF, which comes with the signal when
+        # the JVM dies. Once: a second signal, or one that lands while the bridge is already
+        # leaving, must not cut that short, or its revoke is never written and a standby waits
+        # out the lease (test_the_bridge_dies_with_its_jvm_and_revokes[sigterm-and-eof]).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if not bridge.closing:
+            raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, _terminate)
-    bridge = Bridge(registry, contender, lease, out=sys.stdout, poll_ms=poll_ms)
     try:
         code = bridge.run(sys.stdin.buffer)
     except SystemExit:
         code = 0
+        # The signal may have landed as run()'s own close() began; closing again is harmless,
+        # and no further signal can interrupt it (ignored from the first on).
+        bridge.close()
     finally:
         registry.close()
     raise SystemExit(code)

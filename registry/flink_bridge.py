@@ -367,6 +367,11 @@ class Bridge:
             return
         self._answer(request.id, result)
 
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`close` began (EOF on stdin, or the process is leaving)."""
+        return self._closing.is_set()
+
     def close(self) -> None:
         """Stop contending (revoking a term this bridge leads) and every thread."""
         self._closing.set()

@@ -350,9 +350,13 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_the_bridge_dies_with_its_jvm_and_revokes(broker, topic, connect, tmp_path) -> None:
-    """The JVM killed with -9 while the bridge's stdin stays open elsewhere: the bridge gets
-    SIGTERM (PR_SET_PDEATHSIG), gives its term up and leaves."""
+@pytest.mark.parametrize("eof_too", [False, True], ids=["sigterm", "sigterm-and-eof"])
+def test_the_bridge_dies_with_its_jvm_and_revokes(broker, topic, connect, tmp_path,
+                                                  eof_too) -> None:
+    """The JVM killed with -9: the bridge gets SIGTERM (PR_SET_PDEATHSIG), gives its term up
+    and leaves. With its stdin kept open elsewhere, SIGTERM alone ends it; as with a real JVM,
+    EOF on stdin comes with the signal, and the signal must not cut the leaving (its revoke)
+    short: a JobManager's standby then waited out the lease in 3 of 3 kills."""
     import json
     import os
     import signal
@@ -377,6 +381,9 @@ def test_the_bridge_dies_with_its_jvm_and_revokes(broker, topic, connect, tmp_pa
             assert time.monotonic() < deadline, out.read_text()
             os.write(write, b'{"op": "alive"}\n')
             time.sleep(0.1)
+        if eof_too:
+            os.close(write)
+            write = -1
         os.kill(parent.pid, signal.SIGKILL)
         parent.wait(DEADLINE)
         while not _gone(child):
@@ -387,7 +394,8 @@ def test_the_bridge_dies_with_its_jvm_and_revokes(broker, topic, connect, tmp_pa
             == ["granted", "revoked"]
         assert connect("orphan").leader() is None  # revoked, not left to lapse
     finally:
-        os.close(write)
+        if write >= 0:
+            os.close(write)
         if parent.poll() is None:
             parent.kill()
             parent.wait()
