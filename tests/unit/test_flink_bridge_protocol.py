@@ -6,11 +6,16 @@ from __future__ import annotations
 import io
 import json
 import logging
-from typing import Any
+import os
+import threading
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import IO, Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.lines import SplitWrites, read_lines
 
 from registry.errors import (
     BrokerError,
@@ -24,6 +29,7 @@ from registry.errors import (
 from registry.flink_bridge import (
     Bridge,
     BridgeError,
+    _Lead,
     checkpoint_id_of,
     checkpoint_name,
     error_kind,
@@ -156,3 +162,125 @@ def test_no_line_crashes_the_bridge(line: bytes) -> None:
         answer: dict[str, Any] = answers[0]
         assert answer["id"] == request.id and answer["error"] == "Invalid"
         assert "\n" not in answer["message"]
+
+
+# -- issue 42, finding 8: answers and events from many threads, each line whole ---------------
+#
+# The bridge's stdout has writers on several threads: the request pool (answers), the
+# election's renewer (``lease`` through ``_on_renewed``), the contender (``granted``,
+# ``revoked``), the watch poller (``leader``) and the reader of stdin (``Invalid``). A merged
+# line is an answer Flink never gets (its reader drops a line that is not JSON): every line
+# goes through ``Bridge.emit``, one write and one flush under one lock.
+
+
+@dataclass
+class _Leader:
+    session: str
+    address: str
+
+
+class _Leaders:
+    """Stands in for a Registry whose image holds ``count`` leader entries (for
+    ``op_leaders``, whose answer then runs to ``count`` x ``size`` bytes)."""
+
+    namespace = "unit"
+    timeout = 1.0
+
+    def __init__(self, count: int, size: int) -> None:
+        self.image = SimpleNamespace(leaders={
+            f"component-{i}": _Leader(f"session-{i}", f"{i}-" + "a" * size)
+            for i in range(count)})
+
+    def sync(self) -> SimpleNamespace:
+        return self.image
+
+
+class _Renewing:
+    """Stands in for the election of a term this bridge leads and has announced."""
+
+    def valid_for(self) -> float:
+        return 1.5
+
+
+def _leading(bridge: Bridge, epoch: int = 3) -> SimpleNamespace:
+    """A term the bridge leads (announced, as after ``granted``): ``_on_renewed`` of it
+    emits ``lease``, as the election's renewer thread does after each renewal."""
+    term = SimpleNamespace(epoch=epoch)
+    bridge._lead = _Lead(_Renewing(), term, session_of("unit", epoch),  # type: ignore[arg-type]
+                         announced=True)
+    return term
+
+
+def test_an_answer_and_a_renewal_at_once_are_two_whole_lines() -> None:
+    """A pool thread's answer and the renewer's ``lease`` at the same moment, on a stream
+    whose writes another thread's write can split (as the real stream can past its chunk):
+    two whole lines."""
+    out = SplitWrites()
+    bridge = Bridge(_Leaders(3, 10), "c", 5.0, out=out)  # type: ignore[arg-type]
+    term = _leading(bridge)
+    try:
+        threads = [threading.Thread(target=bridge._serve, args=(
+                       parse_request('{"id": 1, "op": "leaders"}'),)),
+                   threading.Thread(target=bridge._on_renewed, args=(term,))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        bridge._pool.shutdown()
+    good, bad = read_lines(out.getvalue())
+    assert bad == [], f"merged lines: {bad!r}"
+    assert sorted(str(m.get("event", m.get("id"))) for m in good) == ["1", "lease"]
+
+
+def _pipe_like_stdout() -> tuple[IO[str], IO[str]]:
+    """A pipe whose write end is a text stream as Python makes ``sys.stdout`` for a pipe
+    (buffered, not line-buffered): what the bridge writes to under the JVM."""
+    r, w = os.pipe()
+    return os.fdopen(r, encoding="utf-8"), os.fdopen(w, "w", encoding="utf-8")
+
+
+def test_concurrent_answers_and_notifications_through_a_real_pipe_are_whole_and_all_there(
+        ) -> None:
+    """The bridge's real paths at once, into a real pipe: 400 requests through
+    ``handle_line`` (answered by the pool's 8 threads, each answer ~14 KB: past the text
+    stream's 8 KiB chunk), while a renewer thread emits 400 ``lease`` events and a poller
+    thread 400 ``leader`` events. Every line parses; every answer and event is there once."""
+    requests, events = 400, 400
+    read_end, out = _pipe_like_stdout()
+    bridge = Bridge(_Leaders(40, 300), "c", 5.0, out=out)  # type: ignore[arg-type]
+    term = _leading(bridge)
+    text: list[str] = []
+    reader = threading.Thread(target=lambda: text.append(read_end.read()))
+    reader.start()
+
+    def renewer() -> None:
+        for _ in range(events):
+            bridge._on_renewed(term)  # type: ignore[arg-type]
+
+    def poller() -> None:
+        for i in range(events):
+            bridge._emit_leader("dispatcher", (f"session-{i}", "x" * (i * 37 % 9000)))
+
+    writers = [threading.Thread(target=renewer), threading.Thread(target=poller)]
+    try:
+        for t in writers:
+            t.start()
+        for ident in range(1, requests + 1):
+            bridge.handle_line(f'{{"id": {ident}, "op": "leaders"}}')
+        for t in writers:
+            t.join()
+    finally:
+        bridge._pool.shutdown(wait=True)
+        out.close()
+    reader.join()
+    read_end.close()
+    good, bad = read_lines(text[0])
+    assert bad == [], f"{len(bad)} line(s) not whole, the first: {bad[0][:200]!r}"
+    answers = sorted(m["id"] for m in good if "id" in m)
+    assert answers == list(range(1, requests + 1))
+    assert all(m["ok"] and len(m["result"]) == 40 for m in good if "id" in m)
+    leases = [m for m in good if m.get("event") == "lease"]
+    assert len(leases) == events and {m["epoch"] for m in leases} == {3}
+    leaders = [m["session"] for m in good if m.get("event") == "leader"]
+    assert leaders == [f"session-{i}" for i in range(events)]  # one thread: in its order
