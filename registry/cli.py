@@ -1700,7 +1700,9 @@ def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int)
                                     client_config=settings.client_config,
                                     partitions=settings.partitions)
 
-    bridge = Bridge(registry, contender, lease, out=sys.stdout, poll_ms=poll_ms)
+    # Its own buffered stdout (flink_bridge.protocol_stdout): under PYTHONUNBUFFERED a
+    # signal while the pipe is full would cut a line.
+    bridge = Bridge(registry, contender, lease, poll_ms=poll_ms)
 
     def _terminate(signum: int, frame: object) -> None:
         # The JVM died (PR_SET_PDEATHSIG): leave as at EOF, which comes with the signal when

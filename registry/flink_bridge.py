@@ -34,6 +34,7 @@ poller of watched leader information.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -73,6 +74,7 @@ __all__ = [
     "checkpoint_name",
     "error_kind",
     "parse_request",
+    "protocol_stdout",
     "session_of",
 ]
 
@@ -273,18 +275,19 @@ class Bridge:
     """The bridge of one Flink process: :meth:`run` reads requests from ``stdin`` until EOF.
 
     ``registry`` is connected to the namespace (its ``timeout`` at most half of ``lease``);
-    ``out`` receives the answers and events (one JSON line each, written under one lock).
+    ``out`` receives the answers and events (one JSON line each, written under one lock;
+    by default this process's stdout, :func:`protocol_stdout`).
     """
 
     def __init__(self, registry: Registry, contender: str, lease: float, *,
-                 out: IO[str], poll_ms: int = 100, workers: int = 8,
+                 out: IO[str] | None = None, poll_ms: int = 100, workers: int = 8,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.registry = registry
         self.namespace = registry.namespace
         self.contender = contender
         self.lease = lease
         self.poll = poll_ms / 1000
-        self._out = out
+        self._out = protocol_stdout() if out is None else out
         self._out_lock = threading.Lock()
         self._clock = clock
         self._last_heard = clock()
@@ -305,7 +308,9 @@ class Bridge:
     # -- output ----------------------------------------------------------------------------
 
     def emit(self, message: Mapping[str, Any]) -> None:
-        """Write one line to the Java side (whole lines only: one lock)."""
+        """Write one line to the Java side, whole: every thread's lines (the pool's answers,
+        the renewer's ``lease``, the contender's ``granted`` and ``revoked``, the poller's
+        ``leader``) go through here, one write and one flush under one lock."""
         line = json.dumps(message, separators=(",", ":")) + "\n"
         with self._out_lock:
             try:
@@ -844,6 +849,19 @@ class Bridge:
         return [{"job": job, "status": _TO_FLINK.get(view.status, view.status)}
                 for job, view in self.registry.results(dirty=True).items()
                 if not job.startswith(APPLICATION_PREFIX)]
+
+
+def protocol_stdout() -> IO[str]:
+    """This process's stdout for the protocol's lines: UTF-8 text over a buffered writer of
+    its own, whatever ``PYTHONUNBUFFERED`` (or ``-u``) made of ``sys.stdout``.
+
+    Unbuffered, ``sys.stdout`` is text over the raw file. When the JVM reads slowly and the
+    pipe is full, a write(2) that a signal interrupts (SIGSTOP and SIGCONT, a handled
+    signal) returns having written part of the line, and the text layer drops the rest
+    without a word: the line is cut and the next one glued to it, two lines Flink never
+    gets (tests/unit/test_flink_bridge_protocol.py). A buffered writer writes the rest."""
+    raw = io.FileIO(sys.stdout.fileno(), "w", closefd=False)
+    return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", newline="\n")
 
 
 def check_namespace(namespace: str) -> str:

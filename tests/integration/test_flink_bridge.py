@@ -38,7 +38,9 @@ def bridges(broker, topic):
 
     yield make
     for b in made:
-        b.stop()
+        b.stop(check=False)
+    for b in made:  # every line any of them wrote was one JSON object
+        b.check_lines()
 
 
 def _lead(b: BridgeProcess) -> dict:
@@ -145,6 +147,33 @@ def test_contend_publish_and_store_round_trip(bridges, connect) -> None:
     assert b.ok("store_clear", store=cps) == {}
     assert b.ok("unwatch", component="dispatcher") == {}
     assert reg.job(JOB).status == "CANCELLED" and not reg.job(JOB).dirty
+
+
+def test_pipelined_answers_and_events_arrive_whole_and_none_is_lost(bridges) -> None:
+    """Issue 42, finding 8: the bridge's stdout has writers on several threads (the request
+    pool, the renewer's ``lease``, the poller's ``leader``). Answers of ~160 KB (past the
+    pipe's 64 KiB: each write waits for the reader) are pipelined with publishes whose
+    ``leader`` events the poller writes meanwhile, with renewals going on: every answer comes
+    once, and every line the bridge wrote is one JSON object (the fixture checks)."""
+    b = bridges("lines", "jm-1")
+    session = _lead(b)["session"]
+    jobs = [f"{i:032x}" for i in range(8)]
+    for job in jobs:
+        b.ok("store_add", store="plans", name=job, pointer="file:///ha/" + "p" * 20_000 + job)
+    b.ok("watch", component="dispatcher")
+    sent = []
+    for i in range(40):
+        sent.append(("store_all", b.send("store_all", store="plans")))
+        sent.append(("publish", b.send("publish", component="dispatcher", session=session,
+                                       address=f"a-{i}")))
+    for op, ident in sent:
+        answer = b.answer(ident)
+        assert answer["ok"], (op, answer)
+        if op == "store_all":
+            assert sorted(e["name"] for e in answer["result"]) == jobs
+    while b.event("leader")["address"] != "a-39":  # the poller saw the last publish
+        pass
+    b.check_lines()
 
 
 def test_job_results_map_to_fold_rule_5(bridges) -> None:

@@ -44,6 +44,7 @@ class BridgeProcess:
         self._cursor: dict[str, int] = {}  # per kind: where event() reads on
         self._ended = False
         self.lines: list[str] = []  # every stdout line, in order
+        self.bad_lines: list[str] = []  # those that are not one JSON object (none, ever)
         self.stderr: list[str] = []
         self._write_lock = threading.Lock()
         self._beating = threading.Event()
@@ -58,10 +59,21 @@ class BridgeProcess:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            line = raw.decode()
+        for number, raw in enumerate(self.proc.stdout, 1):
+            line = raw.decode(errors="replace")
             self.lines.append(line)
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+                if not isinstance(message, dict) or not ("event" in message or "id" in message):
+                    raise ValueError(line)
+            except ValueError:
+                # A cut or merged line is an answer (or an event) lost: every waiter fails
+                # at once, naming it, and reading goes on (a bridge blocked on a full pipe
+                # would hang otherwise).
+                with self._answered:
+                    self.bad_lines.append(f"line {number}: {line[:300]!r}")
+                    self._answered.notify_all()
+                continue
             with self._answered:
                 if "event" in message:
                     self.seen.append(message)
@@ -71,6 +83,11 @@ class BridgeProcess:
         with self._answered:
             self._ended = True
             self._answered.notify_all()
+
+    def check_lines(self) -> None:
+        """Fail, naming them, if the bridge wrote lines that are not one JSON object."""
+        assert not self.bad_lines, f"the bridge wrote line(s) that are not one JSON " \
+                                   f"object: {self.bad_lines[:3]}; stderr {self.stderr[-5:]}"
 
     def _read_err(self) -> None:
         assert self.proc.stderr is not None
@@ -109,6 +126,9 @@ class BridgeProcess:
         deadline = time.monotonic() + timeout
         with self._answered:
             while ident not in self._answers:
+                self.check_lines()
+                assert not self._ended, f"the bridge ended before answering request " \
+                                        f"{ident}; stderr: {self.stderr[-5:]}"
                 left = deadline - time.monotonic()
                 assert left > 0, f"no answer to request {ident}; stderr: {self.stderr[-5:]}"
                 self._answered.wait(left)
@@ -143,6 +163,7 @@ class BridgeProcess:
                         self._cursor[kind] = i + 1
                         return self.seen[i]
                 self._cursor[kind] = len(self.seen)
+                self.check_lines()
                 left = deadline - time.monotonic()
                 assert left > 0, f"no {kind!r} event; seen {self.seen[-5:]}, stderr " \
                                  f"{self.stderr[-5:]}"
@@ -160,8 +181,9 @@ class BridgeProcess:
     def wait(self, timeout: float = DEADLINE) -> int:
         return self.proc.wait(timeout)
 
-    def stop(self) -> None:
-        """End the bridge: EOF, then its pid killed if it does not leave."""
+    def stop(self, *, check: bool = True) -> None:
+        """End the bridge: EOF, then its pid killed if it does not leave. A line it wrote
+        that was not one JSON object fails here (``check``), if no wait failed on it first."""
         self._stopped.set()
         if self.proc.poll() is None:
             with contextlib.suppress(OSError, ValueError):
@@ -171,3 +193,5 @@ class BridgeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(DEADLINE)
+        if check:
+            self.check_lines()

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -233,21 +234,30 @@ def test_an_answer_and_a_renewal_at_once_are_two_whole_lines() -> None:
     assert sorted(str(m.get("event", m.get("id"))) for m in good) == ["1", "lease"]
 
 
-def _pipe_like_stdout() -> tuple[IO[str], IO[str]]:
-    """A pipe whose write end is a text stream as Python makes ``sys.stdout`` for a pipe
-    (buffered, not line-buffered): what the bridge writes to under the JVM."""
+def _pipe(kind: str) -> tuple[IO[str], IO[str]]:
+    """A pipe whose write end is a text stream as Python makes ``sys.stdout`` for a pipe:
+    ``buffered`` (text over a BufferedWriter) or ``unbuffered`` (``PYTHONUNBUFFERED=1``:
+    text over the raw file, one write(2) per write, which the kernel interleaves with
+    other threads' past PIPE_BUF)."""
     r, w = os.pipe()
-    return os.fdopen(r, encoding="utf-8"), os.fdopen(w, "w", encoding="utf-8")
+    out: IO[str]
+    if kind == "unbuffered":
+        out = io.TextIOWrapper(io.FileIO(w, "w"), encoding="utf-8", write_through=True)
+    else:
+        out = os.fdopen(w, "w", encoding="utf-8")
+    return os.fdopen(r, encoding="utf-8"), out
 
 
+@pytest.mark.parametrize("kind", ["buffered", "unbuffered"])
 def test_concurrent_answers_and_notifications_through_a_real_pipe_are_whole_and_all_there(
-        ) -> None:
+        kind: str) -> None:
     """The bridge's real paths at once, into a real pipe: 400 requests through
-    ``handle_line`` (answered by the pool's 8 threads, each answer ~14 KB: past the text
-    stream's 8 KiB chunk), while a renewer thread emits 400 ``lease`` events and a poller
-    thread 400 ``leader`` events. Every line parses; every answer and event is there once."""
+    ``handle_line`` (answered by the pool's 8 threads, each answer ~14 KB: past PIPE_BUF and
+    the text stream's 8 KiB chunk), while a renewer thread emits 400 ``lease`` events and a
+    poller thread 400 ``leader`` events. Every line parses; every answer and event is there
+    once. (Without the bridge's lock the unbuffered stream gets ~100 merged lines a run.)"""
     requests, events = 400, 400
-    read_end, out = _pipe_like_stdout()
+    read_end, out = _pipe(kind)
     bridge = Bridge(_Leaders(40, 300), "c", 5.0, out=out)  # type: ignore[arg-type]
     term = _leading(bridge)
     text: list[str] = []
@@ -284,3 +294,73 @@ def test_concurrent_answers_and_notifications_through_a_real_pipe_are_whole_and_
     assert len(leases) == events and {m["epoch"] for m in leases} == {3}
     leaders = [m["session"] for m in good if m.get("event") == "leader"]
     assert leaders == [f"session-{i}" for i in range(events)]  # one thread: in its order
+
+
+_BIG_ANSWER = """
+import signal, sys
+from registry.flink_bridge import Bridge
+
+class NoRegistry:
+    namespace = "unit"
+    timeout = 1.0
+
+signal.signal(signal.SIGUSR1, lambda signum, frame: None)  # a signal with a handler
+bridge = Bridge(NoRegistry(), "c", 5.0)  # its stdout, as `jobreg flink-bridge` makes it
+bridge._answer(1, "b" * 300_000)
+bridge.emit({"event": "lease", "epoch": 1, "valid_for_ms": 1})
+bridge._pool.shutdown()
+"""
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and pipe sizes")
+@pytest.mark.parametrize("interruption", ["SIGSTOP", "SIGUSR1"])
+def test_a_signal_while_an_answer_waits_for_a_full_pipe_cuts_no_line(interruption: str) -> None:
+    """The JVM reads slowly (a GC pause): the bridge's answer of 300 KB fills the pipe and
+    its write waits. A signal then (SIGSTOP and SIGCONT: job control, a debugger; a signal
+    with a handler) makes write(2) return what it wrote so far. Python's stdout under
+    ``PYTHONUNBUFFERED=1`` (text over the raw file) drops the rest of such a write without a
+    word: the answer is cut and the next line glued to it, two lines Flink never gets. The
+    bridge's stdout keeps every line whole whatever the environment says."""
+    import fcntl
+    import signal
+    import subprocess
+    import termios
+    import time
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    child = subprocess.Popen([sys.executable, "-c", _BIG_ANSWER], stdout=subprocess.PIPE,
+                             env=env)
+    assert child.stdout is not None
+    try:
+        fd = child.stdout.fileno()
+        full = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+        deadline = time.monotonic() + 60  # a guard against a hang, not a margin
+        waiting = bytearray(4)
+        while True:  # the pipe full: the child waits in write(2), the answer half written
+            fcntl.ioctl(fd, termios.FIONREAD, waiting)
+            if int.from_bytes(waiting, sys.byteorder) >= full:
+                break
+            assert time.monotonic() < deadline and child.poll() is None, "never filled"
+            time.sleep(0.01)
+        os.kill(child.pid, getattr(signal, interruption))
+        if interruption == "SIGSTOP":
+            while _state(child.pid) != "T":
+                assert time.monotonic() < deadline, "never stopped"
+                time.sleep(0.01)
+            os.kill(child.pid, signal.SIGCONT)
+        out = child.stdout.read().decode()
+        assert child.wait(60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+    good, bad = read_lines(out)
+    assert bad == [], f"cut lines: {[(len(b), b[-40:]) for b in bad]}"
+    assert [(m.get("id"), m.get("event")) for m in good] == [(1, None), (None, "lease")]
+    assert len(good[0]["result"]) == 300_000
