@@ -106,6 +106,9 @@ class _Workers:
         self._killed: set[int] = set()
         self._stopping = threading.Event()
         self._log = (run_dir / "procs.jsonl").open("a", buffering=1)
+        # The nemesis thread (kill) and the run's loop (reap, stop) both write procs.jsonl:
+        # one lock around each whole line (a text stream keeps no two threads' lines apart).
+        self._log_lock = threading.Lock()
 
     def spawn(self, name: str) -> None:
         with self._lock:
@@ -166,10 +169,13 @@ class _Workers:
             code = proc.wait(10)
         except subprocess.TimeoutExpired:
             code = None
-        self._log.write(json.dumps({
+        line = json.dumps({
             "process": name, "incarnation": self._incarnation[name], "pid": proc.pid,
             "start": self._started.get(name), "end": time.time(), "how": how,
-            "returncode": code}) + "\n")
+            "returncode": code}) + "\n"
+        with self._log_lock:
+            if not self._log.closed:
+                self._log.write(line)
 
     def stop(self, grace: float) -> None:
         """SIGTERM every worker, SIGKILL those still running after ``grace`` seconds."""
@@ -196,7 +202,8 @@ class _Workers:
             # SIGTERM before the worker's handler is in (a fresh restart) ends it by signal.
             self._ended(name, p, how if p.returncode in (0, -signal.SIGTERM, None)
                         or how == "end_kill" else "exited")
-        self._log.close()
+        with self._log_lock:
+            self._log.close()
 
 
 def _free_run_dir(base: Path, index: int, seed: int) -> Path:
