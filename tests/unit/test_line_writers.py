@@ -77,3 +77,19 @@ def test_the_election_workers_lines_stay_whole_through_a_real_pipe() -> None:
     assert bad == [], f"{len(bad)} merged line(s), the first: {bad[0][:300]!r}"
     assert sorted((m["k"], m["i"]) for m in good) == [
         (k, i) for k in range(threads) for i in range(lines)]
+
+
+def test_the_split_stream_merges_the_lines_of_unlocked_writers() -> None:
+    """The control: two threads that each write a whole line in one write and flush, but
+    hold no common lock, merge their lines on :class:`SplitWrites` every time (what the
+    bridge's tests rely on to fail without its lock). They meet at once: the long
+    rendezvous only keeps a loaded machine from starting the second thread too late."""
+    out = SplitWrites(rendezvous_s=60)
+
+    def unlocked(event: str) -> None:
+        out.write(f'{{"event": "{event}"}}\n')
+        out.flush()
+
+    _at_once(lambda: unlocked("a"), lambda: unlocked("b"))
+    good, bad = read_lines(out.getvalue())
+    assert good == [] and len(bad) == 2, (good, bad)
