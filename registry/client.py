@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -53,6 +52,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from . import stalls
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
 from .election import Election
 from .errors import (
@@ -668,8 +668,10 @@ class Term:
                                   epoch, self.fenced)
         self._groups = GroupCommit(self._run_group)  # concurrent calls share a write
         self._planned: dict[str, tuple[object, object]] = {}
-        self._settling = threading.Lock()
         """Job id -> (the group in flight that planned it, the checkpoint state it left)."""
+        self._in_flight: dict[object, set[str]] = {}
+        """A group in flight -> the jobs its records are about (no reassertion of them is
+        planned until it is decided)."""
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
@@ -739,16 +741,16 @@ class Term:
         """Cancel a job: terminal for ever (it can never be recovered or resubmitted). Its
         result is dirty until :meth:`mark_clean`: it keeps the graph and the checkpoints
         the job ended with, for cleanup."""
-        return self._write([self._event(JobCancelled, job_id, reason=reason,
-                                        **self._result_of(job_id))])[0]
+        return self._write([self._event(JobCancelled, self._known(job_id),
+                                        reason=reason)])[0]
 
     def terminate(self, job_id: str, state: str, reason: str = "") -> Receipt:
         """Record that a job reached a terminal ``state`` (``FINISHED`` or ``FAILED``); its
         result is dirty until :meth:`mark_clean`, as after :meth:`cancel`."""
         if state not in (JobStatus.FINISHED, JobStatus.FAILED):
             raise ConfigError(f"terminal state must be FINISHED or FAILED, not {state!r}")
-        return self._write([self._event(JobTerminated, job_id, state=state, reason=reason,
-                                        **self._result_of(job_id))])[0]
+        return self._write([self._event(JobTerminated, self._known(job_id), state=state,
+                                        reason=reason)])[0]
 
     def mark_clean(self, job_id: str) -> Receipt:
         """Record that a terminal job's cleanup is done (its graph, checkpoints and other
@@ -761,7 +763,7 @@ class Term:
             raise ConfigError(f"job {job_id!r} is {view.status}: only a terminal job has a "
                               "result to clean up")
         return self._write([self._event(JobCleanedUp, job_id, status=view.status,
-                                        reason=view.reason)])[0]
+                                        reason=view.reason, end_event_id=view.ended_by)])[0]
 
     def cleanup(self, on_cleanup: CleanupHook) -> list[CleanupResult]:
         """Clean up every dirty result: ``on_cleanup(view)`` deletes what the job left (its
@@ -1003,12 +1005,6 @@ class Term:
         put[ref.uri] = (ref, data)
         return ref
 
-    def _result_of(self, job_id: str) -> dict[str, object]:
-        # What a cancel or terminate carries: the job's graph and checkpoint state as it
-        # ends (fold rule 5 takes its own copy, and restates a record whose copy differs).
-        view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
-        return {"graph": view.graph, "checkpoints": view.checkpoints}
-
     def _store_if_needed(self, image: Image) -> BlobStore | None:
         if any(isinstance(v.graph, GraphRef) for v in image.jobs.values()):
             return self.registry.blob_store
@@ -1146,22 +1142,20 @@ class Term:
             call = as_call(events)
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if not call:  # reassert(): settle refused keys alone
-            with reg._log.lock:
-                pairs: list[tuple[str, Event]] = list(
-                    plan_reassertions(reg.image, self.epoch, self.contender))
-            # Not under the log's lock: a group settling at its end holds the settling lock
-            # and reads the log (the lock order is settling, then the log).
-            if pairs:
-                self._send(pairs)
-                self._settle(guard)
+        if not call:  # reassert(): a call of no records, whose group plans the settling
+            self._groups.commit(PendingCall([], [], guard, None))
             return []
         # Encoded in the caller's thread: a record that cannot be encoded fails its own
         # call, before it joins a group.
         codec = reg._codec
         pending = PendingCall([(record_key(e), e) for e in call],
                               [codec.encode_as_read(e) for e in call], guard, restate)
-        return self._groups.commit(pending)[:len(events)]
+        decisions = self._groups.commit(pending)[:len(events)]
+        # Step 4: settle any key a refused record landed on meanwhile (ours or anyone's),
+        # through the queue like every record of the term. The call is decided: this is
+        # best-effort, never a reason to raise; what it leaves the next write settles.
+        self._settle(guard)
+        return decisions
 
     def _run_group(self, group: list[PendingCall], produced: Callable[[], None]) -> None:
         """Write the calls of one group (:class:`~registry.writes.GroupCommit`) in one
@@ -1176,9 +1170,14 @@ class Term:
                 group = self._assemble(group, token)
                 if not group:
                     return
-                # Step 1: settle refused keys first (compaction safety), once for the group.
-                pairs: list[tuple[str, Event]] = list(
-                    plan_reassertions(reg.image, self.epoch, self.contender))
+                # Step 1: settle refused keys first (compaction safety), once for the group,
+                # from the image as now read. A job a group still in flight writes is left
+                # to the next group: the image does not hold that group's records yet, and
+                # a reassertion planned without them would land after them and undo them.
+                busy = {job for jobs in self._in_flight.values() for job in jobs}
+                pairs: list[tuple[str, Event]] = [
+                    (k, e) for k, e in plan_reassertions(reg.image, self.epoch, self.contender)
+                    if getattr(e, "job_id", None) not in busy]
                 spans: list[tuple[int, int]] = []
                 encoded: dict[str, tuple[bytes, Event]] = {}
                 for c in group:
@@ -1186,14 +1185,22 @@ class Term:
                     pairs += c.pairs
                     encoded.update((e.event_id, enc)
                                    for (_, e), enc in zip(c.pairs, c.encoded, strict=True))
+                self._in_flight[token] = {j for _, e in pairs
+                                          if (j := getattr(e, "job_id", None)) is not None}
             verdicts: list[tuple[Decision | None, tuple[str, ...]]] = []
             failure: RegistryError | None = None
+            if not pairs:  # calls of no records with nothing left to settle
+                for c in group:
+                    c.decisions = []
+                return
+            stalls.point("write.planned", epoch=self.epoch, records=len(pairs))
             try:
                 self._send(pairs, encoded=encoded, verdicts=verdicts, produced=produced)
             except RegistryError as e:
                 failure = e
         finally:
             with reg._log.lock:  # decided (or failed): the image holds what it planned
+                self._in_flight.pop(token, None)
                 for job, (owner, _) in list(self._planned.items()):
                     if owner is token:
                         del self._planned[job]
@@ -1210,12 +1217,7 @@ class Term:
             else:
                 assert failure is not None
                 c.error = error_for_call(failure, tuple(i for _, ids in mine for i in ids))
-        if all(c.decisions is None for c in group):
-            return
-        # Step 4: settle any key a refused record landed on meanwhile (ours
-        # or anyone's). The calls are decided: this is best-effort, never a reason
-        # to raise; what it leaves unsettled the next write settles.
-        self._settle(any(c.guard for c in group))
+
 
     def _assemble(self, group: list[PendingCall], token: object) -> list[PendingCall]:
         """The calls of ``group`` that are sent, as they are sent: the write guard asked
@@ -1253,27 +1255,19 @@ class Term:
         return sent
 
     def _settle(self, guard: bool) -> None:
-        # One settling at a time: groups that overlap finish at once, and each would plan
-        # the same keys from an image that does not hold the other's reassertions yet.
-        with self._settling:
-            self._settle_once(guard)
-
-    def _settle_once(self, guard: bool) -> None:
+        """After a decided call: if the image holds keys to settle, a call of no records
+        through the group queue (its group plans the reassertions when it is assembled,
+        as every group does). Best-effort: a refusal or a failure leaves them for the next
+        write."""
         reg = self.registry
-        for _ in range(2):
-            if not reg.image.unsettled or self.fenced() is not None:
-                return
-            pairs = plan_reassertions(reg.image, self.epoch, self.contender)
-            if not pairs:
-                return
-            try:
-                if guard and self._lease_guard is not None:
-                    self._lease_guard()
-                self._send(list(pairs))
-            except RegistryError as e:
-                _log.info("term %d of %r: %d key(s) left unsettled for the next write (%s)",
-                          self.epoch, self.contender, len(pairs), e)
-                return
+        if not reg.image.unsettled or self.fenced() is not None \
+                or not plan_reassertions(reg.image, self.epoch, self.contender):
+            return
+        try:
+            self._groups.commit(PendingCall([], [], guard, None))
+        except Exception as e:  # noqa: BLE001 - the call is decided: never "done, but"
+            _log.info("term %d of %r: key(s) left unsettled for the next write (%s)",
+                      self.epoch, self.contender, e)
 
     def _send(self, pairs: list[tuple[str, Event]], **kw: Any) -> list[Decision]:
         """Steps 2 and 3 (:meth:`registry.writes.TermWrites.send`): one decision per pair."""

@@ -240,10 +240,13 @@ class JobLockReleased(JobEvent):
 class JobCancelled(JobEvent):
     """The job was cancelled: terminal for ever, its result dirty until cleaned up.
 
-    ``graph`` and ``checkpoints`` are the job's graph and checkpoint state as it
-    ended (what cleanup must delete); the fold takes its own copy when it knows
-    the job (fold rule 5). Records of schema version 1 carry neither: their
-    result is clean (there was no cleanup before results existed).
+    Written under a key of its own (:func:`registry.keys.end_key`, schema version 3 on),
+    so that no later record can supersede it; it carries no copy of the job's graph or
+    checkpoint state (the fold keeps its own, fold rule 5). ``graph`` and ``checkpoints``
+    are read only from records of schema version 2, written under the job's key, where
+    they were the job's graph and checkpoint state as it ended. Records of schema
+    version 1 carry neither: their result is clean (there was no cleanup before results
+    existed).
     """
 
     TYPE: ClassVar[str] = "JobCancelled"
@@ -256,7 +259,8 @@ class JobCancelled(JobEvent):
 @dataclass(frozen=True, kw_only=True, slots=True)
 class JobTerminated(JobEvent):
     """The job finished or failed (``state`` is FINISHED or FAILED): terminal for ever, its
-    result dirty until cleaned up (``graph`` and ``checkpoints`` as in :class:`JobCancelled`)."""
+    result dirty until cleaned up (its key, ``graph`` and ``checkpoints`` as in
+    :class:`JobCancelled`)."""
 
     TYPE: ClassVar[str] = "JobTerminated"
 
@@ -270,13 +274,17 @@ class JobTerminated(JobEvent):
 class JobCleanedUp(JobEvent):
     """The job's result is clean: its graph, checkpoints and other data were deleted
     (Flink's ``JobResultStore.markResultAsClean``). ``status`` and ``reason`` restate the
-    result, so that this record alone keeps the job terminal once the cleaner removed the
-    cancel or terminate before it on the job's key."""
+    result. ``end_event_id`` names the end it cleans (schema version 2 on): such a record
+    is accepted only for a job the fold knows has ended, which it always does, since ends
+    have keys of their own. A record of version 1 (no ``end_event_id``) was written when
+    the cancel or terminate shared the job's key, which the cleanup then superseded: the
+    fold accepts one for a job it does not know, and it alone keeps the job terminal."""
 
     TYPE: ClassVar[str] = "JobCleanedUp"
 
     status: str
     reason: str | None = None
+    end_event_id: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

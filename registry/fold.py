@@ -23,7 +23,7 @@ from .events import (
     now_ms,
 )
 from .image import Decision, Image, LogRecord, TermInfo
-from .keys import parse_key
+from .keys import end_key, parse_key
 from .rules import (
     DUPLICATE_WINDOW_MS,
     HISTORY_KEPT,
@@ -144,7 +144,8 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
 
     One :class:`JobReasserted` per unsettled key of a known job, carrying the
     job's whole accepted state, written on that same key so that it becomes
-    the key's newest record again; for the key of a job that does not exist
+    the key's newest record again; for a terminal job whose end lies under its job key
+    (written before ends had keys of their own), one under a new end key; for the key of a job that does not exist
     (a refused call submitted it, rule 8) one with status ``ABSENT``. For an unsettled
     key of this term's leader information (rule 9), a
     :class:`~registry.events.LeaderInformationPublished` restating the component's
@@ -170,6 +171,18 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
         if parsed is None or parsed.job_id is None:
             continue
         job = image.jobs.get(parsed.job_id)
+        if parsed.kind == "end":
+            # A job ended before ends had keys of their own (rule 5): its end is restated
+            # under an end key, where no later record can supersede it.
+            if job is None or job.live:
+                continue
+            event_id = new_event_id()
+            out.append((end_key(ns, job.job_id, event_id), JobReasserted(
+                event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
+                created_at=now_ms(), job_id=job.job_id, status=job.status, owner_epoch=None,
+                graph=job.graph, checkpoints=job.checkpoints, reason=job.reason,
+                dirty=job.dirty)))
+            continue
         if job is None:
             out.append((key, JobReasserted(
                 event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,

@@ -80,7 +80,10 @@ class JobView(NamedTuple):
     ``reason``, and while it is ``dirty`` (not yet cleaned up) the ``graph`` and
     ``checkpoints`` it ended with, which cleanup must delete. Once clean
     (:meth:`registry.client.Term.mark_clean`) the graph is ``None`` (it may be
-    garbage-collected) and the checkpoints empty.
+    garbage-collected) and the checkpoints empty. ``ended_by`` is the event id of the
+    record under the job's end key that ended it (``None`` while live, and for a job
+    whose end was written under its job key by a jobreg before ends had keys of their
+    own: the leader restates such an end under an end key, fold rule 5).
     """
 
     job_id: str
@@ -93,6 +96,7 @@ class JobView(NamedTuple):
     checkpoints: CheckpointState = EMPTY_CHECKPOINTS
     reason: str | None = None
     dirty: bool = False
+    ended_by: str | None = None
 
     @property
     def live(self) -> bool:

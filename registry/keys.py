@@ -3,7 +3,11 @@
 Compaction keeps the newest record *per key*, so the key layout is part of the
 correctness argument (README, "Compaction"):
 
-* ``<ns>/job/<id>``              the job's definition and its end (submit, cancel, terminate)
+* ``<ns>/job/<id>``              the job's definition and its cleanup (submit, cleanup;
+  before this layout also its end)
+* ``<ns>/job/<id>/end/<event_id>``  one end of the job (cancel, terminate) under a key of
+  its own, so that no later record can supersede it: whether a job ended is a fact the
+  cleaner never removes (fold rule 5 decides ``job_live``, ``terminal_job`` on it)
 * ``<ns>/job/<id>/lock``         which term holds the job (adopt, release, recovery failed)
 * ``<ns>/job/<id>/checkpoints``  the job's checkpoint lifecycle (each record carries the
   job's whole checkpoint state, so the newest one is enough)
@@ -34,10 +38,12 @@ from .events import (
     CheckpointEvent,
     Event,
     JobAdopted,
+    JobCancelled,
     JobEvent,
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    JobTerminated,
     LeaderInformationPublished,
     LeaseRenewed,
 )
@@ -48,6 +54,7 @@ __all__ = [
     "call_key",
     "check_id",
     "checkpoints_key",
+    "end_key",
     "job_key",
     "leader_key",
     "lease_key",
@@ -90,6 +97,12 @@ def checkpoints_key(namespace: str, job_id: str) -> str:
     return f"{namespace}/job/{job_id}/checkpoints"
 
 
+def end_key(namespace: str, job_id: str, event_id: str) -> str:
+    """The key of one end of a job (a cancel or terminate, or a reassertion restating an
+    end): never shared, so never compacted away."""
+    return f"{namespace}/job/{job_id}/end/{event_id}"
+
+
 def term_key(namespace: str, epoch: int, event_id: str) -> str:
     """The key of one grant or revoke: never shared, so never compacted away."""
     return f"{namespace}/term/{epoch}/{event_id}"
@@ -117,6 +130,8 @@ def record_key(event: Event) -> str:
         return lock_key(event.namespace, event.job_id)
     if isinstance(event, CheckpointEvent):
         return checkpoints_key(event.namespace, event.job_id)
+    if isinstance(event, (JobCancelled, JobTerminated)):
+        return end_key(event.namespace, event.job_id, event.event_id)
     if isinstance(event, JobEvent):
         return job_key(event.namespace, event.job_id)
     if isinstance(event, LeaseRenewed):
@@ -132,14 +147,18 @@ def allowed_keys(event: Event) -> tuple[str, ...]:
     """Every key under which the fold accepts ``event`` (a reassertion may use any job key)."""
     if isinstance(event, JobReasserted):
         ns, job = event.namespace, event.job_id
-        return (job_key(ns, job), lock_key(ns, job), checkpoints_key(ns, job))
+        return (job_key(ns, job), lock_key(ns, job), checkpoints_key(ns, job),
+                end_key(ns, job, event.event_id))
+    if isinstance(event, (JobCancelled, JobTerminated)):
+        # and the job's key, where a jobreg before ends had keys of their own wrote them
+        return (record_key(event), job_key(event.namespace, event.job_id))
     return (record_key(event),)
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``checkpoints``,
-    ``term``, ``call``, ``leader`` or ``other``."""
+    ``end``, ``term``, ``call``, ``leader`` or ``other``."""
 
     namespace: str
     kind: str
@@ -156,6 +175,8 @@ def parse_key(key: str) -> ParsedKey | None:
         return ParsedKey(ns, "job", parts[1])
     if len(parts) == 3 and parts[0] == "job" and parts[2] in ("lock", "checkpoints"):
         return ParsedKey(ns, parts[2], parts[1])
+    if len(parts) == 4 and parts[0] == "job" and parts[2] == "end":
+        return ParsedKey(ns, "end", parts[1])
     if len(parts) == 3 and parts[0] == "term":
         return ParsedKey(ns, "term")
     if len(parts) == 2 and parts[0] == "call":

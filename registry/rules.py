@@ -37,23 +37,34 @@ Rules, in the order the fold applies them to one record of this namespace:
    job terminal for ever, whether or not its submit is still in the log
    (compaction may have removed it), and make its result (Flink's job
    result store): dirty, holding the graph and checkpoint state the job
-   ended with, which cleanup must delete. Each such record carries a copy of
-   them; the fold takes its own when it knows the job and the record's when
-   it does not (the cleaner removed the submit, as it always does once a
-   cancel follows it on the job's key). A record whose copy differs from the
+   ended with, which cleanup must delete. An end is written under a key of its own
+   (``<ns>/job/<id>/end/<event_id>``), which no later record can supersede, so whether a
+   job ended is a fact the cleaner never removes, and every verdict that rests on it
+   (``terminal_job``, ``job_live``) is the same in a compacted log; such a record carries no
+   copy of the graph or checkpoints (the fold keeps its own; for a job it does not know,
+   none). An end written under the job's key (by a jobreg before ends had keys of their
+   own) carries a copy of them; the fold takes its own when it knows the job and the
+   record's when it does not (the cleaner removed the submit, as it does once a cancel
+   follows it on the job's key). A record whose copy differs from the
    fold's (a raw write, or a copy taken before a concurrent write) is
-   accepted, and its key is unsettled until the leader restates the result.
+   accepted, and its key is unsettled until the leader restates the result; and its
+   end is due to be restated under an end key (the leader does it, with a reassertion
+   there; until then ``unsettled`` holds ``<ns>/job/<id>/end/``). An end under an end key
+   for a job whose end is not under one becomes its end (the result unchanged).
    Records written before results (schema version 1) leave a clean result
    with no graph, as they always did. ``JobCleanedUp`` makes a terminal
    job's result clean (no graph, no checkpoints; a second one changes
-   nothing); it restates the status and reason, so it alone keeps the job
-   terminal once the cleaner removed the cancel. It refuses a live job
-   (``job_live``). Adopt sets the owner to the current
+   nothing); it restates the status and reason. It refuses a live job
+   (``job_live``), and, written with ``end_event_id`` (schema version 2), a job the fold
+   does not know (``unknown_job``: its end, under a key of its own, would be known); one
+   of version 1 is accepted for an unknown job, since it superseded the cancel on the
+   job's key. Adopt sets the owner to the current
    term, release clears it; neither applies to unknown (``unknown_job``) or
    terminal jobs.
    A reassertion sets the job's whole state, except that it can never make a
-   terminal job live again, and only one on the job's own key brings a job into
-   existence: on its lock or checkpoints key it restates a job the fold knows
+   terminal job live again, and only one on the job's own key or an end key brings a job
+   into existence (under an end key it restates an end, so only a terminal status):
+   on its lock or checkpoints key it restates a job the fold knows
    (``unknown_job`` otherwise), since the cleaner may have removed a later
    cancel from the job key and left the reassertion standing. A failed recovery marks a live job
    ``RECOVERY_FAILED`` (no owner, the error kept); only an adopt (a retry)
@@ -136,6 +147,7 @@ from .events import (
     CHECKPOINT_FAILURE_REASONS,
     COUNTED_BEFORE_RECORDED,
     COUNTED_FAILURE_REASONS,
+    EMPTY_CHECKPOINTS,
     FLINK_RELEASE,
     UNKNOWN_CHECKPOINT,
     CallCommitted,
@@ -173,7 +185,14 @@ from .image import (
     Provenance,
     TermInfo,
 )
-from .keys import allowed_keys, check_id, job_key, parse_key, record_key
+from .keys import (
+    allowed_keys,
+    check_id,
+    end_key,
+    job_key,
+    parse_key,
+    record_key,
+)
 
 __all__ = [
     "DUPLICATE_WINDOW_MS",
@@ -450,6 +469,7 @@ class Delta:
         self._quarantined: list[Decision] = []
         self._duplicates = image.duplicates
         self._restate = False  # rule 5: the record just accepted must be restated
+        self._on_end_key = False  # rule 5: the reassertion being decided is under an end key
         self._last_offset = image.provenance.last_offset
         self._log_time = image.provenance.log_time
         self.last_event: Event | None = None
@@ -583,7 +603,10 @@ class Delta:
                          member: bool = False) -> None:
         # ``key`` is a job key of this namespace (``parse_key`` said so). An accepted
         # record whose copy of the job's state the fold did not take (rule 5) is
-        # restated like a refused one.
+        # restated like a refused one. An end key (``<ns>/job/<id>/end/<event_id>``) holds
+        # one record and supersedes nothing: never unsettled.
+        if key.count("/") == 4:
+            return
         if decision.outcome == Outcome.ACCEPTED and not self._restate:
             if key in self._unsettled:
                 del self._unsettled[key]
@@ -719,7 +742,12 @@ class Delta:
         restates a job the fold knows and never brings one into existence (only records of
         the job's own key do), since the cleaner may have removed a later cancel there."""
         self._fence(e)
+        self._on_end_key = record.key == end_key(self._ns, e.job_id, e.event_id).encode()
+        if self._on_end_key and e.status not in JobStatus.TERMINAL:
+            raise _Verdict("bad_state", f"a reassertion under an end key restates an end, "
+                           f"not status {e.status!r}")
         if (e.status != JobStatus.ABSENT and e.job_id not in self._jobs
+                and not self._on_end_key
                 and record.key != job_key(self._ns, e.job_id).encode("utf-8")):
             raise _Verdict("unknown_job", f"job {e.job_id!r} is not known: a reassertion on "
                            "its lock or checkpoints key restates a job, only its own key "
@@ -730,6 +758,7 @@ class Delta:
         """Rules 4, 5, 6 and 8 for a job event: fenced, then waiting for its call's commit
         or applied now."""
         self._fence(e)
+        self._on_end_key = record.key is not None and record.key.count(b"/") == 4
         call_id = getattr(e, "call_id", None)
         if call_id is not None:
             self._calls[call_id] = self._calls.get(call_id, ()) + (record,)
@@ -756,18 +785,45 @@ class Delta:
             raise _Verdict("bad_state", f"a job can terminate as FINISHED or FAILED, "
                            f"not {status!r}")
         if job is not None and not job.live:
+            if self._on_end_key and job.ended_by is None:
+                # The job's end lies under its job key (a jobreg before ends had keys of
+                # their own, or a reassertion there): this record under an end key becomes
+                # its end, the result unchanged. (A copy of the end that made it so lands
+                # here once the cleaner removed the first copy.)
+                self._end(e.job_id, job._replace(ended_by=e.event_id))
+                return
             raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
+        if self._on_end_key:
+            # Under a key of its own: the job's records keep its graph and checkpoints
+            # (a copy the record carries is not read).
+            self._end(e.job_id, JobView(
+                e.job_id, status, None, job.graph if job is not None else None,
+                checkpoints=job.checkpoints if job is not None else EMPTY_CHECKPOINTS,
+                reason=e.reason or None, dirty=True, ended_by=e.event_id))
+            return
         if e.schema_version < 2:  # written before results: clean, no graph (as always)
-            self._jobs[e.job_id] = JobView(e.job_id, status, None, None,
-                                           reason=e.reason or None)
+            self._end(e.job_id, JobView(e.job_id, status, None, None,
+                                        reason=e.reason or None))
             return
         graph, checkpoints = e.graph, e.checkpoints
         if job is not None:  # the fold's own copy; a differing record's is restated
             if (graph, checkpoints) != (job.graph, job.checkpoints):
                 self._restate = True
             graph, checkpoints = job.graph, job.checkpoints
-        self._jobs[e.job_id] = JobView(e.job_id, status, None, graph, checkpoints=checkpoints,
-                                       reason=e.reason or None, dirty=True)
+        self._end(e.job_id, JobView(e.job_id, status, None, graph, checkpoints=checkpoints,
+                                    reason=e.reason or None, dirty=True))
+
+    def _end(self, job_id: str, view: JobView) -> None:
+        """Set a terminal job's result. One whose end is not under an end key (written by a
+        jobreg before ends had keys of their own, on the job key a later record can
+        supersede) is due to be restated under one: the key ``<ns>/job/<id>/end/`` stands
+        for that in ``unsettled`` until the leader's restatement lands."""
+        self._jobs[job_id] = view
+        due = f"{self._prefix}job/{job_id}/end/"
+        if view.ended_by is None:
+            self._unsettled[due] = self._last_offset
+        elif due in self._unsettled:
+            del self._unsettled[due]
 
     def _cleaned_up(self, e: JobCleanedUp, job: JobView | None) -> None:
         if e.status not in JobStatus.TERMINAL:
@@ -776,12 +832,18 @@ class Delta:
         if job is not None and job.live:
             raise _Verdict("job_live", f"job {e.job_id!r} is {job.status}: a live job has no "
                            "result to clean up")
+        if job is None and e.schema_version >= 2:
+            # Ends have keys of their own, which the cleaner never empties: a job the fold
+            # does not know as ended has no result, whatever the cleaner removed before.
+            raise _Verdict("unknown_job", f"job {e.job_id!r} has no recorded end: only an "
+                           "ended job has a result to clean up")
         status, reason = e.status, e.reason
         if job is not None:  # the fold's own copy; a differing record's is restated
             if (status, reason) != (job.status, job.reason):
                 self._restate = True
             status, reason = job.status, job.reason
-        self._jobs[e.job_id] = JobView(e.job_id, status, None, None, reason=reason)
+        self._end(e.job_id, JobView(e.job_id, status, None, None, reason=reason,
+                                    ended_by=job.ended_by if job is not None else None))
 
     def _reasserted(self, e: JobReasserted, job: JobView | None) -> None:
         if e.status == JobStatus.ABSENT:  # rule 8: the job does not exist
@@ -797,10 +859,15 @@ class Delta:
             raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                            "reassertion cannot make it live again")
         if e.status in JobStatus.TERMINAL:
-            self._jobs[e.job_id] = (
+            # Under an end key it is the job's end (rule 5: a restated one, or a job ended
+            # before ends had keys of their own); elsewhere it keeps the end the fold knows.
+            ended_by = e.event_id if self._on_end_key else (
+                job.ended_by if job is not None else None)
+            self._end(e.job_id, (
                 JobView(e.job_id, e.status, None, e.graph, checkpoints=e.checkpoints,
-                        reason=e.reason, dirty=True) if e.dirty
-                else JobView(e.job_id, e.status, None, None, reason=e.reason))
+                        reason=e.reason, dirty=True, ended_by=ended_by) if e.dirty
+                else JobView(e.job_id, e.status, None, None, reason=e.reason,
+                             ended_by=ended_by)))
         else:
             self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
                                            e.error, e.max_checkpoint_failures,

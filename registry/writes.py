@@ -26,12 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .errors import BrokerError, Fenced, NotAuthorized, OutcomeUnknown, RegistryError
-from .events import Event, LeadershipGranted, LeadershipRevoked, new_event_id
+from .events import CallCommitted, Event, new_event_id
 from .fold import DUPLICATE_WINDOW_MS
 from .folded import FoldedLog
 from .image import Decision
 from .kafka_config import Kafka
-from .keys import record_key
 from .log import LeaderWriter, WriteFailed
 
 __all__ = ["MAX_GROUP_BYTES", "MAX_GROUP_RECORDS", "MAX_IN_FLIGHT", "GroupCommit",
@@ -106,8 +105,9 @@ class TermWrites:
         Returns one decision per pair. A record the log does not hold after a
         failed write is re-sent while this term is current: a job
         record verbatim (a copy that lands after all is a duplicate on a key
-        the next write reasserts), a leadership record as a fresh event under
-        a fresh key (so no leadership key is ever written twice).
+        the next write reasserts), a record under a key of its own (a grant, a revoke, a
+        job's end) as a fresh event under a fresh key (so no such key is ever written
+        twice: the cleaner would keep the later copy, moving the fact later in the log).
 
         ``encoded``: event id -> the record already encoded (the callers of a group
         encode their own records, so that one that cannot be encoded fails alone).
@@ -183,9 +183,13 @@ class TermWrites:
                     if any(waiting.get(e.event_id) is not None for _, e in copies):
                         continue
                     key, event = copies[-1]
-                    if attempt and isinstance(event, (LeadershipGranted, LeadershipRevoked)):
-                        event = replace(event, event_id=new_event_id())
-                        key = record_key(event)
+                    if attempt and _own_key(key, event):
+                        # Under a key of its own (a grant, a revoke, a job's end): a fresh
+                        # event under a fresh key, so that no such key is written twice (a
+                        # copy would supersede the first and move it later in the log).
+                        fresh = new_event_id()
+                        key, event = key.replace(event.event_id, fresh), replace(
+                            event, event_id=fresh)
                         copies.append((key, event))
                     waiting.setdefault(event.event_id, None)
                     data, as_read = (encoded.get(event.event_id)
@@ -433,6 +437,12 @@ class GroupCommit:
                     self._hand_on()
                 return
         # Taken into a group in flight: its leader answers it; nobody waits for the answer.
+
+
+def _own_key(key: str, event: Event) -> bool:
+    """Whether ``event``'s key is its own (it names the event's id), as a grant's, a
+    revoke's or a job end's is; not a call's commit, whose id its records name."""
+    return event.event_id in key and not isinstance(event, CallCommitted)
 
 
 def error_for_call(error: RegistryError, event_ids: tuple[str, ...]) -> RegistryError:

@@ -41,7 +41,7 @@ from registry.events import (
 )
 from registry.fold import fold, plan_reassertions
 from registry.image import LogRecord, Outcome
-from registry.keys import record_key
+from registry.keys import job_key, record_key
 
 # -- JobResultStoreContractTest -----------------------------------------------------------
 
@@ -204,8 +204,14 @@ def _env(**kw) -> dict:
     return dict(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm", created_at=0) | kw
 
 
-def _log(*events, encoder=encode) -> list[LogRecord]:
-    return [LogRecord(i * 2, record_key(e).encode(), encoder(e), 1_000 + i)
+def _log(*events, encoder=encode, legacy: bool = False) -> list[LogRecord]:
+    """The records of ``events``, each under its key; ``legacy``: ends under the job's key,
+    as a jobreg before ends had keys of their own wrote them."""
+    def key(e) -> str:
+        if legacy and isinstance(e, (JobCancelled, JobTerminated)):
+            return job_key(NS, e.job_id)
+        return record_key(e)
+    return [LogRecord(i * 2, key(e).encode(), encoder(e), 1_000 + i)
             for i, e in enumerate(events)]
 
 
@@ -217,15 +223,20 @@ def test_a_result_survives_the_cleaner_removing_the_submit() -> None:
               JobSubmitted(job_id="j", graph=GRAPH, **_env()),
               JobCancelled(job_id="j", reason="r", graph=GRAPH, checkpoints=EMPTY_CHECKPOINTS,
                            **_env())]
-    log = [Rec(r.offset, r.key, r.value, r.timestamp) for r in _log(*events)]
+    # As a jobreg before ends had keys of their own wrote it: the cancel on the job's key.
+    log = [Rec(r.offset, r.key, r.value, r.timestamp) for r in _log(*events, legacy=True)]
     compacted = compact(log, now=10**12)
     assert len(compacted) == 2  # the submit is gone
     full, after = fold(visible(log), NS), fold(visible(compacted), NS)
     assert after.answer() == full.answer()
     assert after.jobs["j"] == JobView("j", "CANCELLED", None, GRAPH, reason="r", dirty=True)
-    # Then the clean record supersedes the cancel; alone it keeps the job terminal.
-    log.append(Rec(10, log[-1].key, encode(JobCleanedUp(job_id="j", status="CANCELLED",
-                                                        reason="r", **_env())), 2_000))
+    assert f"{NS}/job/j/end/" in full.unsettled  # due to be restated under an end key
+    # Then the clean record (as that jobreg wrote it) supersedes the cancel; alone it keeps
+    # the job terminal.
+    clean_v1 = next(e.id for e in default_codec().catalog.entries()
+                    if e.type == "JobCleanedUp" and e.version == 1)
+    log.append(Rec(10, log[-1].key, encode_with(JobCleanedUp(
+        job_id="j", status="CANCELLED", reason="r", **_env()), clean_v1), 2_000))
     compacted = compact(log, now=10**12)
     assert len(compacted) == 2
     assert fold(visible(compacted), NS).answer() == fold(visible(log), NS).answer()
@@ -240,18 +251,22 @@ def test_a_cancel_whose_copy_is_stale_is_accepted_and_its_result_restated() -> N
     never leaves the stale copy as the key's newest record."""
     log = _log(LeadershipGranted(prev_epoch=0, **_env()),
                JobSubmitted(job_id="j", graph=GRAPH, **_env()),
-               JobCancelled(job_id="j", graph=None, checkpoints=EMPTY_CHECKPOINTS, **_env()))
+               JobCancelled(job_id="j", graph=None, checkpoints=EMPTY_CHECKPOINTS, **_env()),
+               legacy=True)  # a cancel under the job's key, which carried a copy
     image = fold(log, NS)
     assert image.jobs["j"] == JobView("j", "CANCELLED", None, GRAPH, dirty=True)
-    assert list(image.unsettled) == [f"{NS}/job/j"]
-    [(key, restated)] = plan_reassertions(image, 1, "jm")
+    assert sorted(image.unsettled) == [f"{NS}/job/j", f"{NS}/job/j/end/"]
+    (key, restated), (end, ended) = plan_reassertions(image, 1, "jm")
     assert key == f"{NS}/job/j" and isinstance(restated, JobReasserted)
     assert (restated.status, restated.graph, restated.dirty) == ("CANCELLED", GRAPH, True)
+    assert end == f"{NS}/job/j/end/{ended.event_id}" and ended.status == "CANCELLED"
     log.append(LogRecord(100, key.encode(), encode(restated), 5_000))
+    log.append(LogRecord(102, end.encode(), encode(ended), 5_001))
     settled = fold(log, NS)
-    assert not settled.unsettled and settled.jobs == image.jobs
+    assert not settled.unsettled
+    assert dict(settled.jobs) == {"j": image.jobs["j"]._replace(ended_by=ended.event_id)}
     # Compacted, only the restatement is left on the job key: the same answer.
-    only = [r for r in log if r.key != key.encode()] + [log[-1]]
+    only = [r for r in log if r.key != key.encode()][:-1] + log[-2:]
     assert fold(only, NS).answer() == settled.answer()
 
 
@@ -289,7 +304,7 @@ def test_a_log_written_before_job_results_folds_to_the_same_answer() -> None:
                JobTerminated(job_id="b", state="FINISHED", **_env()),
                JobReasserted(job_id="c", status="FAILED", owner_epoch=None, graph=None,
                              reason="boom", **_env()),
-               encoder=encoder)
+               encoder=encoder, legacy=True)
     image = fold(log, NS)
     assert all(d.outcome == Outcome.ACCEPTED for d in _decisions(log))
     assert dict(image.jobs) == {

@@ -125,7 +125,7 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "checkpoints": checkpoint_states,
     },
     JobCleanedUp: {"job_id": texts, "status": st.sampled_from(JobStatus.ALL) | texts,
-                   "reason": st.none() | texts},
+                   "reason": st.none() | texts, "end_event_id": st.none() | texts},
     JobReasserted: {
         "job_id": texts,
         "status": st.sampled_from(JobStatus.ALL) | texts,

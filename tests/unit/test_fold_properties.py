@@ -139,18 +139,50 @@ def test_full_compaction_of_a_long_history_keeps_the_answer() -> None:
     assert fold(visible(compacted), NS).answer() == expected
 
 
-def test_without_reassertion_compaction_resurrects_a_cancelled_job() -> None:
-    """The hazard the reassertions exist for: a refused resubmission becomes a key's newest record."""
+def test_an_end_under_its_own_key_survives_compaction_without_reassertion() -> None:
+    """A refused resubmission becomes the job key's newest record, and the cleaner removes
+    the submit before it: the cancel, under a key of its own, still ends the job (before
+    ends had keys of their own only the leader's reassertion kept it cancelled)."""
     ops = [("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
            ("write", "jm-1", "cancel", "a", False),
            ("write", "jm-1", "submit", "a", False)]  # refused: terminal id
     unsafe = build(ops, reassert=False, settle=False)
     assert fold(visible(unsafe.log), NS).jobs["a"].status == JobStatus.CANCELLED
     compacted = compact(unsafe.log, unsafe.now + 30 * DAY)
-    assert fold(visible(compacted), NS).jobs["a"].status == JobStatus.ACTIVE  # the hazard
-    safe = build(ops, reassert=True, settle=False)
-    compacted = compact(safe.log, safe.now + 30 * DAY)
     assert fold(visible(compacted), NS).jobs["a"].status == JobStatus.CANCELLED
+
+
+def test_without_reassertion_compaction_replaces_a_live_jobs_graph() -> None:
+    """The hazard the reassertions exist for: a refused record becomes a key's newest
+    record. A second submit of a live job (refused: job_exists) supersedes the first on
+    the job's key; without the leader's reassertion the compacted log holds its graph."""
+    ops = [("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
+           ("raw", "submit", 1, "jm-1", "a", 0)]  # refused: job_exists
+    unsafe = build(ops, reassert=False, settle=False)
+    assert fold(visible(unsafe.log), NS).jobs["a"].graph.data == b"graph-a"
+    compacted = compact(unsafe.log, unsafe.now + 30 * DAY)
+    assert fold(visible(compacted), NS).jobs["a"].graph.data == b"zombie"  # the hazard
+    safe = build(ops, reassert=True, settle=True)
+    compacted = compact(safe.log, safe.now + 30 * DAY)
+    assert fold(visible(compacted), NS).jobs["a"].graph.data == b"graph-a"
+
+
+def test_a_refused_cleanup_of_a_live_job_never_ends_it_after_compaction() -> None:
+    """Issue 42, finding 1: a raw JobCleanedUp of a live job is refused (job_live); the
+    cleaner removes the job's earlier records and a segment boundary stands between the
+    refused record and the leader's reassertion. The cleanup names no end the fold knows
+    (ends have keys of their own, never emptied), so the compacted fold refuses it too,
+    and the job stays live."""
+    ops = [("claim", "jm-2"), ("write", "jm-2", "submit_many", "a", False, 1),
+           ("write", "jm-2", "submit", "a", False, 1), ("raw", "clean", 1, "jm-2", "a", 0)]
+    sim = build(ops)
+    full = fold(visible(sim.log), NS)
+    assert full.jobs["a"].live
+    for upto in range(len(sim.log) + 1):  # every cut, the active segment anywhere after it
+        compacted = compact(sim.log, sim.now + 7 * DAY, upto=upto)
+        image = fold(visible(compacted), NS)
+        assert image.answer() == full.answer(), upto
+        assert image.jobs["a"].live, upto
 
 
 def test_a_young_refused_record_is_not_cleaned_before_the_lag() -> None:

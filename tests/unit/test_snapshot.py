@@ -91,7 +91,7 @@ def tricky_image() -> Image:
         "b": JobView("b", "RECOVERY_FAILED", None, GraphRef("blob://x", "ab" * 32, 12), "boom"),
         "c": JobView("c", "CANCELLED", None, None, reason="cancelled by the operator"),
         "c2": JobView("c2", "FAILED", None, GraphRef("blob://y", "cd" * 32, 7), checkpoints=cps,
-                      reason="boom", dirty=True),
+                      reason="boom", dirty=True, ended_by="end-1"),
         "d": JobView("d", "ACTIVE", 1, InlineGraph(b""), "", 0, 1, CheckpointState()),
         "é/ü\u2603": JobView("é/ü\u2603", "FINISHED", None, None),
     }
@@ -264,15 +264,15 @@ def test_the_body_is_column_wise() -> None:
 
 
 def test_an_older_snapshot_without_a_defaulted_field_reads_with_its_default() -> None:
-    """As if written before JobView had a dirty flag (job results)."""
+    """As if written before JobView had a dirty flag (job results) and an end's id."""
     image = tricky_image()
     head, value, blob = _parts(encode_image(image))
-    assert head["types"]["JobView"][-1:] == ["dirty"]
-    head["types"]["JobView"] = head["types"]["JobView"][:-1]
+    assert head["types"]["JobView"][-2:] == ["dirty", "ended_by"]
+    head["types"]["JobView"] = head["types"]["JobView"][:-2]
     for _, columns in _recs(value, "JobView"):
-        del columns[-1:]
+        del columns[-2:]
     back = decode_image(_body(head, value, blob))
-    expected = {k: v._replace(dirty=False) for k, v in image.jobs.items()}
+    expected = {k: v._replace(dirty=False, ended_by=None) for k, v in image.jobs.items()}
     assert dict(back.jobs) == expected != dict(image.jobs)
     assert dataclasses.replace(back, jobs=image.jobs) == image
 

@@ -162,14 +162,17 @@ class _Ignored(Exception):
 def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
     t = ev.TYPE
     job = getattr(ev, "job_id", None)
-    if t in ("JobSubmitted", "JobCancelled", "JobTerminated", "JobCleanedUp"):
+    if t in ("JobCancelled", "JobTerminated"):  # its own key, or the job's (older jobregs)
+        return (f"{ns}/job/{job}/end/{ev.event_id}", f"{ns}/job/{job}")
+    if t in ("JobSubmitted", "JobCleanedUp"):
         return (f"{ns}/job/{job}",)
     if t in ("JobAdopted", "JobLockReleased", "JobRecoveryFailed"):
         return (f"{ns}/job/{job}/lock",)
     if t.startswith("Checkpoint") or t == "JobRestarted":
         return (f"{ns}/job/{job}/checkpoints",)
     if t == "JobReasserted":
-        return (f"{ns}/job/{job}", f"{ns}/job/{job}/lock", f"{ns}/job/{job}/checkpoints")
+        return (f"{ns}/job/{job}", f"{ns}/job/{job}/lock", f"{ns}/job/{job}/checkpoints",
+                f"{ns}/job/{job}/end/{ev.event_id}")
     if t == "LeaseRenewed":
         return (f"{ns}/term/{ev.epoch}/lease",)
     if t in ("LeadershipGranted", "LeadershipRevoked"):
@@ -252,6 +255,7 @@ class NamespaceModel:
 
     def __init__(self, namespace: str) -> None:
         self.ns = namespace
+        self._on_end_key = False  # the record being decided is under an end key
         self.epoch = 0
         self.leader: str | None = None
         self.revoked = False
@@ -292,6 +296,7 @@ class NamespaceModel:
             return self._note(Verdict(offset, "QUARANTINED", "tombstone", key,
                                       timestamp=timestamp))
         ev: Any  # the model reads events by their TYPE and fields, as the README states them
+        self._on_end_key = key is not None and key.count("/") == 4 and "/end/" in key
         try:
             ev = decode(value)
         except CodecError:
@@ -437,6 +442,9 @@ class NamespaceModel:
                 raise _Refused("terminal_job")
             if ev.schema_version < 2:  # before results: clean, no graph
                 new = MJob(status, None, None)
+            elif self._on_end_key:  # under its own key: its copy is not read
+                new = (MJob(status, None, job.graph, cp=job.cp, dirty=True) if job is not None
+                       else MJob(status, None, None, dirty=True))
             elif job is not None:
                 new = MJob(status, None, job.graph, cp=job.cp, dirty=True)
             else:
@@ -447,9 +455,13 @@ class NamespaceModel:
                 raise _Refused("bad_state")
             if job is not None and job.live:
                 raise _Refused("job_live")
+            if job is None and ev.schema_version >= 2:  # ends are never compacted away
+                raise _Refused("unknown_job")
             new = MJob(ev.status if job is None else job.status, None, None)
         elif t == "JobReasserted":
             if ev.status not in STATUSES:
+                raise _Refused("bad_state")
+            if self._on_end_key and ev.status not in TERMINAL:
                 raise _Refused("bad_state")
             if job is not None and not job.live and ev.status not in TERMINAL:
                 raise _Refused("terminal_job")
