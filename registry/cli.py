@@ -1566,6 +1566,10 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 @click.option("--bootstrap", "torture_bootstrap", metavar="HOST:PORT", callback=_host_port,
               help="Run against this Kafka instead of an embedded broker (client-side "
                    "faults only; a fresh topic per run, whose deletion is asked afterwards).")
+@click.option("--stalls", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+              help="The chance that a worker's thread is held (up to 0.2 s) at each stall "
+                   "point of the write path and the election it reaches (registry.stalls): "
+                   "interleavings inside one process; 0: none.")
 @click.option("--check", "check_dir", type=click.Path(exists=True, file_okay=False),
               help="Run nothing: check the run (or campaign) folder DIR again.")
 @click.option("--selftest", is_flag=True,
@@ -1575,7 +1579,7 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 def torture(settings: Settings, seed: int, runs: int, seconds: float, processes: int,
             writers: int, namespaces: int, lease: float, out_dir: str, parallel: int,
             torture_broker: str, torture_kafka: bool, torture_bootstrap: str | None,
-            check_dir: str | None, selftest: bool) -> None:
+            stalls: float, check_dir: str | None, selftest: bool) -> None:
     """The fault campaign: coordinator processes (each of --writers threads calling its Term
     at once) under a nemesis (pauses, kills, a paused broker, network cuts, zombie writes,
     garbage, duplicates; on --kafka, node kills, pauses, restarts and cuts), then an independent checker over their histories and the log. A progress line per run on stderr, a summary table
@@ -1625,7 +1629,8 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
             config = runner.CampaignConfig(
                 seed=seed, runs=runs, seconds=seconds, processes=processes,
                 writers=writers, namespaces=namespaces, lease=lease, out=Path(out_dir),
-                bootstrap=torture_bootstrap, parallel=parallel, broker=torture_broker)
+                bootstrap=torture_bootstrap, parallel=parallel, broker=torture_broker,
+                stalls=stalls)
             summaries = runner.campaign(config, progress)
     if settings.as_json:
         click.echo(json.dumps({"format": "jobreg.torture/1", "runs": summaries}, indent=2,

@@ -1263,6 +1263,7 @@ class Term:
         if not reg.image.unsettled or self.fenced() is not None \
                 or not plan_reassertions(reg.image, self.epoch, self.contender):
             return
+        stalls.point("write.settling", epoch=self.epoch)
         try:
             self._groups.commit(PendingCall([], [], guard, None))
         except Exception as e:  # noqa: BLE001 - the call is decided: never "done, but"

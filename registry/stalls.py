@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["POINTS", "Gate", "Random", "installed", "point"]
+__all__ = ["POINTS", "Gate", "Random", "install", "installed", "point"]
 
 POINTS: dict[str, str] = {
     "write.planned": "a group's records are planned (reassertions included) and not yet sent",
@@ -51,6 +51,13 @@ def point(name: str, **detail: Any) -> None:
         if name not in POINTS:
             raise KeyError(f"no stall point {name!r}; the points are {sorted(POINTS)}")
         controller(name, **detail)
+
+
+def install(controller: Callable[..., None] | None) -> None:
+    """Install ``controller`` for the rest of the process (``None``: remove it); for a
+    process that lives to be stalled, such as a fault campaign's worker."""
+    global _controller
+    _controller = controller
 
 
 @contextlib.contextmanager
@@ -111,7 +118,7 @@ class Random:
     """Stalls a thread at a point with probability ``p`` for up to ``max_s`` seconds,
     drawn from ``random.Random(seed)`` (the fault campaign's nemesis of threads)."""
 
-    def __init__(self, seed: int, *, p: float = 0.05, max_s: float = 0.2,
+    def __init__(self, seed: int | str, *, p: float = 0.05, max_s: float = 0.2,
                  points: tuple[str, ...] | None = None) -> None:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()

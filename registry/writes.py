@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from . import stalls
 from .errors import BrokerError, Fenced, NotAuthorized, OutcomeUnknown, RegistryError
 from .events import CallCommitted, Event, new_event_id
 from .fold import DUPLICATE_WINDOW_MS
@@ -222,6 +223,7 @@ class TermWrites:
                         hand_on: Callable[[], None] = produced
                         produced = None  # once
                         hand_on()
+                    stalls.point("write.sent", epoch=self.epoch, records=len(todo))
                     try:
                         written = writer.wait(sending)
                     except WriteFailed as failed:

@@ -71,6 +71,9 @@ class CampaignConfig:
     broker: str = "embedded"
     """``embedded`` (Tansu behind the fault proxy) or ``kafka`` (three Apache Kafka nodes,
     node faults); ignored when ``bootstrap`` is given."""
+    stalls: float = 0.05
+    """The chance that a worker's thread is held (up to 0.2 s) at each stall point of the
+    write path and the election it reaches (:mod:`registry.stalls`); 0: none."""
 
 
 BROKERS = ("embedded", "kafka")
@@ -283,6 +286,7 @@ def run_once(config: CampaignConfig, index: int, seed: int,
             "blob_dir": str((run_dir / "blobs").resolve()), "seconds": config.seconds,
             "started": time.time(), "deadline": time.time() + config.seconds,
             "op_pause": [0.01, 0.06],
+            "stalls": config.stalls,
             "code": code_fingerprint(),
         }
         (run_dir / "run.json").write_text(json.dumps(cfg, indent=2))
@@ -358,6 +362,7 @@ def run_once(config: CampaignConfig, index: int, seed: int,
         "concurrency": report.stats.get("concurrency", {}),
         "deposed": report.stats.get("deposed", {}),
         "violations": dict(Counter(v.rule for v in report.violations)),
+        "stalls": _stall_counts(run_dir),
         "violation_count": len(report.violations), "notes": report.notes,
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -644,6 +649,11 @@ def format_summary(summaries: list[dict[str, Any]]) -> str:
               table(["operations", "count"], [[k, ops.get(k, 0)]
                                               for k in ("ok", "fail", "info", "unfinished")])]
     writers = sorted({s.get("writers", 1) for s in summaries})
+    held: Counter[str] = Counter()
+    for summary in summaries:
+        held.update(summary.get("stalls") or {})
+    lines += ["", "threads held at stall points: " + (
+        ", ".join(f"{name} {n}" for name, n in sorted(held.items())) if held else "none")]
     lines += ["", f"writer threads per process: {', '.join(map(str, writers))}; write calls "
               f"that overlapped another of their term in their process: "
               f"{overlap['overlapping']} (ok {overlap['ok']}, refused {overlap['refused']} of which "
@@ -720,6 +730,15 @@ def first_examples(summaries: list[dict[str, Any]], limit: int = 1) -> list[str]
                 lines.append(f"{v['rule']}: {v['detail'][:300]} [{v.get('ns') or '-'}{where}; "
                              f"{path}]")
     return lines
+
+
+def _stall_counts(run_dir: Path) -> dict[str, int]:
+    """How often the workers' threads were held at each stall point (``stalls/*.json``)."""
+    total: Counter[str] = Counter()
+    for f in sorted((run_dir / "stalls").glob("*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            total.update(json.loads(f.read_text()))
+    return dict(total)
 
 
 def code_fingerprint() -> str:

@@ -638,6 +638,7 @@ def _receipts(result: Any) -> list[dict[str, Any]] | None:
 def main(argv: list[str] | None = None) -> int:
     """Run one worker until SIGTERM or the deadline."""
     run_dir, process, incarnation = (argv or sys.argv[1:])[:3]
+    from registry import stalls
     from registry.dev.torture.runner import code_fingerprint
 
     wanted = json.loads((Path(run_dir) / "run.json").read_text()).get("code")
@@ -646,6 +647,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{code_fingerprint()}, the run's {wanted}); not starting", file=sys.stderr)
         return 3
     worker = Worker(Path(run_dir), process, int(incarnation))
+    # The nemesis of threads: each thread of this worker may be held at the write path's
+    # and the election's stall points (registry.stalls), drawn from the run's seed.
+    chance = float(worker.cfg.get("stalls", 0.0))
+    stall = stalls.Random(f"{worker.cfg['seed']}/{process}/{incarnation}/stalls", p=chance)
+    if chance > 0:
+        stalls.install(stall)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
     # A worker that does not stop when told is sent SIGUSR1 before SIGKILL: every thread's
     # stack goes to its .err file, so a hung call can be explained afterwards.
@@ -657,6 +664,11 @@ def main(argv: list[str] | None = None) -> int:
         # A stuck close (a paused broker) must not keep the process alive.
         threading.Timer(5.0, lambda: os._exit(0)).start()
         worker.shutdown()
+        if chance > 0:
+            with contextlib.suppress(OSError):
+                (Path(run_dir) / "stalls").mkdir(exist_ok=True)
+                (Path(run_dir) / "stalls" / f"{process}.{incarnation}.json").write_text(
+                    json.dumps(stall.stalls))
     os._exit(0)
 
 
