@@ -126,11 +126,12 @@ class CheckpointState:
     ``seq`` counts the checkpoint records the fold accepted for the job;
     ``last_completed`` is the newest completed id (-1: none); ``retained`` the
     newest completed checkpoints, oldest first; ``pending`` the triggered ids
-    not yet finished; ``discarded`` the discarded ids newer than
-    ``last_completed``; ``counted`` the failed ids counted since the last
-    completion or restart; ``unknown_failures`` the counted failures in the
-    trigger phase (no id) since then. All id tuples are sorted, so equal
-    states compare equal.
+    not yet finished; ``discarded`` the ids newer than ``last_completed`` that ended
+    without completing (discarded, or failed and no longer counted); ``counted`` the failed
+    ids counted since the last completion or restart; ``unknown_failures`` the counted
+    failures in the trigger phase (no id) since then. Every id triggered stays in one of
+    them until a newer one completes, so :attr:`newest_id` never goes back. All id tuples
+    are sorted, so equal states compare equal.
     """
 
     seq: int = 0
@@ -140,6 +141,12 @@ class CheckpointState:
     discarded: tuple[int, ...] = ()
     counted: tuple[int, ...] = ()
     unknown_failures: int = 0
+
+    @property
+    def newest_id(self) -> int:
+        """The highest checkpoint id this state knows of (-1: none): a trigger must name a
+        higher one (fold rule 6), and a checkpoint id counter continues after it."""
+        return max((self.last_completed, *self.pending, *self.discarded, *self.counted))
 
     @property
     def consecutive_failures(self) -> int:

@@ -741,8 +741,7 @@ class Bridge:
 
     @staticmethod
     def _next_id(view: JobView) -> int:
-        s = view.checkpoints
-        return max([s.last_completed, *s.pending, *s.discarded, *s.counted, 0]) + 1
+        return max(view.checkpoints.newest_id, 0) + 1
 
     def _counter_lock(self, job: str) -> threading.Lock:
         with self._counter_guard:

@@ -136,7 +136,9 @@ keys where it was not are ``unsettled`` until the leader reasserts them
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -340,7 +342,8 @@ def recorded_counts(event: CheckpointFailed) -> bool:
 def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
                     *, location: str = "", retained: int = 1,
                     failure_reason: str = "UNSPECIFIED", counts: bool | None = None,
-                    legacy: bool = False) -> tuple[CheckpointState, str | None]:
+                    legacy: bool = False,
+                    keep_ids: bool = True) -> tuple[CheckpointState, str | None]:
     """Rule 6: the checkpoint state after one event, and why it was ignored (``None``: it counted).
 
     Pure; the fold applies it, and the client calls it to compute the state
@@ -357,6 +360,14 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
     failure written before reasons existed (``CheckpointFailed`` schema version 1)
     is judged by the rule of its time, under which the state it carries was
     computed: it counts whether or not the checkpoint is pending.
+
+    Ids only increase per job: every id triggered stays in ``pending``, ``counted`` or
+    ``discarded`` until a newer one completes (a failure that does not count, a completion
+    passing counted failures and a restart move ids to ``discarded``), so
+    :attr:`~registry.events.CheckpointState.newest_id` never goes back and no id can be
+    triggered twice (issue 42, finding 5). ``keep_ids=False`` is the rule before that, under
+    which records of an older jobreg carried their states: the fold accepts a state either
+    rule gives.
     """
     cp = checkpoint_id
     if kind is CheckpointFailed and counts is None:
@@ -370,9 +381,10 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
             raise CheckpointRuleViolation(
                 "restart_checkpoint_mismatch",
                 f"a restart names checkpoint {cp}, but the newest completed checkpoint is {last}")
-        # Flink aborts the pending checkpoints when it fails the job over: discarded here.
-        return CheckpointState(seq, last, state.retained, (),
-                               tuple(sorted(discarded | pending)), (), 0), None
+        # Flink aborts the pending checkpoints when it fails the job over: discarded here
+        # (and the counted ones, no longer counted, stay known as ended).
+        ended = discarded | pending | (counted if keep_ids else set())
+        return CheckpointState(seq, last, state.retained, (), tuple(sorted(ended)), (), 0), None
     if kind is CheckpointFailed and cp == UNKNOWN_CHECKPOINT:
         if counts:
             unknown += 1
@@ -381,7 +393,7 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
             why = f"a trigger failure for {failure_reason} does not count"
         return dataclasses.replace(state, seq=seq, unknown_failures=unknown), why
     if kind is CheckpointTriggered:
-        newest = max([last, *pending, *discarded, *counted])
+        newest = state.newest_id
         if cp <= newest:
             raise CheckpointRuleViolation(
                 "checkpoint_id_not_increasing",
@@ -394,9 +406,10 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
         why = f"checkpoint {cp} was discarded"
     elif kind is CheckpointCompleted:
         retained_cps = (*state.retained, CompletedCheckpoint(cp, location))
+        ended = discarded | (counted if keep_ids else set())  # no longer counted: ended
         return CheckpointState(
             seq, cp, retained_cps[-max(retained, 1):], tuple(sorted(p for p in pending if p > cp)),
-            tuple(sorted(d for d in discarded if d > cp)), (), 0), None
+            tuple(sorted(d for d in ended if d > cp)), (), 0), None
     elif kind is CheckpointFailed:
         if cp in counted:
             why = f"a failure of checkpoint {cp} was already counted"
@@ -408,6 +421,8 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
                 counted.add(cp)
                 why = None
             else:
+                if keep_ids and cp not in counted:
+                    discarded.add(cp)  # ended, not counted: its id stays known
                 why = f"a failure for {failure_reason} does not count"
     else:  # CheckpointDiscarded
         if cp in discarded:
@@ -915,12 +930,18 @@ class Delta:
                            f"{e.job_id!r} follows record {cur.seq}; expected {cur.seq + 1}")
         try:
             failed = e if isinstance(e, CheckpointFailed) else None
-            new, why = checkpoint_step(cur, type(e), e.checkpoint_id,
-                                       location=getattr(e, "location", ""),
-                                       retained=job.retained_checkpoints,
-                                       failure_reason=getattr(e, "failure_reason", "UNSPECIFIED"),
-                                       counts=recorded_counts(failed) if failed else None,
-                                       legacy=failed is not None and e.schema_version < 2)
+            step = functools.partial(
+                checkpoint_step, cur, type(e), e.checkpoint_id,
+                location=getattr(e, "location", ""), retained=job.retained_checkpoints,
+                failure_reason=getattr(e, "failure_reason", "UNSPECIFIED"),
+                counts=recorded_counts(failed) if failed else None,
+                legacy=failed is not None and e.schema_version < 2)
+            new, why = step()
+            if new != e.state:  # a state as a jobreg before ids were kept computed it
+                with contextlib.suppress(CheckpointRuleViolation):
+                    older, older_why = step(keep_ids=False)
+                    if older == e.state:
+                        new, why = older, older_why
         except CheckpointRuleViolation as v:
             raise _Verdict(v.reason, v.detail) from None
         if new != e.state:

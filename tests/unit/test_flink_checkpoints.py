@@ -267,14 +267,15 @@ def test_ignore_one_checkpoint_repeatedly_count_multi_times() -> None:
 def test_a_decline_of_a_checkpoint_never_triggered_is_ignored() -> None:
     """CheckpointCoordinatorTest: a decline for an unknown (never pending) checkpoint is
     dropped (``receiveDeclineMessage`` finds no pending checkpoint), and a second decline of
-    a checkpoint already failed finds it no longer pending."""
+    a checkpoint already failed finds it no longer pending (it ended: kept among the ended
+    ids, so its id is never triggered again)."""
     c = Coordinator(0)
     unknown = c.fail(7, "CHECKPOINT_DECLINED", trigger=False)
     assert unknown.outcome == Outcome.IGNORED and "not pending" in unknown.detail
     c.trigger(8)
     c.fail(8, "JOB_FAILOVER_REGION")  # ends checkpoint 8 without counting
     late = c.fail(8, "CHECKPOINT_DECLINED", trigger=False)
-    assert late.outcome == Outcome.IGNORED and "not pending" in late.detail
+    assert late.outcome == Outcome.IGNORED and "checkpoint 8 was discarded" in late.detail
     assert c.restarts == 0
 
 
@@ -432,3 +433,37 @@ def test_explain_tells_restarts_and_an_exhausted_budget() -> None:
     text = Forensics(Records(c.records), NS).explain("job")
     assert "It was restarted 1 time(s)" in text and "(reason: over budget)" in text
     assert "over budget:" not in text
+
+
+def _step(state, kind, cp, **kw):
+    from registry.rules import checkpoint_step
+    return checkpoint_step(state, kind, cp, **kw)[0]
+
+
+@pytest.mark.parametrize("history", [
+    # trigger 1, complete 1, trigger 2, fail 2 for a reason Flink does not count
+    [("trigger", 1), ("complete", 1), ("trigger", 2), ("fail", 2, "JOB_FAILOVER_REGION")],
+    # trigger 1, trigger 2, fail 2 (counted), complete 1
+    [("trigger", 1), ("trigger", 2), ("fail", 2, "CHECKPOINT_DECLINED"), ("complete", 1)],
+    # trigger 1, trigger 2, fail 2 (counted), restart
+    [("trigger", 1), ("complete", 1), ("trigger", 2), ("fail", 2, "CHECKPOINT_DECLINED"),
+     ("restart", 1)],
+])
+def test_a_checkpoint_id_is_never_triggered_twice(history) -> None:
+    """Issue 42, finding 5: each of these let id 2 be triggered again (the next id fell
+    back), so a late failure of the first attempt would count against the second and both
+    wrote under one chk-2. Every id triggered stays known until a newer one completes."""
+    from registry.events import EMPTY_CHECKPOINTS, CheckpointCompleted, CheckpointFailed
+    from registry.events import CheckpointTriggered, JobRestarted
+    from registry.rules import CheckpointRuleViolation
+    kinds = {"trigger": CheckpointTriggered, "complete": CheckpointCompleted,
+             "fail": CheckpointFailed, "restart": JobRestarted}
+    state, newest = EMPTY_CHECKPOINTS, -1
+    for kind, cp, *reason in history:
+        kw = {"failure_reason": reason[0]} if reason else {}
+        state = _step(state, kinds[kind], cp, **kw)
+        assert state.newest_id >= newest  # ids never go back
+        newest = state.newest_id
+    assert state.newest_id == 2
+    with pytest.raises(CheckpointRuleViolation, match="ids increase"):
+        _step(state, CheckpointTriggered, 2)

@@ -204,15 +204,18 @@ _COUNTED_BEFORE = {"UNSPECIFIED", "IO_EXCEPTION", "CHECKPOINT_ASYNC_EXCEPTION",
 
 def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
              reason: str = "UNSPECIFIED", version: int = 2,
-             recorded: bool | None = None) -> tuple[Cp, str | None]:
+             recorded: bool | None = None, keep: bool = True) -> tuple[Cp, str | None]:
     """Rule 6 as documented: the state after one event and why it was ignored. A failure's
-    reason counts as its writer recorded (``recorded``), or by the old table if it did not."""
+    reason counts as its writer recorded (``recorded``), or by the old table if it did not.
+    ``keep``: every id triggered stays known until a newer one completes (ids never go
+    back); ``False``: the rule before that, which older records' states follow."""
     seq = cur.seq + 1
+    gone = cur.counted if keep else frozenset()  # counted ids that stop counting, as ended
     counts = recorded if recorded is not None else reason in _COUNTED_BEFORE
     if kind == "JobRestarted":
         if cp != cur.last:
             raise _Refused("restart_checkpoint_mismatch")
-        return Cp(seq, cur.last, cur.retained, frozenset(), cur.discarded | cur.pending,
+        return Cp(seq, cur.last, cur.retained, frozenset(), cur.discarded | cur.pending | gone,
                   frozenset(), 0), None
     if kind == "CheckpointFailed" and cp == -1:  # the trigger phase: no id
         if counts:
@@ -230,7 +233,7 @@ def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
     if kind == "CheckpointCompleted":
         kept = (*cur.retained, (cp, location))[-max(retained, 1):]
         return Cp(seq, cp, kept, frozenset(p for p in cur.pending if p > cp),
-                  frozenset(d for d in cur.discarded if d > cp), frozenset(), 0), None
+                  frozenset(d for d in cur.discarded | gone if d > cp), frozenset(), 0), None
     if kind == "CheckpointFailed":
         if cp in cur.counted:
             return replace(cur, seq=seq), "already counted"
@@ -239,7 +242,9 @@ def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
         if counts:
             return replace(cur, seq=seq, counted=cur.counted | {cp},
                            pending=cur.pending - {cp}), None
-        return replace(cur, seq=seq, pending=cur.pending - {cp}), "reason does not count"
+        return replace(cur, seq=seq, pending=cur.pending - {cp},
+                       discarded=cur.discarded | ({cp} if keep else frozenset())), \
+            "reason does not count"
     if cp in cur.discarded:
         return replace(cur, seq=seq), "already discarded"
     return replace(cur, seq=seq, discarded=cur.discarded | {cp}, pending=cur.pending - {cp}), None
@@ -498,10 +503,17 @@ class NamespaceModel:
                 elif carried.seq <= job.cp.seq:
                     raise _Refused("stale_checkpoint_seq")
                 else:
-                    cp, why = _cp_step(job.cp, t, ev.checkpoint_id,
-                                       getattr(ev, "location", ""), job.retained,
-                                       getattr(ev, "failure_reason", "UNSPECIFIED"),
-                                       ev.schema_version, getattr(ev, "reason_counts", None))
+                    args = (job.cp, t, ev.checkpoint_id, getattr(ev, "location", ""),
+                            job.retained, getattr(ev, "failure_reason", "UNSPECIFIED"),
+                            ev.schema_version, getattr(ev, "reason_counts", None))
+                    cp, why = _cp_step(*args)
+                    if cp != carried:  # as an older jobreg computed it
+                        try:
+                            older, older_why = _cp_step(*args, keep=False)
+                        except _Refused:
+                            older, older_why = cp, why
+                        if older == carried:
+                            cp, why = older, older_why
                     if cp != carried:
                         raise _Refused("checkpoint_state_mismatch")
                     new = replace(job, cp=cp)
