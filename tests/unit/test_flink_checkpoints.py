@@ -453,8 +453,13 @@ def test_a_checkpoint_id_is_never_triggered_twice(history) -> None:
     """Issue 42, finding 5: each of these let id 2 be triggered again (the next id fell
     back), so a late failure of the first attempt would count against the second and both
     wrote under one chk-2. Every id triggered stays known until a newer one completes."""
-    from registry.events import EMPTY_CHECKPOINTS, CheckpointCompleted, CheckpointFailed
-    from registry.events import CheckpointTriggered, JobRestarted
+    from registry.events import (
+        EMPTY_CHECKPOINTS,
+        CheckpointCompleted,
+        CheckpointFailed,
+        CheckpointTriggered,
+        JobRestarted,
+    )
     from registry.rules import CheckpointRuleViolation
     kinds = {"trigger": CheckpointTriggered, "complete": CheckpointCompleted,
              "fail": CheckpointFailed, "restart": JobRestarted}
