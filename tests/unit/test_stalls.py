@@ -41,9 +41,9 @@ def test_an_unknown_point_is_refused_once_a_controller_is_installed() -> None:
 
 
 def test_one_controller_at_a_time() -> None:
-    with stalls.installed(lambda name, **_: None), pytest.raises(RuntimeError):
-        with stalls.installed(lambda name, **_: None):
-            pass
+    with stalls.installed(lambda name, **_: None), pytest.raises(RuntimeError), \
+            stalls.installed(lambda name, **_: None):
+        pass
 
 
 def test_random_stalls_are_drawn_from_the_seed() -> None:
