@@ -133,7 +133,7 @@ def test_an_existing_topic_with_one_replica_on_three_nodes_is_refused(
     _create(kafka3.bootstrap, topic, 1)
     said = _refused(kafka3.bootstrap, topic)
     assert f"topic {topic!r} has replication factor 1" in said
-    assert "jobreg needs at least 3 (min(3, the 3 brokers))" in said
+    assert "jobreg needs at least 3 (min(3, the 3 brokers):" in said
     assert "kafka-reassign-partitions" in said
 
 
