@@ -109,6 +109,8 @@ _LOG = logging.getLogger("registry.kafka")
 # first back-off is 10 ms, not 100: librdkafka holds a new client's first connection to
 # a broker the metadata named for half of it (measured: a new producer's start, and so
 # a failover's claim, 0.145 s -> 0.054 s), on Kafka as on the embedded broker.
+_CLIENT_DEFAULTS = {"socket.nagle.disable": True, "reconnect.backoff.ms": 10,
+                    "reconnect.backoff.max.ms": 250, "logger": _LOG}
 
 
 def _expected(record: logging.LogRecord) -> bool:
@@ -123,8 +125,6 @@ def _expected(record: logging.LogRecord) -> bool:
 
 
 _LOG.addFilter(_expected)
-_CLIENT_DEFAULTS = {"socket.nagle.disable": True, "reconnect.backoff.ms": 10,
-                    "reconnect.backoff.max.ms": 250, "logger": _LOG}
 
 _DAY_MS = 24 * 60 * 60 * 1000
 
@@ -1571,6 +1571,10 @@ class LeaderWriter:
                         if not first:
                             sending.failure = BufferError("1 record(s) not queued (the "
                                                           "producer's queue is full)")
+                        elif delivery.reports < first:  # wait() need not wait again
+                            sending.failure = TimeoutError(
+                                f"its first record, sent alone, not confirmed within "
+                                f"{self._timeout:g} s")
                         return sending  # nothing more of it is sent; wait() says why
                     self._acknowledged = time.monotonic()
                 # One call queues them all, so librdkafka's broker thread finds them together

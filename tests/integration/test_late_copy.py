@@ -97,3 +97,22 @@ def test_a_request_the_network_lost_never_lands_later(proxied) -> None:
     time.sleep(3 * TIMEOUT)  # librdkafka's retry back-off is at most 1 s
     assert [k for k, _ in _read(broker.bootstrap, topic)] == [b"ns/job/first"]
     writer.close()
+
+
+def test_a_new_producers_first_record_alone_holds_back_the_rest(proxied) -> None:
+    """A new producer's first write of several records sends its first record alone
+    (``LeaderWriter.start``, README "No gaps in a producer's series"); if that is not
+    confirmed within the timeout, the write fails then, and nothing more of it is ever sent."""
+    broker, proxy = proxied
+    topic = f"late-{uuid.uuid4().hex[:8]}"
+    ensure_topic(broker.bootstrap, topic, TopicConfig(partitions=1))
+    writer = LeaderWriter(broker.bootstrap, topic, 0, timeout=TIMEOUT)
+    proxy.blackhole()
+    began = time.monotonic()
+    with pytest.raises(WriteFailed):
+        writer.write([("ns/job/a", b"a"), ("ns/call/c", b"c")])
+    assert time.monotonic() - began < 2 * TIMEOUT  # waited once, not twice
+    writer.close()
+    proxy.heal()
+    time.sleep(3 * TIMEOUT)
+    assert b"ns/call/c" not in [k for k, _ in _read(broker.bootstrap, topic)]
