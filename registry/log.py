@@ -1467,6 +1467,7 @@ class Sending:
 # So a producer's first write, and its first after this long without an acknowledged one,
 # sends its first record alone and waits for it before the rest.
 _SEQUENCE_IDLE_S = 3600.0
+_FATAL_GRACE_S = 0.5  # a write whose producer failed fatally waits this long for its reports
 
 
 def leader_producer_settings(kafka: Kafka, timeout: float) -> dict[str, Any]:
@@ -1606,6 +1607,16 @@ class LeaderWriter:
                 sending.producer.poll(min(left_s, 0.05))
         except (KafkaException, SystemError, RuntimeError) as e:
             failure = e
+        stopped = kafka_error_of(failure)
+        if stopped is not None and stopped.fatal():
+            # The fatal error comes before the reports of the batch that caused it (which
+            # say why: a refusal of the authorizer, a batch too large): serve them briefly.
+            grace = min(deadline, time.monotonic() + _FATAL_GRACE_S)
+            with contextlib.suppress(KafkaException, SystemError, RuntimeError):
+                while delivery.reports < produced and time.monotonic() < grace:
+                    sending.producer.poll(0.02)
+        else:
+            stopped = None
         left = produced - delivery.reports
         if not failure and not left and delivery.error is None \
                 and not delivery.missing_offsets and len(delivery.offsets) == len(records):
@@ -1626,10 +1637,12 @@ class LeaderWriter:
                 sending.producer.poll(0)
         left = produced - delivery.reports
         in_doubt = produced - len(delivery.offsets) - delivery.refused
-        stopped = kafka_error_of(failure)
-        if stopped is not None and not stopped.fatal():
+        # A fatal error of the producer says why its reports failed (then _PURGE_INFLIGHT),
+        # unless a report says the broker's authorizer refused the write: the gap-less
+        # guarantee makes that refusal fatal too, and the refusal is what the caller needs.
+        refusal = delivery.error is not None and delivery.error.code() in _AUTHORIZATION
+        if refusal:
             stopped = None
-        # A fatal error of the producer says why its reports failed (then _PURGE_INFLIGHT).
         error = stopped or delivery.error or kafka_error_of(failure)
         refused = not_authorized(self._kafka, error, "WRITE", "topic", self.topic)
         if refused is not None:
