@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import socket
 import threading
@@ -59,7 +60,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -68,13 +69,16 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, 
 from .errors import AuthenticationFailed, BrokerError, ConfigError, NotAuthorized
 from .image import LogRecord
 from .kafka_config import Kafka, login_refused, not_authorized_text, scrubbed
+from .rules import DUPLICATE_WINDOW_MS
 
 __all__ = [
     "DEFAULT_TOPIC",
     "LogReader",
     "no_broker",
     "PlainWriter",
+    "TOPIC_CHECK_ENV",
     "TopicConfig",
+    "topic_violations",
     "TRANSACTION_TIMEOUT_MS",
     "TopicInfo",
     "TransactionFailed",
@@ -84,6 +88,7 @@ __all__ = [
     "ensure_topic",
     "kafka_error_of",
     "LeaderWriter",
+    "leader_producer_settings",
     "Sending",
     "WriteFailed",
     "WriteNotAuthorized",
@@ -107,43 +112,104 @@ _LOG = logging.getLogger("registry.kafka")
 _CLIENT_DEFAULTS = {"socket.nagle.disable": True, "reconnect.backoff.ms": 10,
                     "reconnect.backoff.max.ms": 250, "logger": _LOG}
 
+
+def _expected(record: logging.LogRecord) -> bool:
+    """False for what librdkafka logs about a leader's producer that is no news: at every
+    start, that enable.gapless.guarantee (set on purpose: leader_producer_settings) is
+    experimental; and, as FATAL, the gap-less guarantee's refusal of the records a failed
+    write purged in flight (the write purges them because it failed: it already said so, and
+    retires the producer)."""
+    text = record.getMessage()
+    return "enable.gapless.guarantee is experimental" not in text and not (
+        "gap-less guarantee" in text and "Purged in flight" in text)
+
+
+_LOG.addFilter(_expected)
+
 _DAY_MS = 24 * 60 * 60 * 1000
+
+
+TOPIC_CHECK_ENV = "JOBREG_TOPIC_CHECK"
+"""The environment variable that gives :attr:`TopicConfig.check` its default (``refuse``,
+or ``warn`` on a test cluster): for whatever makes its own ``TopicConfig()`` (the CLI's
+Flink bridge, the benchmarks)."""
+
+TOPIC_CHECKS = ("refuse", "warn")
+
+
+def _check_from_env() -> str:
+    return os.environ.get(TOPIC_CHECK_ENV, "refuse").strip().lower() or "refuse"
 
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """The topic settings the compaction argument rests on (README, "Compaction").
+    """The topic settings the guarantees rest on (README, "Compaction" and "Production
+    deployment"); :func:`ensure_topic` creates a topic with them and refuses an existing one
+    that breaks one of them (:func:`topic_violations`).
 
-    * ``cleanup.policy=compact``: the log keeps the newest record per key for ever.
+    * ``cleanup.policy=compact``: the log keeps the newest record per key for ever (never
+      ``compact,delete`` with a retention: that deletes whole segments, grants with them).
     * ``min.compaction.lag.ms`` (7 days): no record younger than this is ever
       cleaned, so the forensics window sees every record and a leader has that
-      long to reassert a key after a refused write landed on it.
+      long to reassert a key after a refused write landed on it. An existing topic must
+      have at least this much; a deployment that accepts a shorter window says so here.
     * ``delete.retention.ms`` (1 day): how long a tombstone stays readable.
       jobreg writes no tombstones; a reader whose position is older than this
       must rebuild from the start.
     * ``message.timestamp.type=LogAppendTime``: the broker stamps records, so a
       writer with a skewed clock cannot make a fresh record look old to the
-      cleaner's lag check, nor move fold rule 1's windows (:func:`ensure_topic`
-      refuses an existing topic that says otherwise).
+      cleaner's lag check, nor move fold rule 1's windows.
     * ``partitions``: the count a new topic gets. Namespaces hash onto the count;
       adding partitions later moves some, which every path refuses
       (:mod:`registry.placement`).
+    * ``replication_factor``: ``None`` (the default) is min(3, the brokers the cluster
+      lists) for a new topic; an existing one needs at least that many replicas.
+    * ``min_insync_replicas``: ``None`` is 2 where the topic has two replicas or more (an
+      ``acks=all`` write is then on two brokers before it is acknowledged), 1 on one broker,
+      where nothing better exists; set on the topic itself.
+    * ``check``: ``refuse`` (the default, or ``$JOBREG_TOPIC_CHECK``) raises
+      :class:`ConfigError` for an existing topic that breaks a guarantee; ``warn`` logs the
+      same line and goes on, for test clusters that need a degenerate topic.
     """
 
     partitions: int = 8
-    replication_factor: int = 1
+    replication_factor: int | None = None
     min_compaction_lag_ms: int = 7 * _DAY_MS
     delete_retention_ms: int = _DAY_MS
     timestamp_type: str = "LogAppendTime"
+    min_insync_replicas: int | None = None
+    check: str = field(default_factory=_check_from_env)
 
-    def kafka_config(self) -> dict[str, str]:
-        """The topic-level configuration as Kafka names it."""
-        return {
+    def __post_init__(self) -> None:
+        if self.check not in TOPIC_CHECKS:
+            raise ConfigError(f"topic check {self.check!r} (TopicConfig.check or "
+                              f"${TOPIC_CHECK_ENV}) is neither 'refuse' nor 'warn'")
+
+    def replicas_for(self, brokers: int) -> int:
+        """The replication factor a new topic gets on a cluster of ``brokers``."""
+        if self.replication_factor is not None:
+            return self.replication_factor
+        return min(3, max(1, brokers))
+
+    def min_insync_for(self, replicas: int) -> int:
+        """The ``min.insync.replicas`` a new topic of ``replicas`` replicas gets."""
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return 2 if replicas >= 2 else 1
+
+    def kafka_config(self, replicas: int | None = None) -> dict[str, str]:
+        """The topic-level configuration as Kafka names it; with ``min.insync.replicas`` once
+        the replication factor is known (``replicas``, or the one configured)."""
+        config = {
             "cleanup.policy": "compact",
             "min.compaction.lag.ms": str(self.min_compaction_lag_ms),
             "delete.retention.ms": str(self.delete_retention_ms),
             "message.timestamp.type": self.timestamp_type,
         }
+        replicas = replicas if replicas is not None else self.replication_factor
+        if replicas is not None:
+            config["min.insync.replicas"] = str(self.min_insync_for(replicas))
+        return config
 
 
 class _Closed:
@@ -316,13 +382,139 @@ class TopicInfo:
     delete_retention_ms: int | None
 
 
+# What the topic check reads of a topic's configuration (DescribeConfigs).
+_CHECKED = ("cleanup.policy", "message.timestamp.type", "min.compaction.lag.ms",
+            "delete.retention.ms", "retention.ms", "retention.bytes", "min.insync.replicas",
+            "unclean.leader.election.enable")
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def topic_violations(bootstrap: str | Kafka, topic: str, settings: dict[str, str | None],
+                     replicas: int | None, brokers: int,
+                     config: TopicConfig | None = None) -> list[str]:
+    """Each way the existing ``topic`` breaks a guarantee, one line each: the setting, its
+    value, what jobreg needs and why, and the command that fixes it. Pure.
+
+    ``settings``: the topic's configuration as the broker described it (a setting it did not
+    report is not checked: the embedded broker reports only what the topic was created with);
+    ``replicas``: the fewest replicas of any of its partitions (``None``: unknown);
+    ``brokers``: how many brokers the cluster's metadata lists."""
+    config = config or TopicConfig()
+    kafka = Kafka.of(bootstrap)
+    configs = (f"kafka-configs --bootstrap-server {kafka.bootstrap}"
+               + (" --command-config CLIENT.properties" if kafka.config else "")
+               + f" --alter --entity-type topics --entity-name {topic} --add-config")
+    found: list[str] = []
+
+    def say(what: str, need: str, fix: str) -> None:
+        found.append(f"topic {topic!r} has {what}; jobreg needs {need}: {fix}")
+
+    policy = settings.get("cleanup.policy")
+    if policy is not None:
+        kinds = {p.strip() for p in policy.split(",")}
+        if "compact" not in kinds:
+            say(f"cleanup.policy={policy}", "a compacted topic (README \"Compaction\")",
+                f"{configs} cleanup.policy=compact")
+        elif "delete" in kinds:
+            kept = {k: settings.get(k) for k in ("retention.ms", "retention.bytes")}
+            if any(v is None or _int(v) != -1 for v in kept.values()):
+                shown = " and ".join(f"{k}={v if v is not None else 'unknown'}"
+                                     for k, v in kept.items())
+                say(f"cleanup.policy={policy} with {shown}",
+                    "cleanup.policy=compact (deletion removes whole segments past the "
+                    "retention: grants, call commits and a job's only record with them)",
+                    f"{configs} cleanup.policy=compact")
+    stamps = settings.get("message.timestamp.type")
+    if stamps is not None and stamps != config.timestamp_type:
+        # Record time must be the broker's: with CreateTime every writer's clock stamps its
+        # records, and fold rule 1 and the cleaner's lag read them (README "Compaction").
+        say(f"message.timestamp.type={stamps}",
+            f"{config.timestamp_type} (the broker's stamps)",
+            f"{configs} message.timestamp.type={config.timestamp_type}")
+    lag, need = settings.get("min.compaction.lag.ms"), config.min_compaction_lag_ms
+    lag_ms = _int(lag)
+    if lag is not None and (lag_ms is None or lag_ms < need):
+        say(f"min.compaction.lag.ms={lag}",
+            f"at least {need} (the time a leader has to reassert a refused record's key "
+            "before the cleaner may remove the key's earlier records, and the forensics "
+            "window: README \"Compaction\"; a shorter window is TopicConfig("
+            "min_compaction_lag_ms=...))", f"{configs} min.compaction.lag.ms={need}")
+    unclean = settings.get("unclean.leader.election.enable")
+    if unclean is not None and unclean.strip().lower() != "false":
+        say(f"unclean.leader.election.enable={unclean}",
+            "false (an unclean election makes a replica that missed acknowledged writes "
+            "the leader)", f"{configs} unclean.leader.election.enable=false")
+    needed = min(3, max(1, brokers))
+    if replicas is not None and replicas < needed:
+        say(f"replication factor {replicas}",
+            f"at least {needed} (min(3, the {brokers} brokers): an acks=all write is "
+            "acknowledged by the replicas in sync, and a broker holds it in its page cache, "
+            "not on disk)",
+            "add replicas with kafka-reassign-partitions --execute "
+            "--reassignment-json-file FILE (README \"Production deployment\")")
+    isr = settings.get("min.insync.replicas")
+    isr_n = _int(isr)
+    if replicas is not None and replicas >= 2 and isr is not None \
+            and (isr_n is None or isr_n < 2):
+        say(f"min.insync.replicas={isr} with {replicas} replicas",
+            "at least 2 (with 1, acks=all is answered by the leader alone once the others "
+            "fell behind, and its loss loses the acknowledged write)",
+            f"{configs} min.insync.replicas=2")
+    return found
+
+
+def _planned_violations(topic: str, config: TopicConfig, brokers: int) -> list[str]:
+    """What a topic created with ``config`` on ``brokers`` brokers would break."""
+    replicas = config.replicas_for(brokers)
+    needed = min(3, max(1, brokers))
+    found = []
+    if replicas < needed:
+        found.append(f"TopicConfig(replication_factor={replicas}) would create topic "
+                     f"{topic!r} with {replicas} replica(s) on a cluster of {brokers} brokers; "
+                     f"jobreg needs at least {needed}: leave replication_factor unset")
+    if replicas >= 2 and config.min_insync_for(replicas) < 2:
+        found.append(f"TopicConfig(min_insync_replicas={config.min_insync_for(replicas)}) "
+                     f"would create topic {topic!r} with {replicas} replicas and "
+                     "min.insync.replicas 1; jobreg needs at least 2: leave "
+                     "min_insync_replicas unset")
+    return found
+
+
+def _act_on(violations: list[str], config: TopicConfig) -> None:
+    """Refuse the topic (one line) or, with ``check='warn'``, log each line."""
+    if not violations:
+        return
+    if config.check == "warn":
+        for line in violations:
+            _LOG_TOPIC.warning("%s (not refused: TopicConfig check='warn' or $%s=warn)",
+                               line, TOPIC_CHECK_ENV)
+        return
+    also = f" (and {len(violations) - 1} more: " + "; ".join(violations[1:]) + ")" \
+        if len(violations) > 1 else ""
+    raise ConfigError(violations[0] + also + f" (on a test cluster: TopicConfig(check='warn') "
+                      f"or ${TOPIC_CHECK_ENV}=warn)")
+
+
+_LOG_TOPIC = logging.getLogger("registry.topic")
+
+
 def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None = None,
                  timeout: float = 10.0) -> TopicInfo:
     """Create the registry topic if it is missing; return what it is.
 
     Always explicit: some brokers auto-create missing topics without
-    compaction. An existing topic must have ``cleanup.policy=compact`` and, where the
-    broker reports it, ``message.timestamp.type=LogAppendTime``.
+    compaction. A new topic gets ``config``'s settings, min(3, brokers) replicas and
+    ``min.insync.replicas`` 2 (1 on one broker). An existing one (or one another client
+    created meanwhile) is checked against them (:func:`topic_violations`): a setting that
+    breaks a guarantee raises :class:`ConfigError` in one line naming it and its fix, or, with
+    ``config.check == "warn"``, is logged. A setting the broker does not report is not
+    checked (the embedded broker reports only those a topic was created with).
     Raises :class:`BrokerError` if the broker does not answer within
     ``timeout`` seconds and :class:`ConfigError` for a topic we cannot use.
     """
@@ -330,9 +522,12 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
     admin = _admin(bootstrap)
     meta = _list_topics(admin, bootstrap, timeout)
     if topic not in meta.topics or meta.topics[topic].error is not None:
+        brokers = len(meta.brokers)
+        _act_on(_planned_violations(topic, config, brokers), config)
+        factor = config.replicas_for(brokers)
         futures = admin.create_topics([NewTopic(topic, num_partitions=config.partitions,
-                                                replication_factor=config.replication_factor,
-                                                config=config.kafka_config())],
+                                                replication_factor=factor,
+                                                config=config.kafka_config(factor))],
                                       request_timeout=timeout)
         try:
             futures[topic].result(timeout)
@@ -348,39 +543,27 @@ def ensure_topic(bootstrap: str | Kafka, topic: str, config: TopicConfig | None 
                 raise BrokerError(f"could not create topic {topic!r} on {bootstrap}: "
                                   f"{e.args[0].str()}") from e
         meta = _await_topic(admin, bootstrap, topic, timeout)
-    partitions = len(meta.topics[topic].partitions)
+    found = meta.topics[topic]
+    partitions = len(found.partitions)
+    replicas: int | None = min(
+        (len(p.replicas) for p in found.partitions.values() if p.replicas), default=None)
+    settings: dict[str, str | None] = {}
     try:
         described = admin.describe_configs([ConfigResource("topic", topic)])
         entries = next(iter(described.values())).result(timeout)
-        policy = entries["cleanup.policy"].value if "cleanup.policy" in entries else None
-        retention = entries["delete.retention.ms"].value if "delete.retention.ms" in entries \
-            else None
-        stamps = entries["message.timestamp.type"].value \
-            if "message.timestamp.type" in entries else None
+        settings = {k: entries[k].value for k in _CHECKED if k in entries}
     except Exception as e:  # a broker that cannot describe configs: trust creation
         # ... but not a user who may not: the checks below are what jobreg's guarantees
         # rest on, and an ACL missing must not switch them off unseen.
         refused = not_authorized(bootstrap, e, "DESCRIBE_CONFIGS", "topic", topic,
-                                 "jobreg checks the topic's cleanup.policy and "
-                                 "message.timestamp.type before it uses it")
+                                 "jobreg checks the topic's cleanup.policy, "
+                                 "message.timestamp.type, min.compaction.lag.ms and "
+                                 "min.insync.replicas before it uses it")
         if refused is not None:
             raise refused from None
-        policy = retention = stamps = None
-    if policy is not None and "compact" not in policy:
-        raise ConfigError(f"topic {topic!r} has cleanup.policy={policy}; jobreg needs a "
-                          "compacted topic (create it with cleanup.policy=compact)")
-    if stamps is not None and stamps != config.timestamp_type:
-        # Record time must be the broker's: with CreateTime every writer's clock stamps its
-        # records, and fold rule 1 and the cleaner's lag read them (README "Compaction").
-        raise ConfigError(f"topic {topic!r} has message.timestamp.type={stamps}; jobreg needs "
-                          f"{config.timestamp_type} (the broker's stamps): kafka-configs "
-                          f"--alter --entity-type topics --entity-name {topic} --add-config "
-                          f"message.timestamp.type={config.timestamp_type}")
-    try:
-        retention_ms = int(retention) if retention is not None else None
-    except ValueError:
-        retention_ms = None
-    return TopicInfo(partitions, retention_ms)
+    _act_on(topic_violations(bootstrap, topic, settings, replicas, len(meta.brokers), config),
+            config)
+    return TopicInfo(partitions, _int(settings.get("delete.retention.ms")))
 
 
 def _await_topic(admin: _Admin, bootstrap: str | Kafka, topic: str,
@@ -1278,6 +1461,51 @@ class Sending:
     failure: BaseException | None = None
 
 
+# A producer id the partition's leader holds no state for (a new producer's, or one idle past
+# the broker's producer.id.expiration.ms, 1 day by default) may start at any sequence
+# (Kafka's ProducerStateManager, KIP-360): batches after a refused first batch of it land.
+# So a producer's first write, and its first after this long without an acknowledged one,
+# sends its first record alone and waits for it before the rest.
+_SEQUENCE_IDLE_S = 3600.0
+_FATAL_GRACE_S = 0.5  # a write whose producer failed fatally waits this long for its reports
+
+
+def leader_producer_settings(kafka: Kafka, timeout: float) -> dict[str, Any]:
+    """The settings of a term's producer (:class:`LeaderWriter`) for a write patience of
+    ``timeout`` seconds: what the guarantees need of librdkafka (issue 42, finding 7).
+
+    * ``enable.gapless.guarantee``: a batch the broker refuses for good (a batch over the
+      topic's ``max.message.bytes``, a revoked ACL, a corrupt batch) is a fatal error of the
+      producer. Without it librdkafka bumps the idempotent producer's epoch and renumbers the
+      batches after it, which then land: a call of several records split across batches
+      would land torn, its commit and later records without the refused ones, and fold rule
+      8 applies the present records alone. The fatal error is the write's failure
+      (:class:`WriteFailed`), and the producer is retired as after any failed write.
+    * ``message.timeout.ms``: librdkafka gives up on a record within the write's patience
+      (at most half the duplicate window, 30 s), so no record is retried after the caller was
+      answered. A produce request's own timeout is the first record's remaining message
+      timeout (librdkafka's CONFIGURATION.md, ``socket.timeout.ms``), and a request that
+      times out takes its connection down (``socket.max.fails`` 1) within the 1 s of
+      librdkafka's timeout scan.
+    * ``socket.timeout.ms`` and ``request.timeout.ms`` (the broker's wait for the in-sync
+      replicas) no longer than that patience either (60 s and 30 s by default): no request
+      of the producer (metadata, producer id) is waited on longer than the write itself.
+
+    What no client setting bounds: a request that left the client before it gave up (in a
+    stalled network path, or read by a paused broker when it resumes) is appended when it
+    arrives (``test_kafka_gapless.py``, README "The write path")."""
+    patience_ms = max(10, min(int(timeout * 1000), DUPLICATE_WINDOW_MS // 2))
+    return kafka.settings(_CLIENT_DEFAULTS, {
+        "enable.idempotence": True,
+        "enable.gapless.guarantee": True,
+        "acks": "all",
+        "linger.ms": 0,  # a write leaves at once (start() queues a group in one call)
+        "message.timeout.ms": patience_ms,
+        "socket.timeout.ms": patience_ms,
+        "request.timeout.ms": patience_ms,
+    })
+
+
 class LeaderWriter:
     """A term's producer: idempotent, ``acks=all``, no transaction (README "The write
     path"). A write produces its records to the namespace's partition and waits for
@@ -1297,15 +1525,9 @@ class LeaderWriter:
         self.topic, self.partition = topic, partition
         self._timeout = timeout
         self._kafka = Kafka.of(bootstrap)
-        patience_ms = max(2, int(timeout * 1000))
-        self._producer = _client(Producer, self._kafka.settings(_CLIENT_DEFAULTS, {
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": 0,  # a write leaves at once (start() queues a group in one call)
-            # librdkafka gives up on a record within the write's own patience, so none
-            # is retried after the caller was answered.
-            "message.timeout.ms": patience_ms,
-        }))
+        self._acknowledged: float | None = None  # monotonic time of the last acknowledged write
+        self._starting = threading.Lock()
+        self._producer = _client(Producer, leader_producer_settings(self._kafka, timeout))
         try:
             _warm_up(self._producer, timeout, topic)
         except KafkaException as e:
@@ -1321,24 +1543,54 @@ class LeaderWriter:
     def start(self, records: list[tuple[str, bytes]]) -> Sending:
         """Hand ``records`` to the producer and send them at once, without waiting for the
         acknowledgement (:meth:`wait`); writes started one after another land in that
-        order. Never raises: a failure to hand them over is :meth:`wait`'s to report."""
-        p, delivery = self._producer, _Delivery()
-        sending = Sending(p, delivery, records)
-        try:
-            # One call queues them all, so librdkafka's broker thread finds them together
-            # and sends them in one produce request (linger.ms 0: a lone record leaves at
-            # once; queued one produce() at a time, the first left alone).
-            sending.produced = p.produce_batch(
-                self.topic, [{"key": key.encode("utf-8"), "value": value}
-                             for key, value in records],
-                partition=self.partition, on_delivery=delivery)
-            if sending.produced < len(records):
-                sending.failure = BufferError(f"{len(records) - sending.produced} record(s) "
-                                              "not queued (the producer's queue is full)")
-            p.poll(0)  # serves reports already in
-        except (KafkaException, BufferError, SystemError, RuntimeError) as e:
-            sending.failure = e  # RuntimeError: a producer another write retired
-        return sending
+        order. Never raises: a failure to hand them over is :meth:`wait`'s to report.
+
+        The producer's first write of several records (and its first after an hour without
+        an acknowledged one) sends its first record alone and waits up to the timeout for
+        its report before the rest: Kafka takes any first sequence from a producer id it
+        holds no state for, so without it, batches after a refused first batch would land
+        (a call torn, its commit without its first records); once the partition's leader
+        holds the producer's sequence it refuses every batch after a gap, and the gap-less
+        guarantee stops the producer (:func:`leader_producer_settings`)."""
+        with self._starting:
+            p, delivery = self._producer, _Delivery()
+            sending = Sending(p, delivery, records)
+            batch = [{"key": key.encode("utf-8"), "value": value} for key, value in records]
+            try:
+                first = 0
+                if len(batch) > 1 and (self._acknowledged is None or
+                                       time.monotonic() - self._acknowledged
+                                       > _SEQUENCE_IDLE_S):
+                    first = sending.produced = p.produce_batch(
+                        self.topic, batch[:1], partition=self.partition, on_delivery=delivery)
+                    deadline = time.monotonic() + self._timeout
+                    # (a fatal error of the producer is raised from poll: below)
+                    while first and delivery.reports < first \
+                            and (left_s := deadline - time.monotonic()) > 0:
+                        p.poll(min(left_s, 0.05))
+                    if not first or delivery.reports < first or delivery.error is not None:
+                        if not first:
+                            sending.failure = BufferError("1 record(s) not queued (the "
+                                                          "producer's queue is full)")
+                        elif delivery.reports < first:  # wait() need not wait again
+                            sending.failure = TimeoutError(
+                                f"its first record, sent alone, not confirmed within "
+                                f"{self._timeout:g} s")
+                        return sending  # nothing more of it is sent; wait() says why
+                    self._acknowledged = time.monotonic()
+                # One call queues them all, so librdkafka's broker thread finds them together
+                # and sends them in one produce request (linger.ms 0: a lone record leaves at
+                # once; queued one produce() at a time, the first left alone).
+                sending.produced = first + p.produce_batch(
+                    self.topic, batch[first:], partition=self.partition, on_delivery=delivery)
+                if sending.produced < len(records):
+                    sending.failure = BufferError(f"{len(records) - sending.produced} "
+                                                  "record(s) not queued (the producer's "
+                                                  "queue is full)")
+                p.poll(0)  # serves reports already in
+            except (KafkaException, BufferError, SystemError, RuntimeError) as e:
+                sending.failure = e  # RuntimeError: a producer another write retired
+            return sending
 
     def wait(self, sending: Sending) -> list[LogRecord]:
         """Wait (up to the writer's timeout) for every acknowledgement of a write
@@ -1348,16 +1600,30 @@ class LeaderWriter:
         produced, failure = sending.produced, sending.failure
         deadline = time.monotonic() + self._timeout
         try:
+            # A fatal error of the producer (the gap-less guarantee's: nothing after it is
+            # sent) is raised from poll, and fails the write at once.
             while failure is None and delivery.reports < produced \
                     and (left_s := deadline - time.monotonic()) > 0:
                 sending.producer.poll(min(left_s, 0.05))
         except (KafkaException, SystemError, RuntimeError) as e:
             failure = e
+        stopped = kafka_error_of(failure)
+        if stopped is not None and stopped.fatal():
+            # The fatal error comes before the reports of the batch that caused it (which
+            # say why: a refusal of the authorizer, a batch too large): serve them briefly.
+            grace = min(deadline, time.monotonic() + _FATAL_GRACE_S)
+            with contextlib.suppress(KafkaException, SystemError, RuntimeError):
+                while delivery.reports < produced and time.monotonic() < grace:
+                    sending.producer.poll(0.02)
+        else:
+            stopped = None
         left = produced - delivery.reports
         if not failure and not left and delivery.error is None \
                 and not delivery.missing_offsets and len(delivery.offsets) == len(records):
             written = delivery.in_order(records, self.partition)
             if written is not None:
+                if sending.producer is self._producer:
+                    self._acknowledged = time.monotonic()
                 return written
             # Acknowledged, but the reports do not say which record went where: the log
             # does (the producer stays: nothing of it failed).
@@ -1371,12 +1637,20 @@ class LeaderWriter:
                 sending.producer.poll(0)
         left = produced - delivery.reports
         in_doubt = produced - len(delivery.offsets) - delivery.refused
-        error = delivery.error or kafka_error_of(failure)
+        # A fatal error of the producer says why its reports failed (then _PURGE_INFLIGHT),
+        # unless a report says the broker's authorizer refused the write: the gap-less
+        # guarantee makes that refusal fatal too, and the refusal is what the caller needs.
+        refusal = delivery.error is not None and delivery.error.code() in _AUTHORIZATION
+        if refusal:
+            stopped = None
+        error = stopped or delivery.error or kafka_error_of(failure)
         refused = not_authorized(self._kafka, error, "WRITE", "topic", self.topic)
         if refused is not None:
             raise WriteNotAuthorized(refused, appended=tuple(delivery.offsets),
                                      in_doubt=in_doubt) from None
-        if delivery.missing_offsets and not left and delivery.error is None:
+        if stopped is not None:
+            why = f"the producer stopped: {stopped.name()} ({stopped.str()})"
+        elif delivery.missing_offsets and not left and delivery.error is None:
             why = (f"{delivery.missing_offsets} record(s) confirmed without their offset "
                    "(a retry the broker already had)")
         elif left:

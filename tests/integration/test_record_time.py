@@ -96,10 +96,13 @@ def test_a_topic_stamped_by_its_writers_is_refused_with_the_command_that_fixes_i
     one that is not."""
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=2, config={
-        "cleanup.policy": "compact", "message.timestamp.type": "CreateTime"})])[topic].result(10)
+        "cleanup.policy": "compact", "message.timestamp.type": "CreateTime",
+        "min.compaction.lag.ms": str(7 * 24 * 3600 * 1000)})])[topic].result(10)
     with pytest.raises(ConfigError) as caught:
         Registry.connect(broker.bootstrap, "prod", topic=topic)
     assert str(caught.value) == (
         f"topic {topic!r} has message.timestamp.type=CreateTime; jobreg needs LogAppendTime "
-        f"(the broker's stamps): kafka-configs --alter --entity-type topics --entity-name "
-        f"{topic} --add-config message.timestamp.type=LogAppendTime")
+        f"(the broker's stamps): kafka-configs --bootstrap-server {broker.bootstrap} --alter "
+        f"--entity-type topics --entity-name {topic} --add-config "
+        "message.timestamp.type=LogAppendTime (on a test cluster: TopicConfig(check='warn') or "
+        "$JOBREG_TOPIC_CHECK=warn)")
