@@ -214,6 +214,12 @@ class TermWrites:
                     if fenced is not None:
                         raise fenced_now(fenced)
                     self.open()
+                    if sent and time.monotonic() - first_sent > DUPLICATE_WINDOW_MS / 2000:
+                        # Asked again just before the copy leaves: the read and the new
+                        # producer above may each have taken the timeout.
+                        raise unknown(f"not confirmed within half the duplicate window "
+                                      f"({DUPLICATE_WINDOW_MS / 2000:g} s); not re-sent"
+                                      f"{held()}", failure)
                     if not sent:
                         sent, first_sent = True, time.monotonic()
                     writer = self.writer
