@@ -136,8 +136,15 @@ class JobregJobRestartITCase {
     }
 
     private MiniCluster startCluster(Scheduler scheduler) throws Exception {
+        return startCluster(scheduler, Duration.ofMillis(200));
+    }
+
+    private MiniCluster startCluster(Scheduler scheduler, Duration restartDelay)
+            throws Exception {
         Configuration clusterConfiguration = new Configuration(configuration);
         clusterConfiguration.set(JobManagerOptions.SCHEDULER, scheduler.type);
+        clusterConfiguration.set(
+                RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, restartDelay);
         cluster =
                 new MiniCluster(
                         new MiniClusterConfiguration.Builder()
@@ -315,6 +322,45 @@ class JobregJobRestartITCase {
 
         assertThat(PROBED).containsExactly("CANCELED:ended");
         assertThat(names("plans")).doesNotContain(jobId.toHexString());
+    }
+
+    /**
+     * A user's cancel while Flink waits out the restart delay. The default scheduler's graph is
+     * RESTARTING and enters CANCELLING from the cancel (recorded then). The adaptive scheduler's
+     * Restarting state has already cancelled its graph (CANCELED, not an end): its cancel moves
+     * to Canceling with that graph, and no graph transition follows; the end reaches jobreg with
+     * the Dispatcher's job result (seed 001's window is open for this case, see the README).
+     */
+    @ParameterizedTest
+    @EnumSource(Scheduler.class)
+    void testAUserCancelDuringTheRestartDelayEndsTheJob(Scheduler scheduler) throws Exception {
+        startCluster(scheduler, Duration.ofSeconds(4));
+        StreamGraph job = streamingJob();
+        JobID jobId = job.getJobID();
+        cluster.submitJob(job).get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+        awaitStatus(jobId, JobStatus.RUNNING);
+        FAIL_NOW.get(token).set(true);
+        awaitCondition(() -> FAILURES.get(token).get() == 1, "the task failure");
+        awaitStatus(jobId, JobStatus.RESTARTING);
+        if (scheduler == Scheduler.ADAPTIVE) {
+            awaitCondition(() -> PROBED.size() == 1, "the replaced graph's CANCELED");
+        }
+        assertLive(jobId);
+
+        cluster.cancelJob(jobId).get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+        assertThat(
+                        cluster.requestJobResult(jobId)
+                                .get(TIMEOUT.toSeconds(), TimeUnit.SECONDS)
+                                .getJobStatus())
+                .contains(JobStatus.CANCELED);
+        awaitCondition(() -> ended(observer, jobId.toHexString()), "the job's end in jobreg");
+        assertThat(names("plans")).doesNotContain(jobId.toHexString());
+        assertThat(FAILURES.get(token).get()).isEqualTo(1);
+        if (scheduler == Scheduler.ADAPTIVE) {
+            assertThat(PROBED).containsExactly("CANCELED:live");
+        } else {
+            assertThat(PROBED).containsExactly("CANCELED:ended");
+        }
     }
 
     // ------------------------------------------------------------------------------------------
