@@ -17,8 +17,18 @@ last: see its docstring):
 (d) a job whose execution plan cannot be read back fails alone on the new leader (seed 003):
     RECOVERY_FAILED in the registry with its error; the other job and the cluster run on.
 
-After each, ``Registry.timeline`` of the job is printed and checked. The same scenarios time
-Flink's own ZooKeeper backend in ``jobreg bench flink-failover``.
+(e) a task of the job fails twice and Flink restarts the job each time (issue 42, finding 4).
+
+Each scenario runs under both of Flink's schedulers for streaming jobs (the module's cluster is
+parametrized: ``default``, the ``DefaultScheduler``, which keeps one execution graph for a
+job's life, and ``adaptive``, the ``AdaptiveScheduler``, whose ``Restarting`` state cancels the
+graph and builds a new one on every restart). After each, the registry is checked against
+Flink (:func:`_agrees`): the job is live in jobreg while Flink runs it (``jobreg jobs``
+lists it ACTIVE), checkpoints complete with ids above every id before the restart or the
+failover, the registry's newest completed checkpoint follows them, and no record of the job was
+refused ``terminal_job`` (the adaptive scheduler's restarts once ended the job in jobreg:
+every checkpoint trigger then failed so, for ever). ``Registry.timeline`` of the job is printed.
+The same scenarios time Flink's own ZooKeeper backend in ``jobreg bench flink-failover``.
 """
 
 from __future__ import annotations
@@ -37,10 +47,12 @@ from registry.cli import main
 from registry.dev.bench_flink import (
     FlinkBenchError,
     cancel_then_kill,
+    completed_checkpoints,
     ensure_backend_jar,
     fatal_cause,
     kill_leader,
     pause_leader,
+    running_since,
     wait_checkpoints,
 )
 from registry.dev.flink import FlinkCluster, granted_at
@@ -55,16 +67,19 @@ pytestmark = [
 LEASE = 3.0  # seconds: the backend's lease; (b) pauses the leader past it
 
 
-@pytest.fixture(scope="module")
-def flink(broker, tmp_path_factory) -> Iterator[FlinkCluster]:
-    """Two JobManagers and a TaskManager on jobreg's backend, on the session's broker."""
+@pytest.fixture(scope="module", params=["default", "adaptive"])
+def flink(request, broker, tmp_path_factory) -> Iterator[FlinkCluster]:
+    """Two JobManagers and a TaskManager on jobreg's backend, on the session's broker, with
+    ``jobmanager.scheduler`` of the parameter: every test of the module runs once on each."""
     try:
         jar = ensure_backend_jar()
     except FlinkBenchError as e:
         pytest.fail(str(e))
+    scheduler = request.param
     cluster = FlinkCluster(ha="jobreg", bootstrap=broker.bootstrap, backend_jar=jar,
-                           lease=LEASE, directory=tmp_path_factory.mktemp("flink"),
-                           startup_timeout=90)
+                           lease=LEASE, directory=tmp_path_factory.mktemp(f"flink-{scheduler}"),
+                           startup_timeout=90, scheduler=scheduler)
+    print(f"Flink cluster with jobmanager.scheduler {scheduler}")
     with cluster:
         yield cluster
 
@@ -83,6 +98,43 @@ def _running_job(flink: FlinkCluster, name: str) -> str:
     flink.wait_for(f"{name} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
     wait_checkpoints(flink, leader, job, 2)
     return job
+
+
+def _newest_checkpoint(flink: FlinkCluster, registry: Registry, job: str) -> int:
+    """The newest completed checkpoint id of the job that the registry or any JobManager's
+    log knows (-1: none)."""
+    ids = [i for jm in flink.jobmanagers for _, i in completed_checkpoints(jm, job)]
+    return max([registry.job(job).checkpoints.last_completed, *ids])
+
+
+def _agrees(flink: FlinkCluster, registry: Registry, job: str, *, above: int) -> list[int]:
+    """The registry against Flink, after a restart or a failover: the leader runs the job and
+    the registry has it live (``jobreg jobs`` too); two checkpoints complete on the leader
+    with ids above ``above``, increasing; the registry's newest completed checkpoint reaches
+    them; no record of the job was refused ``terminal_job``. Returns the ids, printed."""
+    leader = flink.leader()
+    flink.wait_for(f"{job} RUNNING on {leader.name}",
+                   lambda: flink.job_status(leader, job) == "RUNNING")
+    view = registry.job(job)
+    assert view.live, f"Flink runs {job} on {leader.name}; the registry says {view.status}"
+    ids = flink.wait_for(
+        f"two checkpoints of {job} above {above} on {leader.name}",
+        lambda: len(c := [i for _, i in completed_checkpoints(leader, job) if i > above]) >= 2
+        and c)
+    assert ids == sorted(set(ids)), f"checkpoint ids not increasing: {ids}"
+    newest = flink.wait_for(
+        f"the registry's newest checkpoint of {job} at {ids[1]} or later",
+        lambda: (n := registry.job(job).checkpoints.last_completed) >= ids[1] and n)
+    view = registry.job(job)
+    listed = _jobs_cli(flink)
+    print(f"{flink.scheduler}: Flink runs {job} on {leader.name}, checkpoints {ids[:4]}...; "
+          f"the registry: {view.status}, owner epoch {view.owner_epoch}, newest checkpoint "
+          f"{newest}; jobreg jobs: {listed.get(job, {}).get('status')}")
+    assert view.live and view.owner_epoch is not None, view
+    assert listed.get(job, {}).get("status") == "ACTIVE", listed
+    refused = [d for d in registry.rejected() if d.job_id == job and d.reason == "terminal_job"]
+    assert refused == [], f"records of a job Flink runs refused as terminal: {refused[:3]}"
+    return ids
 
 
 def _terms(registry: Registry) -> list[str]:
@@ -113,6 +165,7 @@ def test_a_killed_leader_hands_over_and_checkpoints_go_on(flink, registry) -> No
     assert run.restored_last, (f"the new leader restored checkpoint {run.restored}; the last "
                                f"completed before the kill was {run.last_before_kill}")
     assert flink.job_status(flink.leader(), job) == "RUNNING"
+    _agrees(flink, registry, job, above=run.last_before_kill)
     story = _story(registry, job)
     assert any(s.startswith("JobSubmitted/") for s in story)
     assert any("Checkpoint" in s and "ACCEPTED" in s for s in story)
@@ -123,6 +176,7 @@ def test_a_killed_leader_hands_over_and_checkpoints_go_on(flink, registry) -> No
 
 def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None:
     job = _running_job(flink, "seed-000-pause")
+    before = _newest_checkpoint(flink, registry, job)
     run = pause_leader(flink, job)
     print(run)
     assert run.standby_led_after >= LEASE * 0.5, "the standby led before the lease could end"
@@ -150,6 +204,10 @@ def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None
     assert stale == [], stale
     ends = _terms(registry)  # the paused leader's term ended before the standby's began
     assert ends[-1] == "current" and ends[-2] in ("revoked", "superseded")
+    # The job usually restarts once on the new leader after the resume (a TaskManager
+    # disconnect queued during the pause): the adaptive scheduler's restart once ended it in
+    # jobreg ("no live jobs; 1 ended" while Flink ran it).
+    _agrees(flink, registry, job, above=before)
     flink.cancel(flink.leader(), job)
 
 
@@ -211,9 +269,42 @@ def test_a_job_whose_plan_cannot_be_read_fails_alone(flink, registry) -> None:
     assert flink.job_status(new, broken) is None  # Flink never ran it again
     flink.restart(leader)
     assert flink.job_status(new, healthy) == "RUNNING"
+    _agrees(flink, registry, healthy, above=-1)
     story = _story(registry, broken)
     assert story[-1] == "JobRecoveryFailed/ACCEPTED", story
     flink.cancel(new, healthy)
+
+
+def test_a_task_failure_restarts_the_job_and_the_registry_keeps_it(flink, registry) -> None:
+    """Issue 42, finding 4: a task fails, twice, and Flink restarts the job each time on the
+    same leader. The default scheduler keeps its execution graph (RUNNING, RESTARTING,
+    RUNNING); the adaptive scheduler cancels it (RUNNING, CANCELLING, CANCELED) and runs a new
+    one. Either way the job stays live in jobreg and checkpoints go on with higher ids."""
+    name = "task-failure"
+    fail = flink.fail_file(name)
+    leader = flink.leader()
+    job = flink.submit(leader, name, fail_file=fail)
+    flink.wait_for(f"{name} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
+    wait_checkpoints(flink, leader, job, 2)
+    for restart in (1, 2):
+        above = _newest_checkpoint(flink, registry, job)
+        failed_at = flink.fail_task(fail)
+        flink.wait_for(f"{job} running again after task failure {restart}",
+                       lambda: running_since(leader, job, failed_at))  # noqa: B023
+        how = [line.split(" - ", 1)[-1] for t, line in leader.log_lines(
+            rf"\({job}\) switched from state RUNNING to (RESTARTING|CANCELLING)")
+            if t >= failed_at]
+        print(f"{flink.scheduler}, task failure {restart}: {how}")
+        assert how, f"{leader.name}'s log shows no restart of {job}"
+        if flink.scheduler == "adaptive":  # the graph was replaced: what once ended the job
+            assert "CANCELLING" in how[0], how
+        _agrees(flink, registry, job, above=above)
+    assert flink.leader() is leader
+    _story(registry, job)
+    flink.cancel(leader, job)
+    flink.wait_for(f"{job} CANCELED", lambda: flink.job_status(leader, job) == "CANCELED")
+    flink.wait_for(f"{job} ended in the registry", lambda: not registry.job(job).live)
+    assert registry.job(job).status == "CANCELLED", registry.job(job)
 
 
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
@@ -236,6 +327,7 @@ def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
     _terms(registry)
     story = _story(registry, job)
     assert any(s.startswith("JobCancelled/ACCEPTED") for s in story), story
+    assert not registry.job(job).live, registry.job(job)
     assert not run.crashed, f"the new leader ended: {run.crash}"
     # The fatal error is logged before the JVM has exited: ``crash``, not ``crashed``. Flink
     # 2.3's Dispatcher.onStart ends a leader that recovers a dirty job result belonging to no
