@@ -12,6 +12,7 @@ import org.apache.flink.configuration.DeploymentOptions;
 import org.apache.flink.configuration.JobManagerOptions;
 import org.apache.flink.configuration.RestOptions;
 import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.configuration.SchedulerExecutionMode;
 import org.apache.flink.configuration.TaskManagerOptions;
 import org.apache.flink.core.execution.JobExecutionStatusEvent;
 import org.apache.flink.core.execution.JobStatusChangedEvent;
@@ -19,6 +20,7 @@ import org.apache.flink.core.execution.JobStatusChangedListener;
 import org.apache.flink.core.execution.JobStatusChangedListenerFactory;
 import org.apache.flink.runtime.execution.ExecutionState;
 import org.apache.flink.runtime.executiongraph.AccessExecutionGraph;
+import org.apache.flink.runtime.executiongraph.AccessExecutionJobVertex;
 import org.apache.flink.runtime.executiongraph.AccessExecutionVertex;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
@@ -31,6 +33,7 @@ import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.Obje
 
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.api.io.TempDir;
@@ -361,6 +364,106 @@ class JobregJobRestartITCase {
         } else {
             assertThat(PROBED).containsExactly("CANCELED:ended");
         }
+    }
+
+    /**
+     * Reactive mode ({@code scheduler-mode: reactive}, the adaptive scheduler using every slot):
+     * a TaskManager added rescales the job up, one removed rescales it down. Each rescale is the
+     * {@code Restarting} state's cancel of the graph; the job stays live in jobreg and
+     * checkpoints above every id before.
+     */
+    @Test
+    void testReactiveModeRescalesKeepTheJobLive() throws Exception {
+        Configuration clusterConfiguration = new Configuration(configuration);
+        clusterConfiguration.set(
+                JobManagerOptions.SCHEDULER, JobManagerOptions.SchedulerType.Adaptive);
+        clusterConfiguration.set(
+                JobManagerOptions.SCHEDULER_MODE, SchedulerExecutionMode.REACTIVE);
+        clusterConfiguration.set(
+                JobManagerOptions.SCHEDULER_EXECUTING_COOLDOWN_AFTER_RESCALING,
+                Duration.ofMillis(100));
+        clusterConfiguration.set(
+                JobManagerOptions.SCHEDULER_EXECUTING_RESOURCE_STABILIZATION_TIMEOUT,
+                Duration.ofMillis(100));
+        clusterConfiguration.set(
+                JobManagerOptions.SCHEDULER_SUBMISSION_RESOURCE_STABILIZATION_TIMEOUT,
+                Duration.ofMillis(100));
+        clusterConfiguration.set(
+                JobManagerOptions.SCHEDULER_RESCALE_TRIGGER_MAX_DELAY, Duration.ofSeconds(1));
+        cluster =
+                new MiniCluster(
+                        new MiniClusterConfiguration.Builder()
+                                .setConfiguration(clusterConfiguration)
+                                .setNumTaskManagers(1)
+                                .setNumSlotsPerTaskManager(1)
+                                .build());
+        cluster.start();
+        StreamExecutionEnvironment env = new StreamExecutionEnvironment(new Configuration());
+        env.setMaxParallelism(2);
+        env.enableCheckpointing(200);
+        env.fromSequence(0, Long.MAX_VALUE)
+                .map(new FailOnce(token))
+                .sinkTo(new DiscardingSink<>());
+        StreamGraph job = env.getStreamGraph();
+        job.setJobId(new JobID());
+        JobID jobId = job.getJobID();
+        cluster.submitJob(job).get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+        awaitParallelism(jobId, 1);
+        long before = awaitValue(() -> latestCheckpoint(jobId), "a checkpoint in jobreg");
+
+        cluster.startTaskManager();
+        awaitParallelism(jobId, 2);
+        assertLive(jobId);
+        long up = awaitCheckpointAbove(jobId, before);
+        assertLive(jobId);
+
+        cluster.terminateTaskManager(1).get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+        awaitParallelism(jobId, 1);
+        assertLive(jobId);
+        awaitCheckpointAbove(jobId, up);
+        assertLive(jobId);
+        assertThat(PROBED).isNotEmpty().allMatch(seen -> seen.equals("CANCELED:live"));
+
+        cluster.cancelJob(jobId).get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
+        assertThat(
+                        cluster.requestJobResult(jobId)
+                                .get(TIMEOUT.toSeconds(), TimeUnit.SECONDS)
+                                .getJobStatus())
+                .contains(JobStatus.CANCELED);
+        assertThat(PROBED.get(PROBED.size() - 1)).isEqualTo("CANCELED:ended");
+        assertThat(ended(observer, jobId.toHexString())).isTrue();
+    }
+
+    private long awaitCheckpointAbove(JobID jobId, long above) throws Exception {
+        return awaitValue(
+                () -> {
+                    Long latest = latestCheckpoint(jobId);
+                    return latest != null && latest > above ? latest : null;
+                },
+                "a checkpoint above " + above);
+    }
+
+    /** Every vertex of the job at {@code parallelism}, every task RUNNING. */
+    private void awaitParallelism(JobID jobId, int parallelism) throws Exception {
+        awaitCondition(
+                () -> {
+                    AccessExecutionGraph graph = cluster.getExecutionGraph(jobId).get();
+                    if (graph.getState() != JobStatus.RUNNING) {
+                        return false;
+                    }
+                    for (AccessExecutionJobVertex vertex : graph.getAllVertices().values()) {
+                        if (vertex.getParallelism() != parallelism) {
+                            return false;
+                        }
+                    }
+                    for (AccessExecutionVertex vertex : graph.getAllExecutionVertices()) {
+                        if (vertex.getExecutionState() != ExecutionState.RUNNING) {
+                            return false;
+                        }
+                    }
+                    return true;
+                },
+                "the job running at parallelism " + parallelism);
     }
 
     // ------------------------------------------------------------------------------------------
