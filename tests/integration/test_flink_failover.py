@@ -17,7 +17,10 @@ last: see its docstring):
 (d) a job whose execution plan cannot be read back fails alone on the new leader (seed 003):
     RECOVERY_FAILED in the registry with its error; the other job and the cluster run on.
 
-(e) a task of the job fails twice and Flink restarts the job each time (issue 42, finding 4).
+(e) a task of the job fails twice and Flink restarts the job each time (issue 42, finding 4);
+(f) a job is cancelled while Flink waits to restart it, and the leader SIGKILLed the moment
+    its log says the job is CANCELED: the job stays cancelled (seed 001 where the adaptive
+    scheduler's graph was already cancelled by its restart).
 
 Each scenario runs under both of Flink's schedulers for streaming jobs (the module's cluster is
 parametrized: ``default``, the ``DefaultScheduler``, which keeps one execution graph for a
@@ -33,6 +36,7 @@ The same scenarios time Flink's own ZooKeeper backend in ``jobreg bench flink-fa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import shutil
@@ -65,6 +69,7 @@ pytestmark = [
 ]
 
 LEASE = 3.0  # seconds: the backend's lease; (b) pauses the leader past it
+RESTART_DELAY = "2 s"  # Flink's wait before a restart; (f) cancels within it
 
 
 @pytest.fixture(scope="module", params=["default", "adaptive"])
@@ -78,7 +83,8 @@ def flink(request, broker, tmp_path_factory) -> Iterator[FlinkCluster]:
     scheduler = request.param
     cluster = FlinkCluster(ha="jobreg", bootstrap=broker.bootstrap, backend_jar=jar,
                            lease=LEASE, directory=tmp_path_factory.mktemp(f"flink-{scheduler}"),
-                           startup_timeout=90, scheduler=scheduler)
+                           startup_timeout=90, scheduler=scheduler,
+                           config={"restart-strategy.fixed-delay.delay": RESTART_DELAY})
     print(f"Flink cluster with jobmanager.scheduler {scheduler}")
     with cluster:
         yield cluster
@@ -305,6 +311,69 @@ def test_a_task_failure_restarts_the_job_and_the_registry_keeps_it(flink, regist
     flink.wait_for(f"{job} CANCELED", lambda: flink.job_status(leader, job) == "CANCELED")
     flink.wait_for(f"{job} ended in the registry", lambda: not registry.job(job).live)
     assert registry.job(job).status == "CANCELLED", registry.job(job)
+
+
+def test_a_cancel_during_a_restart_survives_a_kill_at_the_canceled_line(flink, registry
+                                                                     ) -> None:
+    """A task fails; while Flink waits out the restart delay the job is cancelled, and the
+    leader is SIGKILLed the moment its log says the job is CANCELED. The default scheduler's
+    graph is RESTARTING and enters CANCELLING from the cancel (the graph's listener records
+    it). The adaptive scheduler's graph was already cancelled by its ``Restarting`` state: the
+    cancel moves the scheduler to ``Canceling`` with no graph transition, and its "reached
+    terminal state CANCELED" line comes a main-thread task later; jobreg's event reporter
+    records the cancel at the scheduler's CANCELLING, before it. Without the reporter the new
+    leader ran the job again, 3 of 3 times."""
+    name = "cancel-in-restart"
+    fail = flink.fail_file(name)
+    leader = flink.leader()
+    job = flink.submit(leader, name, fail_file=fail)
+    flink.wait_for(f"{name} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
+    wait_checkpoints(flink, leader, job, 2)
+    others = [jm for jm in flink.jobmanagers if jm is not leader]
+    restart_line = (rf"\({job}\) switched from state CANCELLING to CANCELED"
+                    if flink.scheduler == "adaptive"
+                    else rf"\({job}\) switched from state RUNNING to RESTARTING")
+    end_line = (rf"Job {job} reached terminal state CANCELED|"
+                rf"\({job}\) switched from state CANCELLING to CANCELED")
+    killer: list = []
+
+    def cancel(_line: str) -> None:  # the restart began: cancel within its delay
+        killer.append(flink.watch(leader, end_line, lambda _l: flink.kill(leader)))
+        with contextlib.suppress(OSError):  # the kill may beat the answer
+            flink.cancel(leader, job)
+
+    canceller = flink.watch(leader, restart_line, cancel)
+    failed_at = flink.fail_task(fail)
+    try:
+        assert canceller.wait(60), f"{leader.name} never logged the restart of {job}"
+        assert killer and killer[0].wait(60), f"{leader.name} never logged {job} CANCELED"
+    finally:
+        canceller.stop()
+        for watcher in killer:
+            watcher.stop()
+    ran_again = running_since(leader, job, failed_at)
+    print(f"{flink.scheduler}: cancelled during the restart (ran again before the kill: "
+          f"{bool(ran_again)}); killed at: {killer[0].line.split(' - ', 1)[-1] if killer[0].line else None}")
+    assert not ran_again, "the cancel came after the restart: not the case under test"
+    new = flink.leader(among=others)
+    grant = granted_at(new)
+    assert grant is not None
+    flink.wait_for(f"{new.name} recovering its jobs",
+                   lambda: not new.is_running() or [t for t, _ in new.log_lines(
+                       r"Successfully recovered \d+ persisted job graphs") if t >= grant])
+    time.sleep(5.0)
+    resurrected = running_since(new, job, grant)
+    state = flink.job_status(new, job) if new.is_running() else None
+    if resurrected:  # free its slot for the next test before failing
+        flink.cancel(new, job)
+        flink.wait_for("the resurrected job cancelled",
+                       lambda: flink.job_status(new, job) == "CANCELED")
+    flink.restart(leader)
+    assert not resurrected, f"the new leader ran the cancelled job again ({state})"
+    assert new.is_running() and fatal_cause(new) is None, fatal_cause(new)
+    view = registry.job(job)
+    _story(registry, job)
+    assert not view.live and view.status == "CANCELLED", view
 
 
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
