@@ -87,12 +87,11 @@ import java.util.List;
  * makes the cancel hold. The globally terminal statuses (FINISHED, FAILED, and CANCELED again,
  * idempotent) of a graph that is not replaced are still recorded when reached.
  *
- * <p>Not covered here: a user's cancel while the adaptive scheduler is {@code Restarting}. Its
+ * <p>Not seen here: a user's cancel while the adaptive scheduler is {@code Restarting}. Its
  * graph is already CANCELLING or CANCELED (marked replaced); {@code Restarting.cancel()} moves to
  * {@code Canceling} with that graph, whose {@code cancel()} is then a no-op, so no transition
- * tells this listener. The end reaches jobreg with the Dispatcher's dirty job result, a moment
- * after the scheduler's "reached terminal state CANCELED" line: seed 001's window stays open for
- * that case.
+ * tells this listener. {@link JobregJobStatusEventReporterFactory} records that cancel from the
+ * scheduler's own job status (CANCELLING when it enters {@code Canceling}).
  */
 public class JobregJobStatusChangedListenerFactory implements JobStatusChangedListenerFactory {
 
