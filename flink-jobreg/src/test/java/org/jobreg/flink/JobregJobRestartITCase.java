@@ -332,8 +332,9 @@ class JobregJobRestartITCase {
      * A user's cancel while Flink waits out the restart delay. The default scheduler's graph is
      * RESTARTING and enters CANCELLING from the cancel (recorded then). The adaptive scheduler's
      * Restarting state has already cancelled its graph (CANCELED, not an end): its cancel moves
-     * to Canceling with that graph, and no graph transition follows; the end reaches jobreg with
-     * the Dispatcher's job result (seed 001's window is open for this case, see the README).
+     * to Canceling with that graph, and no graph transition follows (the graph's listener sees
+     * nothing); the event reporter records the cancel from the scheduler's CANCELLING.
+     * test_flink_failover.py (f) kills the JobManager at the end's log line.
      */
     @ParameterizedTest
     @EnumSource(Scheduler.class)
