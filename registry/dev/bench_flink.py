@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from registry.dev.flink import FlinkCluster, FlinkProcess, granted_at, revoked_at
 
 __all__ = ["BACKEND_JAR", "CancelRun", "FailoverRun", "FlinkBenchError", "backend_jar",
-           "bench_flink_failover", "cancel_then_kill", "ensure_backend_jar", "fatal_cause", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
+           "bench_flink_failover", "cancel_then_kill", "completed_checkpoints", "running_since", "ensure_backend_jar", "fatal_cause", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
 
 #: Where ``mvn -f flink-jobreg/pom.xml package`` leaves jobreg's Flink backend.
 BACKEND_JAR = pathlib.Path("flink-jobreg") / "target" / "flink-jobreg-0.1.0.jar"
@@ -146,6 +146,18 @@ def _completed(jm: FlinkProcess, job_id: str) -> list[tuple[float, int]]:
     return [(t, int(m.group(1))) for t, line in jm.log_lines(
         rf"Completed checkpoint \d+ for job {job_id}")
         if (m := re.search(r"Completed checkpoint (\d+)", line))]
+
+
+def completed_checkpoints(jm: FlinkProcess, job_id: str) -> list[tuple[float, int]]:
+    """``(epoch seconds, checkpoint id)`` of every checkpoint of the job that ``jm``'s log
+    says completed, in log order."""
+    return _completed(jm, job_id)
+
+
+def running_since(jm: FlinkProcess, job_id: str, since: float) -> list[float]:
+    """When ``jm``'s log says the job's execution graph switched to RUNNING at ``since`` or
+    later (a restart under either scheduler, or a recovery, ends so)."""
+    return [t for t in _running_lines(jm, job_id) if t >= since]
 
 
 def _triggered(jm: FlinkProcess, job_id: str) -> list[int]:

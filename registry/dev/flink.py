@@ -65,7 +65,7 @@ from registry.dev.broker import _free_port, _popen, _track, _untrack, _with_pare
 from registry.dev.kafka import _cache_root, _need, _run_or_say, java_binary
 from registry.errors import BrokerStartError, ConfigError
 
-__all__ = ["FLINK_VERSION", "JOBREG_FACTORY", "TASKMANAGER_MEMORY", "CheckpointInfo",
+__all__ = ["FLINK_VERSION", "JOBREG_FACTORY", "SCHEDULERS", "TASKMANAGER_MEMORY", "CheckpointInfo",
            "FlinkCluster", "FlinkProcess", "LogWatcher", "ZooKeeperServer", "build_job_jar",
            "flink_classpath", "support_dir"]
 
@@ -75,6 +75,8 @@ _log = logging.getLogger(__name__)
 FLINK_VERSION = "2.3.0"
 #: jobreg's Flink high-availability factory (``flink-jobreg/``).
 JOBREG_FACTORY = "org.jobreg.flink.JobregHaServicesFactory"
+#: ``FlinkCluster(scheduler=...)``: the value of ``jobmanager.scheduler`` for each.
+SCHEDULERS: dict[str, str] = {"default": "Default", "adaptive": "Adaptive"}
 #: The test job's main class (``tests/support/flink/src``).
 JOB_MAIN = "org.jobreg.failover.FailoverJob"
 ZOOKEEPER_JAR = "/usr/share/java/zookeeper.jar"  # Debian's zookeeper package
@@ -466,6 +468,9 @@ class FlinkCluster:
     :param directory: where each JVM's folder goes (kept); ``None``: a temporary folder,
         deleted on :meth:`stop`.
     :param cluster_id: ``high-availability.cluster-id`` (a fresh one by default).
+    :param scheduler: ``jobmanager.scheduler`` of every JobManager: ``default`` (Flink's
+        ``DefaultScheduler``: one execution graph for a job's life) or ``adaptive`` (the
+        ``AdaptiveScheduler``: a new execution graph on every restart).
     """
 
     def __init__(self, *, jobmanagers: int = 2, ha: str = "zookeeper",
@@ -475,9 +480,13 @@ class FlinkCluster:
                  config: Mapping[str, object] | None = None,
                  directory: str | os.PathLike[str] | None = None,
                  cluster_id: str | None = None, startup_timeout: float = 180.0,
-                 progress: Callable[[str], None] | None = None) -> None:
+                 progress: Callable[[str], None] | None = None,
+                 scheduler: str = "default") -> None:
         if ha not in ("zookeeper", "jobreg"):
             raise ConfigError(f"ha must be 'zookeeper' or 'jobreg', not {ha!r}")
+        if scheduler not in SCHEDULERS:
+            raise ConfigError(f"scheduler must be one of {', '.join(SCHEDULERS)}, "
+                              f"not {scheduler!r}")
         if jobmanagers < 1:
             raise ConfigError(f"jobmanagers must be 1 or more, got {jobmanagers!r}")
         if ha == "jobreg":
@@ -488,6 +497,7 @@ class FlinkCluster:
                                   f"{backend_jar!r} does not exist: build it with "
                                   "mvn -f flink-jobreg/pom.xml package")
         self.ha = ha
+        self.scheduler = scheduler
         self.bootstrap = bootstrap
         self.backend_jar = pathlib.Path(backend_jar) if backend_jar is not None else None
         self.jobreg_command = jobreg_command or _default_jobreg_command()
@@ -707,14 +717,19 @@ class FlinkCluster:
             build_job_jar(jar, self.classpath)
         return jar
 
-    def submit(self, jm: FlinkProcess, name: str = "failover", timeout: float = 120.0) -> str:
+    def submit(self, jm: FlinkProcess, name: str = "failover", timeout: float = 120.0,
+               *, fail_file: pathlib.Path | None = None) -> str:
         """Submit the test job to ``jm``'s REST endpoint (the job submits itself, from a JVM
-        of its own, with ``createRemoteEnvironment`` and ``executeAsync``); its job id."""
+        of its own, with ``createRemoteEnvironment`` and ``executeAsync``); its job id.
+
+        With ``fail_file``, the job's counting task throws once each time that file appears
+        (it deletes it first): :meth:`fail_task` makes Flink restart the job."""
         jar = self.job_jar()
         argv = [java_binary(), "-Xmx256m", *_JVM_OPTS, "-cp",
                 os.pathsep.join([str(jar), *map(str, self.classpath)]),
                 f"-Dlog4j2.configurationFile={self._client_log4j()}",
-                JOB_MAIN, "127.0.0.1", str(jm.rest_port), str(jar), name]
+                JOB_MAIN, "127.0.0.1", str(jm.rest_port), str(jar), name,
+                *([str(fail_file)] if fail_file is not None else [])]
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, timeout=timeout, check=False)
@@ -726,6 +741,19 @@ class FlinkCluster:
         said = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
         raise BrokerStartError(f"submitting the job {name!r} failed (exit {done.returncode}): "
                                f"{said[-1][:300] if said else 'no output'}")
+
+    def fail_file(self, name: str) -> pathlib.Path:
+        """The fail file of the job called ``name`` (pass it to :meth:`submit`)."""
+        return self.root / f"fail-{re.sub(r'[^A-Za-z0-9._-]', '-', name)}"
+
+    def fail_task(self, fail_file: pathlib.Path, timeout: float = 60.0) -> float:
+        """Make the job submitted with ``fail_file`` fail one task: create the file and wait
+        until the task took it (deleted it, then threw); returns when the file appeared."""
+        at = time.time()
+        fail_file.write_text("fail once\n")
+        self.wait_for(f"the task failure of {fail_file.name}", lambda: not fail_file.exists(),
+                      timeout)
+        return at
 
     def _client_log4j(self) -> pathlib.Path:
         path = self.root / "client-log4j2.properties"
@@ -788,6 +816,7 @@ class FlinkCluster:
             })
         if p.role == "taskmanager":
             settings.update(TASKMANAGER_MEMORY)
+        settings["jobmanager.scheduler"] = SCHEDULERS[self.scheduler]
         settings.update(self._config)
         return settings
 

@@ -17,12 +17,26 @@ last: see its docstring):
 (d) a job whose execution plan cannot be read back fails alone on the new leader (seed 003):
     RECOVERY_FAILED in the registry with its error; the other job and the cluster run on.
 
-After each, ``Registry.timeline`` of the job is printed and checked. The same scenarios time
-Flink's own ZooKeeper backend in ``jobreg bench flink-failover``.
+(e) a task of the job fails twice and Flink restarts the job each time (issue 42, finding 4);
+(f) a job is cancelled while Flink waits to restart it, and the leader SIGKILLed the moment
+    its log says the job is CANCELED: the job stays cancelled (seed 001 where the adaptive
+    scheduler's graph was already cancelled by its restart).
+
+Each scenario runs under both of Flink's schedulers for streaming jobs (the module's cluster is
+parametrized: ``default``, the ``DefaultScheduler``, which keeps one execution graph for a
+job's life, and ``adaptive``, the ``AdaptiveScheduler``, whose ``Restarting`` state cancels the
+graph and builds a new one on every restart). After each, the registry is checked against
+Flink (:func:`_agrees`): the job is live in jobreg while Flink runs it (``jobreg jobs``
+lists it ACTIVE), checkpoints complete with ids above every id before the restart or the
+failover, the registry's newest completed checkpoint follows them, and no record of the job was
+refused ``terminal_job`` (the adaptive scheduler's restarts once ended the job in jobreg:
+every checkpoint trigger then failed so, for ever). ``Registry.timeline`` of the job is printed.
+The same scenarios time Flink's own ZooKeeper backend in ``jobreg bench flink-failover``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import shutil
@@ -37,10 +51,12 @@ from registry.cli import main
 from registry.dev.bench_flink import (
     FlinkBenchError,
     cancel_then_kill,
+    completed_checkpoints,
     ensure_backend_jar,
     fatal_cause,
     kill_leader,
     pause_leader,
+    running_since,
     wait_checkpoints,
 )
 from registry.dev.flink import FlinkCluster, granted_at
@@ -53,18 +69,23 @@ pytestmark = [
 ]
 
 LEASE = 3.0  # seconds: the backend's lease; (b) pauses the leader past it
+RESTART_DELAY = "2 s"  # Flink's wait before a restart; (f) cancels within it
 
 
-@pytest.fixture(scope="module")
-def flink(broker, tmp_path_factory) -> Iterator[FlinkCluster]:
-    """Two JobManagers and a TaskManager on jobreg's backend, on the session's broker."""
+@pytest.fixture(scope="module", params=["default", "adaptive"])
+def flink(request, broker, tmp_path_factory) -> Iterator[FlinkCluster]:
+    """Two JobManagers and a TaskManager on jobreg's backend, on the session's broker, with
+    ``jobmanager.scheduler`` of the parameter: every test of the module runs once on each."""
     try:
         jar = ensure_backend_jar()
     except FlinkBenchError as e:
         pytest.fail(str(e))
+    scheduler = request.param
     cluster = FlinkCluster(ha="jobreg", bootstrap=broker.bootstrap, backend_jar=jar,
-                           lease=LEASE, directory=tmp_path_factory.mktemp("flink"),
-                           startup_timeout=90)
+                           lease=LEASE, directory=tmp_path_factory.mktemp(f"flink-{scheduler}"),
+                           startup_timeout=90, scheduler=scheduler,
+                           config={"restart-strategy.fixed-delay.delay": RESTART_DELAY})
+    print(f"Flink cluster with jobmanager.scheduler {scheduler}")
     with cluster:
         yield cluster
 
@@ -83,6 +104,43 @@ def _running_job(flink: FlinkCluster, name: str) -> str:
     flink.wait_for(f"{name} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
     wait_checkpoints(flink, leader, job, 2)
     return job
+
+
+def _newest_checkpoint(flink: FlinkCluster, registry: Registry, job: str) -> int:
+    """The newest completed checkpoint id of the job that the registry or any JobManager's
+    log knows (-1: none)."""
+    ids = [i for jm in flink.jobmanagers for _, i in completed_checkpoints(jm, job)]
+    return max([registry.job(job).checkpoints.last_completed, *ids])
+
+
+def _agrees(flink: FlinkCluster, registry: Registry, job: str, *, above: int) -> list[int]:
+    """The registry against Flink, after a restart or a failover: the leader runs the job and
+    the registry has it live (``jobreg jobs`` too); two checkpoints complete on the leader
+    with ids above ``above``, increasing; the registry's newest completed checkpoint reaches
+    them; no record of the job was refused ``terminal_job``. Returns the ids, printed."""
+    leader = flink.leader()
+    flink.wait_for(f"{job} RUNNING on {leader.name}",
+                   lambda: flink.job_status(leader, job) == "RUNNING")
+    view = registry.job(job)
+    assert view.live, f"Flink runs {job} on {leader.name}; the registry says {view.status}"
+    ids = flink.wait_for(
+        f"two checkpoints of {job} above {above} on {leader.name}",
+        lambda: len(c := [i for _, i in completed_checkpoints(leader, job) if i > above]) >= 2
+        and c)
+    assert ids == sorted(set(ids)), f"checkpoint ids not increasing: {ids}"
+    newest = flink.wait_for(
+        f"the registry's newest checkpoint of {job} at {ids[1]} or later",
+        lambda: (n := registry.job(job).checkpoints.last_completed) >= ids[1] and n)
+    view = registry.job(job)
+    listed = _jobs_cli(flink)
+    print(f"{flink.scheduler}: Flink runs {job} on {leader.name}, checkpoints {ids[:4]}...; "
+          f"the registry: {view.status}, owner epoch {view.owner_epoch}, newest checkpoint "
+          f"{newest}; jobreg jobs: {listed.get(job, {}).get('status')}")
+    assert view.live and view.owner_epoch is not None, view
+    assert listed.get(job, {}).get("status") == "ACTIVE", listed
+    refused = [d for d in registry.rejected() if d.job_id == job and d.reason == "terminal_job"]
+    assert refused == [], f"records of a job Flink runs refused as terminal: {refused[:3]}"
+    return ids
 
 
 def _terms(registry: Registry) -> list[str]:
@@ -113,6 +171,7 @@ def test_a_killed_leader_hands_over_and_checkpoints_go_on(flink, registry) -> No
     assert run.restored_last, (f"the new leader restored checkpoint {run.restored}; the last "
                                f"completed before the kill was {run.last_before_kill}")
     assert flink.job_status(flink.leader(), job) == "RUNNING"
+    _agrees(flink, registry, job, above=run.last_before_kill)
     story = _story(registry, job)
     assert any(s.startswith("JobSubmitted/") for s in story)
     assert any("Checkpoint" in s and "ACCEPTED" in s for s in story)
@@ -123,6 +182,7 @@ def test_a_killed_leader_hands_over_and_checkpoints_go_on(flink, registry) -> No
 
 def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None:
     job = _running_job(flink, "seed-000-pause")
+    before = _newest_checkpoint(flink, registry, job)
     run = pause_leader(flink, job)
     print(run)
     assert run.standby_led_after >= LEASE * 0.5, "the standby led before the lease could end"
@@ -150,6 +210,10 @@ def test_a_paused_leader_is_refused_and_deploys_nothing(flink, registry) -> None
     assert stale == [], stale
     ends = _terms(registry)  # the paused leader's term ended before the standby's began
     assert ends[-1] == "current" and ends[-2] in ("revoked", "superseded")
+    # The job usually restarts once on the new leader after the resume (a TaskManager
+    # disconnect queued during the pause): the adaptive scheduler's restart once ended it in
+    # jobreg ("no live jobs; 1 ended" while Flink ran it).
+    _agrees(flink, registry, job, above=before)
     flink.cancel(flink.leader(), job)
 
 
@@ -211,9 +275,105 @@ def test_a_job_whose_plan_cannot_be_read_fails_alone(flink, registry) -> None:
     assert flink.job_status(new, broken) is None  # Flink never ran it again
     flink.restart(leader)
     assert flink.job_status(new, healthy) == "RUNNING"
+    _agrees(flink, registry, healthy, above=-1)
     story = _story(registry, broken)
     assert story[-1] == "JobRecoveryFailed/ACCEPTED", story
     flink.cancel(new, healthy)
+
+
+def test_a_task_failure_restarts_the_job_and_the_registry_keeps_it(flink, registry) -> None:
+    """Issue 42, finding 4: a task fails, twice, and Flink restarts the job each time on the
+    same leader. The default scheduler keeps its execution graph (RUNNING, RESTARTING,
+    RUNNING); the adaptive scheduler cancels it (RUNNING, CANCELLING, CANCELED) and runs a new
+    one. Either way the job stays live in jobreg and checkpoints go on with higher ids."""
+    name = "task-failure"
+    fail = flink.fail_file(name)
+    leader = flink.leader()
+    job = flink.submit(leader, name, fail_file=fail)
+    flink.wait_for(f"{name} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
+    wait_checkpoints(flink, leader, job, 2)
+    for restart in (1, 2):
+        above = _newest_checkpoint(flink, registry, job)
+        failed_at = flink.fail_task(fail)
+        flink.wait_for(f"{job} running again after task failure {restart}",
+                       lambda: running_since(leader, job, failed_at))  # noqa: B023
+        how = [line.split(" - ", 1)[-1] for t, line in leader.log_lines(
+            rf"\({job}\) switched from state RUNNING to (RESTARTING|CANCELLING)")
+            if t >= failed_at]
+        print(f"{flink.scheduler}, task failure {restart}: {how}")
+        assert how, f"{leader.name}'s log shows no restart of {job}"
+        if flink.scheduler == "adaptive":  # the graph was replaced: what once ended the job
+            assert "CANCELLING" in how[0], how
+        _agrees(flink, registry, job, above=above)
+    assert flink.leader() is leader
+    _story(registry, job)
+    flink.cancel(leader, job)
+    flink.wait_for(f"{job} CANCELED", lambda: flink.job_status(leader, job) == "CANCELED")
+    flink.wait_for(f"{job} ended in the registry", lambda: not registry.job(job).live)
+    assert registry.job(job).status == "CANCELLED", registry.job(job)
+
+
+def test_a_cancel_during_a_restart_survives_a_kill_at_the_canceled_line(flink, registry
+                                                                     ) -> None:
+    """A task fails; while Flink waits out the restart delay the job is cancelled, and the
+    leader is SIGKILLed the moment its log says the job is CANCELED. The default scheduler's
+    graph is RESTARTING and enters CANCELLING from the cancel (the graph's listener records
+    it). The adaptive scheduler's graph was already cancelled by its ``Restarting`` state: the
+    cancel moves the scheduler to ``Canceling`` with no graph transition, and its "reached
+    terminal state CANCELED" line comes a main-thread task later; jobreg's event reporter
+    records the cancel at the scheduler's CANCELLING, before it. Without the reporter the new
+    leader ran the job again, 3 of 3 times."""
+    name = "cancel-in-restart"
+    fail = flink.fail_file(name)
+    leader = flink.leader()
+    job = flink.submit(leader, name, fail_file=fail)
+    flink.wait_for(f"{name} RUNNING", lambda: flink.job_status(leader, job) == "RUNNING")
+    wait_checkpoints(flink, leader, job, 2)
+    others = [jm for jm in flink.jobmanagers if jm is not leader]
+    restart_line = (rf"\({job}\) switched from state CANCELLING to CANCELED"
+                    if flink.scheduler == "adaptive"
+                    else rf"\({job}\) switched from state RUNNING to RESTARTING")
+    end_line = (rf"Job {job} reached terminal state CANCELED|"
+                rf"\({job}\) switched from state CANCELLING to CANCELED")
+    killer: list = []
+
+    def cancel(_line: str) -> None:  # the restart began: cancel within its delay
+        killer.append(flink.watch(leader, end_line, lambda _l: flink.kill(leader)))
+        with contextlib.suppress(OSError):  # the kill may beat the answer
+            flink.cancel(leader, job)
+
+    canceller = flink.watch(leader, restart_line, cancel)
+    failed_at = flink.fail_task(fail)
+    try:
+        assert canceller.wait(60), f"{leader.name} never logged the restart of {job}"
+        assert killer and killer[0].wait(60), f"{leader.name} never logged {job} CANCELED"
+    finally:
+        canceller.stop()
+        for watcher in killer:
+            watcher.stop()
+    ran_again = running_since(leader, job, failed_at)
+    print(f"{flink.scheduler}: cancelled during the restart (ran again before the kill: "
+          f"{bool(ran_again)}); killed at: {killer[0].line.split(' - ', 1)[-1] if killer[0].line else None}")
+    assert not ran_again, "the cancel came after the restart: not the case under test"
+    new = flink.leader(among=others)
+    grant = granted_at(new)
+    assert grant is not None
+    flink.wait_for(f"{new.name} recovering its jobs",
+                   lambda: not new.is_running() or [t for t, _ in new.log_lines(
+                       r"Successfully recovered \d+ persisted job graphs") if t >= grant])
+    time.sleep(5.0)
+    resurrected = running_since(new, job, grant)
+    state = flink.job_status(new, job) if new.is_running() else None
+    if resurrected:  # free its slot for the next test before failing
+        flink.cancel(new, job)
+        flink.wait_for("the resurrected job cancelled",
+                       lambda: flink.job_status(new, job) == "CANCELED")
+    flink.restart(leader)
+    assert not resurrected, f"the new leader ran the cancelled job again ({state})"
+    assert new.is_running() and fatal_cause(new) is None, fatal_cause(new)
+    view = registry.job(job)
+    _story(registry, job)
+    assert not view.live and view.status == "CANCELLED", view
 
 
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
@@ -236,6 +396,7 @@ def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
     _terms(registry)
     story = _story(registry, job)
     assert any(s.startswith("JobCancelled/ACCEPTED") for s in story), story
+    assert not registry.job(job).live, registry.job(job)
     assert not run.crashed, f"the new leader ended: {run.crash}"
     # The fatal error is logged before the JVM has exited: ``crash``, not ``crashed``. Flink
     # 2.3's Dispatcher.onStart ends a leader that recovers a dirty job result belonging to no

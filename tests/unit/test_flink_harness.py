@@ -9,7 +9,14 @@ import threading
 import pytest
 
 from registry.dev.bench_flink import BackendFigures, CancelRun, FailoverRun, format_flink_failover
-from registry.dev.flink import TASKMANAGER_MEMORY, LogWatcher, _line_time, _tm_jvm_opts
+from registry.dev.flink import (
+    TASKMANAGER_MEMORY,
+    FlinkCluster,
+    FlinkProcess,
+    LogWatcher,
+    _line_time,
+    _tm_jvm_opts,
+)
 from registry.errors import ConfigError
 
 
@@ -41,6 +48,25 @@ def test_the_taskmanager_jvm_limits_follow_its_memory_settings() -> None:
         "-Xmx256m", "-Xms256m", "-XX:MaxDirectMemorySize=96m", "-XX:MaxMetaspaceSize=192m"]
     with pytest.raises(ConfigError):
         _tm_jvm_opts({**TASKMANAGER_MEMORY, "taskmanager.memory.task.heap.size": "1g"})
+
+
+def test_each_jobmanager_gets_the_scheduler_asked_for(tmp_path) -> None:
+    jar = tmp_path / "flink-jobreg.jar"
+    jar.write_bytes(b"")
+    for scheduler, value in (("default", "Default"), ("adaptive", "Adaptive")):
+        cluster = FlinkCluster(ha="jobreg", bootstrap="127.0.0.1:9", backend_jar=jar,
+                               scheduler=scheduler)
+        cluster.root = tmp_path
+        cluster.jobmanagers = [FlinkProcess("jm1", "jobmanager", tmp_path, 1, 2)]
+        assert cluster._settings(cluster.jobmanagers[0], set())["jobmanager.scheduler"] == value
+    with pytest.raises(ConfigError, match="scheduler must be one of default, adaptive"):
+        FlinkCluster(scheduler="reactive")
+
+
+def test_a_fail_file_is_named_after_its_job(tmp_path) -> None:
+    cluster = FlinkCluster()
+    cluster.root = tmp_path
+    assert cluster.fail_file("task failure/1") == tmp_path / "fail-task-failure-1"
 
 
 def test_the_table_counts_restores_and_resurrections() -> None:

@@ -257,6 +257,17 @@ public class JobregBridge implements AutoCloseable {
     }
 
     /** The running bridges of this JVM for a namespace. */
+    /** Every live bridge of this JVM, of any namespace. */
+    static List<JobregBridge> liveBridges() {
+        List<JobregBridge> bridges = new java.util.ArrayList<>();
+        for (JobregBridge bridge : LIVE) {
+            if (!bridge.closedFuture.isDone()) {
+                bridges.add(bridge);
+            }
+        }
+        return bridges;
+    }
+
     static List<JobregBridge> liveBridges(String namespace) {
         List<JobregBridge> bridges = new java.util.ArrayList<>();
         for (JobregBridge bridge : LIVE) {

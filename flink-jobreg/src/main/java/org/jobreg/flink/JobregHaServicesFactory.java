@@ -31,6 +31,7 @@ public class JobregHaServicesFactory implements HighAvailabilityServicesFactory 
         JobregHaOptions.checkStorageDir(configuration);
         // The JobManager's components read this same configuration afterwards.
         JobregJobStatusChangedListenerFactory.register(configuration);
+        JobregJobStatusEventReporterFactory.register(configuration);
         BlobStoreService blobStoreService = BlobUtils.createBlobStoreFromConfig(configuration);
         JobregBridge bridge = JobregBridge.start(configuration);
         try {

@@ -43,6 +43,11 @@ public final class JobregTestUtils {
         configuration.set(
                 DeploymentOptions.JOB_STATUS_CHANGED_LISTENERS,
                 List.of(JobregJobStatusChangedListenerFactory.class.getName()));
+        // What JobregHaServicesFactory adds where it can (a MiniCluster's is unmodifiable).
+        configuration.setString(
+                "events.reporter.jobreg.factory.class",
+                JobregJobStatusEventReporterFactory.class.getName());
+        configuration.setString("events.reporter.jobreg.namespace", clusterId);
         return configuration;
     }
 

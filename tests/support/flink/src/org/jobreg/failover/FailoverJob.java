@@ -19,7 +19,9 @@ import org.apache.flink.util.Collector;
  * state (a running count per key), a checkpoint every 500 ms. It submits itself to a session
  * cluster's REST endpoint and prints the job id on a line of its own ({@code JOBID <hex>}).
  *
- * <p>Arguments: {@code <host> <rest port> <this jar> <job name>}.
+ * <p>Arguments: {@code <host> <rest port> <this jar> <job name> [<fail file>]}. With a fail
+ * file, the counting task throws once each time that file appears (it deletes it first), so a
+ * test can make a task fail and Flink restart the job.
  */
 public final class FailoverJob {
 
@@ -28,7 +30,12 @@ public final class FailoverJob {
     /** Counts the records of each key in keyed state; what a restore brings back. */
     public static final class CountPerKey extends KeyedProcessFunction<Long, Long, Long> {
         private static final long serialVersionUID = 1L;
+        private final String failFile;
         private transient ValueState<Long> count;
+
+        public CountPerKey(String failFile) {
+            this.failFile = failFile;
+        }
 
         @Override
         public void open(OpenContext context) {
@@ -37,6 +44,11 @@ public final class FailoverJob {
 
         @Override
         public void processElement(Long value, Context ctx, Collector<Long> out) throws Exception {
+            if (failFile != null && java.nio.file.Files.deleteIfExists(
+                    java.nio.file.Paths.get(failFile))) {
+                throw new RuntimeException("FailoverJob: the test's task failure (" + failFile
+                        + ")");
+            }
             Long seen = count.value();
             long next = (seen == null ? 0L : seen) + 1L;
             count.update(next);
@@ -45,8 +57,9 @@ public final class FailoverJob {
     }
 
     public static void main(String[] args) throws Exception {
-        if (args.length != 4) {
-            System.err.println("usage: FailoverJob <host> <rest port> <jar> <job name>");
+        if (args.length != 4 && args.length != 5) {
+            System.err.println(
+                    "usage: FailoverJob <host> <rest port> <jar> <job name> [<fail file>]");
             System.exit(2);
         }
         StreamExecutionEnvironment env = StreamExecutionEnvironment.createRemoteEnvironment(
@@ -58,7 +71,7 @@ public final class FailoverJob {
         DataStream<Long> numbers =
                 env.fromSource(source, WatermarkStrategy.noWatermarks(), "numbers");
         numbers.keyBy(n -> n % 8, Types.LONG)
-                .process(new CountPerKey())
+                .process(new CountPerKey(args.length == 5 ? args[4] : null))
                 .returns(Types.LONG)
                 .sinkTo(new DiscardingSink<>());
         JobClient client = env.executeAsync(args[3]);
