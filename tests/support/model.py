@@ -167,6 +167,7 @@ class Actor:
     name: str
     seen: int = 0
     term: int | None = None
+    renewal: int = 0  # the ordinal of the last renewal it sent in its term (fold rule 3)
 
 
 @dataclass
@@ -200,17 +201,21 @@ class Sim:
     def tick(self, ms: int) -> None:
         self.now += ms
 
-    def claim(self, who: str) -> None:
-        """claim_leadership from the actor's (possibly stale) view, then read to its grant."""
+    def claim(self, who: str, external: bool = False) -> None:
+        """A claim from the actor's (possibly stale) view, then read to its grant: an
+        election's (a compare-and-set on the epoch and the renewals it saw, fold rule 3),
+        or ``external``: claim_leadership (the epoch only)."""
         a = self.actors[who]
         view = self.image(a.seen)
+        saw = None if external else (view.term.renewal if view.term is not None else 0)
         g = LeadershipGranted(event_id=new_event_id(), namespace=NS, epoch=view.epoch + 1,
-                              writer=who, created_at=0, prev_epoch=view.epoch)
+                              writer=who, created_at=0, prev_epoch=view.epoch,
+                              saw_renewal=saw)
         self.append(record_key(g), encode(g))
         a.seen = len(self.log)
         img = self.image()
         if img.epoch == g.epoch and img.leader == who:
-            a.term = g.epoch
+            a.term, a.renewal = g.epoch, 0
             self.write(who, None, None)  # Term._start(): reassert
 
     def write(self, who: str, cmd: str | None, job: str | None, aborted: bool = False,
@@ -231,7 +236,12 @@ class Sim:
         elif cmd == "revoke":
             ev = LeadershipRevoked(**common)
         elif cmd == "renew":
-            ev = LeaseRenewed(**common)
+            # The election's renewer: one more than the highest ordinal it folded or sent,
+            # and the refused grants it folded (they choose the key, fold rule 3).
+            info = view.term if view.term is not None and view.term.epoch == a.term else None
+            a.renewal = max(info.renewal if info else 0, a.renewal) + 1
+            ev = LeaseRenewed(renewal=a.renewal, attempts=info.refused_grants if info else 0,
+                              **common)
         elif cmd in ("publish", "unpublish"):
             # Flink's leader information (fold rule 9): the drawn job names the component.
             ev = LeaderInformationPublished(
