@@ -1096,15 +1096,17 @@ class Term:
                              renewal=renewal, attempts=attempts)
         return self._write([event], guard=False)[0]
 
-    def plan_renewal(self, sent: int = 0) -> tuple[int, int]:
+    def plan_renewal(self, sent: int = 0, unconfirmed: int = 0) -> tuple[int, int]:
         """The ordinal and ``attempts`` of this term's next renewal, from the image as read
         so far: one more than the highest ordinal folded or ``sent`` (the renewer's last
         one, whatever became of it: no two renewals of a term share an ordinal), and the
-        refused grant attempts against the term folded (fold rule 3)."""
+        refused grant attempts against the term folded plus ``unconfirmed``, the renewals
+        the renewer sent and did not see confirmed (fold rule 3: either moves the renewals
+        planned after it to keys of their own)."""
         info = self.registry.image.term
         if info is None or info.epoch != self.epoch:
-            return max(0, sent) + 1, 0
-        return max(info.renewal, sent) + 1, info.refused_grants
+            return max(0, sent) + 1, unconfirmed
+        return max(info.renewal, sent) + 1, info.refused_grants + unconfirmed
 
     def fenced(self) -> Fenced | None:
         """The :class:`~registry.errors.Fenced` a write of this term would get from the

@@ -28,8 +28,10 @@ How it decides, with no clock shared between machines:
   fence nobody, until its claim and its term do).
 * The leader renews (``LeaseRenewed``) every ``lease / 4``, and retries a
   failed renewal after 0.1 s. Each renewal carries its ordinal (one more than
-  the highest the renewer folded or sent) and the refused grant attempts it had
-  folded, which choose its key (:func:`registry.keys.lease_key`). Its lease runs
+  the highest the renewer folded or sent) and its ``attempts`` (the refused grant
+  attempts it had folded, plus the renewals it sent and did not see confirmed),
+  which choose its key (:func:`registry.keys.lease_key`); the write path never
+  re-sends a renewal (the renewer plans a new one after reading the log). Its lease runs
   from the moment it *sent* its last successful renewal (or its grant), which
   is before any contender can have seen it; it writes nothing once
   ``0.9 x lease`` has passed since then (:class:`~registry.errors.LeaseExpired`),
@@ -156,6 +158,7 @@ class Election:
         self._fenced: Fenced | None = None  # why the term is over, once the renewer learnt it
         self._renewed_since = False  # the last claim was refused: the leader renewed since
         self._sent_renewal = 0  # the ordinal of the renewer's last renewal sent (rule 3)
+        self._unconfirmed = 0  # renewals sent and not seen confirmed (rule 3: new keys)
         self._warned = False  # the renewer reported an unexpected error in this run of failures
         self.term: Term | None = None
         self.claim_started: float | None = None
@@ -326,7 +329,7 @@ class Election:
                     continue
             # Planned from the image as read so far (fold rule 3): the ordinal and the
             # refused grant attempts folded choose the renewal's key.
-            renewal, attempts = term.plan_renewal(self._sent_renewal)
+            renewal, attempts = term.plan_renewal(self._sent_renewal, self._unconfirmed)
             stalls.point("election.renewing", contender=self.contender, epoch=term.epoch,
                          renewal=renewal)
             self._sent_renewal = renewal
@@ -340,6 +343,9 @@ class Election:
                 return
             except Exception as e:  # noqa: BLE001 - the renewer must outlive any failure
                 metrics.renewal("failed")
+                # It may land later, after the next renewal and after a grant: the next
+                # renewals take keys of their own (fold rule 3, registry.keys.lease_key).
+                self._unconfirmed += 1
                 # The broker unreachable, the outcome unknown, a refusal, or an error of a
                 # library: the write path may not have read the log, so read it here and
                 # decide from that. The term is kept unless the log shows it is over.

@@ -487,7 +487,8 @@ class LeaseRenewed(Event):
 
     ``renewal``: its ordinal in the term (1, 2, ...: one more than the highest the renewer
     had folded or sent); ``attempts``: how many refused grant attempts against the term the
-    renewer had folded when it planned it. Both choose its key
+    renewer had folded when it planned it, plus how many of its renewals it had sent and not
+    seen confirmed (a renewal whose write failed may land later). Both choose its key
     (:func:`registry.keys.lease_key`: ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>``),
     so that the cleaner never removes the renewal a grant's verdict rests on (fold rule 3).
     ``None``: written before these fields (keyed ``<ns>/term/<epoch>/lease``)."""

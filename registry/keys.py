@@ -10,11 +10,12 @@ correctness argument (README, "Compaction"):
 * ``<ns>/term/<epoch>/<event_id>``  every grant and revoke, under a key of its own,
   so the cleaner never removes one
 * ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>``  the lease renewals of a term:
-  ``attempts`` the refused grant attempts against the term its renewer had folded,
-  ``renewal`` its ordinal (fold rule 3). Consecutive renewals alternate two keys, and a
-  refused grant moves the renewals planned after it to two new ones, so no renewal that
-  lands after a grant attempt removes the last renewal before it, whose ordinal the
-  attempt's verdict rests on (README "Compaction").
+  ``attempts`` the refused grant attempts against the term its renewer had folded plus
+  its renewals not seen confirmed, ``renewal`` its ordinal (fold rule 3). Consecutive
+  renewals alternate two keys, and a refused grant (or a renewal whose write failed)
+  moves the renewals planned after it to two new ones, so no renewal that lands after a
+  grant attempt removes the highest renewal before it, which the attempt's verdict rests
+  on (README "Compaction").
 * ``<ns>/term/<epoch>/lease``    the renewals written before ordinals (only the newest
   matters: no verdict rests on them)
 * ``<ns>/call/<event_id>``      the commit of one multi-record call, under a key of its

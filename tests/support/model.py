@@ -168,6 +168,7 @@ class Actor:
     seen: int = 0
     term: int | None = None
     renewal: int = 0  # the ordinal of the last renewal it sent in its term (fold rule 3)
+    unconfirmed: int = 0  # its renewals whose write failed (they move later ones apart)
 
 
 @dataclass
@@ -215,7 +216,7 @@ class Sim:
         a.seen = len(self.log)
         img = self.image()
         if img.epoch == g.epoch and img.leader == who:
-            a.term, a.renewal = g.epoch, 0
+            a.term, a.renewal, a.unconfirmed = g.epoch, 0, 0
             self.write(who, None, None)  # Term._start(): reassert
 
     def write(self, who: str, cmd: str | None, job: str | None, aborted: bool = False,
@@ -237,11 +238,13 @@ class Sim:
             ev = LeadershipRevoked(**common)
         elif cmd == "renew":
             # The election's renewer: one more than the highest ordinal it folded or sent,
-            # and the refused grants it folded (they choose the key, fold rule 3).
+            # and the refused grants it folded plus its renewals that failed (they choose
+            # the key, fold rule 3). An aborted one failed: the next ones move apart.
             info = view.term if view.term is not None and view.term.epoch == a.term else None
             a.renewal = max(info.renewal if info else 0, a.renewal) + 1
-            ev = LeaseRenewed(renewal=a.renewal, attempts=info.refused_grants if info else 0,
-                              **common)
+            ev = LeaseRenewed(renewal=a.renewal, attempts=a.unconfirmed + (
+                info.refused_grants if info else 0), **common)
+            a.unconfirmed += aborted
         elif cmd in ("publish", "unpublish"):
             # Flink's leader information (fold rule 9): the drawn job names the component.
             ev = LeaderInformationPublished(
