@@ -55,6 +55,7 @@ from registry.fold import (
     CheckpointRuleViolation,
     checkpoint_step,
     failure_reason_counts,
+    fencing_reason,
     fold,
     plan_reassertions,
 )
@@ -236,6 +237,9 @@ class Sim:
                               **common)
         elif cmd == "revoke":
             ev = LeadershipRevoked(**common)
+        elif cmd == "renew" and fencing_reason(view.epoch, view.leader, view.revoked, a.term,
+                                               who) is not None:
+            pass  # the client sends nothing once its image shows the term over (Fenced)
         elif cmd == "renew":
             # The election's renewer: one more than the highest ordinal it folded or sent,
             # and the refused grants it folded plus its renewals that failed (they choose

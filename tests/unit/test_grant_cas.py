@@ -22,7 +22,7 @@ from support.model import NS, Rec, Sim, compact, visible
 import registry.keys
 from registry.codec import encode
 from registry.events import LeadershipGranted, LeaseRenewed
-from registry.fold import Delta, fold
+from registry.fold import Delta, fencing_reason, fold
 from registry.image import Image, LogRecord, Outcome
 from registry.keys import lease_key, parse_key, record_key
 
@@ -257,6 +257,8 @@ def _history_in_doubt(ops, count_failures: bool = True) -> Sim:
             if a.term is None:
                 continue
             view = sim.image(a.seen)
+            if fencing_reason(view.epoch, view.leader, view.revoked, a.term, LEADER):
+                continue  # the client sends nothing once its image shows the term over
             info = view.term if view.term is not None and view.term.epoch == a.term else None
             a.renewal = max(info.renewal if info else 0, a.renewal) + 1
             e = _renew(a.term, LEADER, a.renewal,
