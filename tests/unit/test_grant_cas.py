@@ -301,3 +301,19 @@ def test_renewals_in_doubt_keep_every_grants_verdict() -> None:
     # Counting refused grants only (failures not counted), the search finds divergences.
     assert any(_divergence(_history_in_doubt(ops, count_failures=False).log, 10**12)
                for ops in itertools.product(alphabet, repeat=5))
+
+
+def test_a_snapshot_keeps_the_terms_renewal_and_refused_grants() -> None:
+    from registry.snapshot import decode_image, encode_image
+
+    events = [_grant(1, "jm-1", None), _renew(1, "jm-1", 1), _renew(1, "jm-1", 2),
+              _grant(2, "jm-2", 1), _renew(1, "jm-1", 3, attempts=1)]
+    image = fold(_records(events), NS)
+    back = decode_image(encode_image(image))
+    assert back == image
+    assert back.term is not None and (back.term.renewal, back.term.refused_grants) == (3, 1)
+    # folding on from the snapshot decides the next grants as a full fold does
+    more = _records(events + [_grant(2, "jm-3", 2), _grant(2, "jm-3", 3, event_id="g3")])
+    on = fold(more[len(events):], back)
+    assert on.answer() == fold(more, NS).answer() and on.leader == "jm-3"
+    assert on.rejected[-1].reason == "renewed_since"
