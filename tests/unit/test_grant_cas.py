@@ -317,3 +317,25 @@ def test_a_snapshot_keeps_the_terms_renewal_and_refused_grants() -> None:
     on = fold(more[len(events):], back)
     assert on.answer() == fold(more, NS).answer() and on.leader == "jm-3"
     assert on.rejected[-1].reason == "renewed_since"
+
+
+def test_records_written_before_rule_3_fold_as_they_did() -> None:
+    """A grant of ``LeadershipGranted`` v2 and a renewal of ``LeaseRenewed`` v1 (no
+    ``saw_renewal``, no ordinal, the term's one lease key) decode with the new fields
+    ``None`` and fold as before: the grant compares epochs only."""
+    from support.model import encode_with
+
+    from registry.wire import default_codec
+
+    codec = default_codec()
+    ids = {(e.type, e.version): e.id for e in codec.catalog.entries()}
+    renew = _renew(1, "jm-1", None, None)
+    grant = _grant(2, "jm-2", None)
+    old = [encode(_grant(1, "jm-1", None)), encode_with(renew, ids[("LeaseRenewed", 1)]),
+           encode_with(grant, ids[("LeadershipGranted", 2)])]
+    decoded = [codec.decode(v) for v in old[1:]]
+    assert decoded[0].renewal is None and decoded[0].attempts is None
+    assert decoded[1].saw_renewal is None
+    keys = [record_key(_grant(1, "jm-1", None)), f"{NS}/term/1/lease", record_key(grant)]
+    records = [LogRecord(i, k.encode(), v, 0) for i, (k, v) in enumerate(zip(keys, old, strict=True))]
+    assert [d.outcome for d in _decisions(records)] == [Outcome.ACCEPTED] * 3
