@@ -679,6 +679,8 @@ class Term:
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
+        self._renewal_sent = 0  # the highest renewal ordinal this term sent (fold rule 3)
+        self._renewals_unconfirmed = 0  # its renewals whose call raised (fold rule 3)
 
     def __repr__(self) -> str:
         return f"Term(namespace={self.namespace!r}, epoch={self.epoch}, contender={self.contender!r})"
@@ -1088,24 +1090,34 @@ class Term:
         """Write a :class:`~registry.events.LeaseRenewed` of this term, past the write guard
         (a renewal is what makes a lease valid again). Raises as any write does.
         ``renewal`` and ``attempts`` (fold rule 3, the renewal's key): as the renewer
-        planned them (:meth:`plan_renewal`); by default from the image as read so far."""
+        planned them (:meth:`plan_renewal`, just before); by default planned now. Renew
+        from one thread at a time: the term counts the renewals it sent, and those whose
+        call raised, for the keys of the next ones."""
         if renewal is None or attempts is None:
             renewal, attempts = self.plan_renewal()
         event = LeaseRenewed(event_id=new_event_id(), namespace=self.namespace,
                              epoch=self.epoch, writer=self.contender, created_at=now_ms(),
                              renewal=renewal, attempts=attempts)
-        return self._write([event], guard=False)[0]
+        self._renewal_sent = max(self._renewal_sent, renewal)
+        try:
+            return self._write([event], guard=False)[0]
+        except BaseException:
+            # It may land later (after the next renewal, after a grant): the renewals
+            # planned from now on take keys of their own.
+            self._renewals_unconfirmed += 1
+            raise
 
-    def plan_renewal(self, sent: int = 0, unconfirmed: int = 0) -> tuple[int, int]:
-        """The ordinal and ``attempts`` of this term's next renewal, from the image as read
-        so far: one more than the highest ordinal folded or ``sent`` (the renewer's last
-        one, whatever became of it: no two renewals of a term share an ordinal), and the
-        refused grant attempts against the term folded plus ``unconfirmed``, the renewals
-        the renewer sent and did not see confirmed (fold rule 3: either moves the renewals
+    def plan_renewal(self) -> tuple[int, int]:
+        """The ordinal and ``attempts`` of this term's next renewal (fold rule 3; they choose
+        its key, :func:`~registry.keys.lease_key`), from the image as read so far: one more
+        than the highest ordinal folded or sent by this term (whatever became of it: no two
+        renewals of a term share an ordinal), and the refused grant attempts against the term
+        folded plus the renewals of this term whose call raised (either moves the renewals
         planned after it to keys of their own)."""
         info = self.registry.image.term
+        sent, unconfirmed = self._renewal_sent, self._renewals_unconfirmed
         if info is None or info.epoch != self.epoch:
-            return max(0, sent) + 1, unconfirmed
+            return sent + 1, unconfirmed
         return max(info.renewal, sent) + 1, info.refused_grants + unconfirmed
 
     def fenced(self) -> Fenced | None:

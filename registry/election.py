@@ -157,8 +157,6 @@ class Election:
         self._due = 0.0  # when the next renewal is due (jobreg_lease_renewal_lateness_seconds)
         self._fenced: Fenced | None = None  # why the term is over, once the renewer learnt it
         self._renewed_since = False  # the last claim was refused: the leader renewed since
-        self._sent_renewal = 0  # the ordinal of the renewer's last renewal sent (rule 3)
-        self._unconfirmed = 0  # renewals sent and not seen confirmed (rule 3: new keys)
         self._warned = False  # the renewer reported an unexpected error in this run of failures
         self.term: Term | None = None
         self.claim_started: float | None = None
@@ -327,12 +325,12 @@ class Election:
                 if verdict == "unreadable":
                     failures += 1
                     continue
-            # Planned from the image as read so far (fold rule 3): the ordinal and the
-            # refused grant attempts folded choose the renewal's key.
-            renewal, attempts = term.plan_renewal(self._sent_renewal, self._unconfirmed)
+            # Planned from the image as read so far (fold rule 3): the ordinal, and the
+            # refused grant attempts folded plus the term's renewals whose call raised,
+            # choose the renewal's key (Term.renew_lease counts those).
+            renewal, attempts = term.plan_renewal()
             stalls.point("election.renewing", contender=self.contender, epoch=term.epoch,
                          renewal=renewal)
-            self._sent_renewal = renewal
             sent = self._clock()
             metrics = self.registry.metrics
             try:
@@ -343,9 +341,6 @@ class Election:
                 return
             except Exception as e:  # noqa: BLE001 - the renewer must outlive any failure
                 metrics.renewal("failed")
-                # It may land later, after the next renewal and after a grant: the next
-                # renewals take keys of their own (fold rule 3, registry.keys.lease_key).
-                self._unconfirmed += 1
                 # The broker unreachable, the outcome unknown, a refusal, or an error of a
                 # library: the write path may not have read the log, so read it here and
                 # decide from that. The term is kept unless the log shows it is over.

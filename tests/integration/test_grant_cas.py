@@ -65,9 +65,9 @@ def test_the_write_path_never_re_sends_a_renewal(broker, topic) -> None:
     starts.clear()
     fail.append(True)
     with pytest.raises(OutcomeUnknown, match="not re-sent"):
-        term.renew_lease(1, 0)
+        term.renew_lease()
     assert len(starts) == 1  # nothing was sent again
-    term.renew_lease(2, 1)  # the renewer's next one: a new ordinal, keys of its own
+    term.renew_lease()  # the next one: a new ordinal (2), keys of its own (attempts 1)
     renewals = [d for d in reg.forensics().decisions() if d.event_type == "LeaseRenewed"]
     assert [d.key for d in renewals if d.accepted][-1] == "resend/term/1/lease/1/0"
     reg.close()
