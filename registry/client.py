@@ -160,7 +160,8 @@ class Receipt:
 
 def _rejection(d: Decision) -> WriteRejected:
     cls = (Fenced if d.reason in _FENCING_REASONS
-           else ClaimRejected if d.reason == "cas_failed" else WriteRejected)
+           else ClaimRejected if d.reason in ("cas_failed", "renewed_since")
+           else WriteRejected)
     return cls(d.reason or "rejected", d.detail, expected_epoch=d.expected_epoch,
                actual_epoch=d.actual_epoch, leader=d.leader, offset=d.offset,
                event_id=d.event_id)
@@ -504,11 +505,14 @@ class Registry:
         return self._claim_leadership(contender, lease_ms, None)
 
     def _claim_leadership(self, contender: str, lease_ms: int | None,
-                          image: Image | None) -> Term:
+                          image: Image | None, saw_renewal: int | None = None) -> Term:
         """:meth:`claim_leadership` from ``image`` if it is the image as last folded (an
-        election's round has just read the log), else from the log read now."""
+        election's round has just read the log), else from the log read now.
+        ``saw_renewal`` (an election's claim): the highest renewal ordinal of the current
+        term in ``image``; the grant is then a compare-and-set on the epoch and on the
+        renewals of ``image`` (fold rule 3), whatever the log holds now."""
         with _Meter(self.metrics), self._log.lock:
-            if image is None or image is not self._log.image:
+            if image is None or (image is not self._log.image and saw_renewal is None):
                 image = self.sync()
             if self._plain is None:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
@@ -518,14 +522,16 @@ class Registry:
             if image.epoch == 0:  # the namespace's first grant: where and under which count
                 check_birth(self.kafka, self.topic, self.namespace, self.partitions,
                             self.timeout, codec=self._codec, topic_count=actual)
-            return self._claim(contender, image, lease_ms)
+            return self._claim(contender, image, lease_ms, saw_renewal)
 
-    def _claim(self, contender: str, image: Image, lease_ms: int | None) -> Term:
+    def _claim(self, contender: str, image: Image, lease_ms: int | None,
+               saw_renewal: int | None = None) -> Term:
         with self._log.lock:
             grant = LeadershipGranted(
                 event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
                 writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
-                lease_ms=lease_ms, partitions=self.partitions, partition=self.partition)
+                lease_ms=lease_ms, partitions=self.partitions, partition=self.partition,
+                saw_renewal=saw_renewal)
             if self._plain is None:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
             self._log.waiting[grant.event_id] = None
@@ -675,6 +681,8 @@ class Term:
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
+        self._renewal_sent = 0  # the highest renewal ordinal this term sent (fold rule 3)
+        self._renewals_unconfirmed = 0  # its renewals whose call raised (fold rule 3)
 
     def __repr__(self) -> str:
         return f"Term(namespace={self.namespace!r}, epoch={self.epoch}, contender={self.contender!r})"
@@ -1074,12 +1082,39 @@ class Term:
         next write. ``None`` removes it."""
         self._lease_guard = guard
 
-    def renew_lease(self) -> Receipt:
+    def renew_lease(self, renewal: int | None = None, attempts: int | None = None) -> Receipt:
         """Write a :class:`~registry.events.LeaseRenewed` of this term, past the write guard
-        (a renewal is what makes a lease valid again). Raises as any write does."""
+        (a renewal is what makes a lease valid again). Raises as any write does.
+        ``renewal`` and ``attempts`` (fold rule 3, the renewal's key): as the renewer
+        planned them (:meth:`plan_renewal`, just before); by default planned now. Renew
+        from one thread at a time: the term counts the renewals it sent, and those whose
+        call raised, for the keys of the next ones."""
+        if renewal is None or attempts is None:
+            renewal, attempts = self.plan_renewal()
         event = LeaseRenewed(event_id=new_event_id(), namespace=self.namespace,
-                             epoch=self.epoch, writer=self.contender, created_at=now_ms())
-        return self._write([event], guard=False)[0]
+                             epoch=self.epoch, writer=self.contender, created_at=now_ms(),
+                             renewal=renewal, attempts=attempts)
+        self._renewal_sent = max(self._renewal_sent, renewal)
+        try:
+            return self._write([event], guard=False)[0]
+        except BaseException:
+            # It may land later (after the next renewal, after a grant): the renewals
+            # planned from now on take keys of their own.
+            self._renewals_unconfirmed += 1
+            raise
+
+    def plan_renewal(self) -> tuple[int, int]:
+        """The ordinal and ``attempts`` of this term's next renewal (fold rule 3; they choose
+        its key, :func:`~registry.keys.lease_key`), from the image as read so far: one more
+        than the highest ordinal folded or sent by this term (whatever became of it: no two
+        renewals of a term share an ordinal), and the refused grant attempts against the term
+        folded plus the renewals of this term whose call raised (either moves the renewals
+        planned after it to keys of their own)."""
+        info = self.registry.image.term
+        sent, unconfirmed = self._renewal_sent, self._renewals_unconfirmed
+        if info is None or info.epoch != self.epoch:
+            return sent + 1, unconfirmed
+        return max(info.renewal, sent) + 1, info.refused_grants + unconfirmed
 
     def fenced(self) -> Fenced | None:
         """The :class:`~registry.errors.Fenced` a write of this term would get from the

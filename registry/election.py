@@ -13,7 +13,13 @@ How it decides, with no clock shared between machines:
   monotonic clock, when it last saw the leadership make progress (a grant, a
   renewal, a revoke). It claims the next epoch (a compare-and-set grant, so
   of several contenders one wins) when no term is active, or when it has seen
-  no progress for a full lease of the current term.
+  no progress for a full lease of the current term. The grant says what the
+  contender saw of the term (``saw_renewal``: the highest renewal ordinal in the
+  image of the round that decided to claim), and the fold refuses it
+  (``renewed_since``, fold rule 3) if the leader renewed after that read: a
+  leader that renews keeps its term, however late a contender's claim arrives.
+  The contender counts such a refusal as progress (its lease clock starts again)
+  and goes on waiting.
 * A waiting contender is a hot standby: each read folds the namespace's log
   into its registry's image, every job included, so its claim and its
   ``recover`` read only the tail of the log written since its last round, not
@@ -21,7 +27,11 @@ How it decides, with no clock shared between machines:
   (:meth:`~registry.client.Registry.prepare_claim`: they write nothing, and
   fence nobody, until its claim and its term do).
 * The leader renews (``LeaseRenewed``) every ``lease / 4``, and retries a
-  failed renewal after 0.1 s. Its lease runs
+  failed renewal after 0.1 s. Each renewal carries its ordinal (one more than
+  the highest the renewer folded or sent) and its ``attempts`` (the refused grant
+  attempts it had folded, plus the renewals it sent and did not see confirmed),
+  which choose its key (:func:`registry.keys.lease_key`); the write path never
+  re-sends a renewal (the renewer plans a new one after reading the log). Its lease runs
   from the moment it *sent* its last successful renewal (or its grant), which
   is before any contender can have seen it; it writes nothing once
   ``0.9 x lease`` has passed since then (:class:`~registry.errors.LeaseExpired`),
@@ -82,6 +92,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from . import stalls
 from .errors import (
     ClaimRejected,
     ConfigError,
@@ -145,6 +156,7 @@ class Election:
         self._valid_until = 0.0
         self._due = 0.0  # when the next renewal is due (jobreg_lease_renewal_lateness_seconds)
         self._fenced: Fenced | None = None  # why the term is over, once the renewer learnt it
+        self._renewed_since = False  # the last claim was refused: the leader renewed since
         self._warned = False  # the renewer reported an unexpected error in this run of failures
         self.term: Term | None = None
         self.claim_started: float | None = None
@@ -179,6 +191,7 @@ class Election:
             except RegistryError:
                 image = None  # broker unreachable: keep the clock, try again
             if image is not None:
+                stalls.point("election.read", contender=self.contender, epoch=image.epoch)
                 info = image.term
                 progress = (image.epoch, info.renewals if info else 0, image.revoked)
                 if progress != seen:
@@ -192,6 +205,10 @@ class Election:
                     term = self._claim(image)
                     if term is not None:
                         return term
+                    if self._renewed_since:
+                        # Fold rule 3: the leader renewed after this round's read. That is
+                        # progress: wait a full lease from now before claiming again.
+                        changed_at = self._clock()
                 else:
                     self._prepare()
                     wait = next_look(self.lease, lease_ms, silent)
@@ -244,13 +261,22 @@ class Election:
                        self.contender, e)
 
     def _claim(self, image: Image) -> Term | None:
+        self._renewed_since = False
+        info = image.term
+        # What this round saw of the current term: the grant is a compare-and-set on it
+        # (fold rule 3: refused if the leader renewed after this read).
+        saw = info.renewal if info is not None and info.epoch == image.epoch else 0
+        stalls.point("election.claiming", contender=self.contender, epoch=image.epoch,
+                     saw_renewal=saw)
         started = self._clock()  # the lease runs from before the grant was sent
         try:
             # From the image this round has just read: the compare-and-set decides anyway.
             term = self.registry._claim_leadership(self.contender, round(self.lease * 1000),
-                                                   image)
-        except ClaimRejected:
-            return None  # another contender won the compare-and-set
+                                                   image, saw_renewal=saw)
+        except ClaimRejected as e:
+            # Another contender won the compare-and-set, or the leader renewed since.
+            self._renewed_since = e.reason == "renewed_since"
+            return None
         except ConfigError:
             raise  # no retry mends it (the namespace moved: registry.placement)
         except RegistryError:
@@ -299,10 +325,16 @@ class Election:
                 if verdict == "unreadable":
                     failures += 1
                     continue
+            # Planned from the image as read so far (fold rule 3): the ordinal, and the
+            # refused grant attempts folded plus the term's renewals whose call raised,
+            # choose the renewal's key (Term.renew_lease counts those).
+            renewal, attempts = term.plan_renewal()
+            stalls.point("election.renewing", contender=self.contender, epoch=term.epoch,
+                         renewal=renewal)
             sent = self._clock()
             metrics = self.registry.metrics
             try:
-                term.renew_lease()
+                term.renew_lease(renewal, attempts)
             except Fenced as e:
                 metrics.renewal("fenced")
                 self._lose(term, e)

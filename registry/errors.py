@@ -256,4 +256,6 @@ class Fenced(WriteRejected):
 
 
 class ClaimRejected(WriteRejected):
-    """A leadership grant lost its compare-and-set (another claim came first)."""
+    """A leadership grant lost its compare-and-set: another claim came first
+    (``cas_failed``), or the leader renewed after the contender read the log
+    (``renewed_since``, fold rule 3)."""

@@ -188,6 +188,11 @@ class LeadershipGranted(Event):
     lease_ms: int | None = None
     partitions: int = 0
     partition: int = -1
+    saw_renewal: int | None = None
+    """The highest renewal ordinal (:attr:`LeaseRenewed.renewal`) of the term it replaces
+    that the contender had folded: fold rule 3 refuses the grant (``renewed_since``) if a
+    renewal of that term with a higher ordinal was accepted before it. ``None``: no compare
+    on renewals (an external election's claim, and grants written before this field)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -493,9 +498,20 @@ class CheckpointDiscarded(CheckpointEvent):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LeaseRenewed(Event):
-    """The leader of ``epoch`` is alive; contenders restart their lease clock when they see it."""
+    """The leader of ``epoch`` is alive; contenders restart their lease clock when they see it.
+
+    ``renewal``: its ordinal in the term (1, 2, ...: one more than the highest the renewer
+    had folded or sent); ``attempts``: how many refused grant attempts against the term the
+    renewer had folded when it planned it, plus how many of its renewals it had sent and not
+    seen confirmed (a renewal whose write failed may land later). Both choose its key
+    (:func:`registry.keys.lease_key`: ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>``),
+    so that the cleaner never removes the renewal a grant's verdict rests on (fold rule 3).
+    ``None``: written before these fields (keyed ``<ns>/term/<epoch>/lease``)."""
 
     TYPE: ClassVar[str] = "LeaseRenewed"
+
+    renewal: int | None = None
+    attempts: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

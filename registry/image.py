@@ -116,7 +116,12 @@ class JobView(NamedTuple):
 
 class TermInfo(NamedTuple):
     """One leadership term: who got it, where it began, where it was revoked (if so), its
-    lease (``None``: no lease, an external election) and its lease renewals."""
+    lease (``None``: no lease, an external election) and its lease renewals: how many were
+    accepted, the offset of the newest, ``renewal`` the highest ordinal among them (fold
+    rule 3: a grant that saw a lower one is refused, ``renewed_since``; renewals written
+    before ordinals do not raise it), and ``refused_grants`` how many grant attempts were
+    refused while the term was current (its renewer keys the renewals it plans after them
+    apart, :func:`registry.keys.lease_key`)."""
 
     epoch: int
     leader: str
@@ -125,6 +130,8 @@ class TermInfo(NamedTuple):
     lease_ms: int | None = None
     renewals: int = 0
     last_renewal_offset: int | None = None
+    renewal: int = 0
+    refused_grants: int = 0
 
 
 class LeaderView(NamedTuple):

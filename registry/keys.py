@@ -13,7 +13,15 @@ correctness argument (README, "Compaction"):
   job's whole checkpoint state, so the newest one is enough)
 * ``<ns>/term/<epoch>/<event_id>``  every grant and revoke, under a key of its own,
   so the cleaner never removes one
-* ``<ns>/term/<epoch>/lease``    the lease renewals of a term (only the newest matters)
+* ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>``  the lease renewals of a term:
+  ``attempts`` the refused grant attempts against the term its renewer had folded plus
+  its renewals not seen confirmed, ``renewal`` its ordinal (fold rule 3). Consecutive
+  renewals alternate two keys, and a refused grant (or a renewal whose write failed)
+  moves the renewals planned after it to two new ones, so no renewal that lands after a
+  grant attempt removes the highest renewal before it, which the attempt's verdict rests
+  on (README "Compaction").
+* ``<ns>/term/<epoch>/lease``    the renewals written before ordinals (only the newest
+  matters: no verdict rests on them)
 * ``<ns>/call/<event_id>``      the commit of one multi-record call, under a key of its
   own, so the cleaner never removes one (fold rule 8)
 * ``<ns>/leader/<epoch>/<writer>/<component>``  a term's leader information of one
@@ -113,9 +121,15 @@ def call_key(namespace: str, call_id: str) -> str:
     return f"{namespace}/call/{call_id}"
 
 
-def lease_key(namespace: str, epoch: int) -> str:
-    """The key of a term's lease renewals."""
-    return f"{namespace}/term/{epoch}/lease"
+def lease_key(namespace: str, epoch: int, attempts: int | None = None,
+              renewal: int | None = None) -> str:
+    """The key of a lease renewal of term ``epoch``: with ``attempts`` (refused grant
+    attempts its renewer had folded) and ``renewal`` (its ordinal),
+    ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>``; without them (a renewal written
+    before ordinals), ``<ns>/term/<epoch>/lease``."""
+    if attempts is None or renewal is None:
+        return f"{namespace}/term/{epoch}/lease"
+    return f"{namespace}/term/{epoch}/lease/{attempts}/{renewal % 2}"
 
 
 def leader_key(namespace: str, epoch: int, writer: str, component: str) -> str:
@@ -135,7 +149,7 @@ def record_key(event: Event) -> str:
     if isinstance(event, JobEvent):
         return job_key(event.namespace, event.job_id)
     if isinstance(event, LeaseRenewed):
-        return lease_key(event.namespace, event.epoch)
+        return lease_key(event.namespace, event.epoch, event.attempts, event.renewal)
     if isinstance(event, CallCommitted):
         return call_key(event.namespace, event.event_id)
     if isinstance(event, LeaderInformationPublished):
@@ -144,7 +158,9 @@ def record_key(event: Event) -> str:
 
 
 def allowed_keys(event: Event) -> tuple[str, ...]:
-    """Every key under which the fold accepts ``event`` (a reassertion may use any job key)."""
+    """Every key under which the fold accepts ``event`` (a reassertion may use any job key;
+    a renewal the one its ``attempts`` and ``renewal`` choose, or, written before them, the
+    term's one lease key)."""
     if isinstance(event, JobReasserted):
         ns, job = event.namespace, event.job_id
         return (job_key(ns, job), lock_key(ns, job), checkpoints_key(ns, job),
@@ -178,6 +194,8 @@ def parse_key(key: str) -> ParsedKey | None:
     if len(parts) == 4 and parts[0] == "job" and parts[2] == "end":
         return ParsedKey(ns, "end", parts[1])
     if len(parts) == 3 and parts[0] == "term":
+        return ParsedKey(ns, "term")
+    if len(parts) == 5 and parts[0] == "term" and parts[2] == "lease":
         return ParsedKey(ns, "term")
     if len(parts) == 2 and parts[0] == "call":
         return ParsedKey(ns, "call")

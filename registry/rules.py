@@ -27,7 +27,15 @@ Rules, in the order the fold applies them to one record of this namespace:
    belongs to (``namespace_mismatch``, ``wrong_key``).
 3. ``LeadershipGranted`` is a compare-and-set: accepted iff ``prev_epoch`` is
    the current epoch (``cas_failed``) and it claims ``prev_epoch + 1``
-   (``bad_epoch``).
+   (``bad_epoch``), and, if it says what it saw of the current term
+   (``saw_renewal``, the highest renewal ordinal its contender had folded), iff no
+   renewal of the current term with a higher ordinal was accepted before it
+   (``renewed_since``; expected: the fold's highest ordinal, actual: ``saw_renewal``):
+   a contender that read before the leader renewed loses. ``saw_renewal`` ``None``
+   (an external election's claim) compares epochs only. A refused grant counts in the
+   current term's ``TermInfo.refused_grants``; the term's renewer keys the renewals it
+   plans after folding one apart (:func:`~registry.keys.lease_key`), so the cleaner never
+   removes the renewal a grant's verdict rests on.
 4. Every other event is accepted only from the current term: ``no_leader``,
    ``stale_epoch``, ``future_epoch``, ``not_leader`` (right epoch, wrong
    writer), ``term_revoked``. Fencing rejections carry the expected
@@ -89,8 +97,9 @@ Rules, in the order the fold applies them to one record of this namespace:
    (``stale_checkpoint_seq``), unless ``seq`` jumps ahead, which only
    compaction causes (the earlier records of the key are gone): then the
    carried state is the state.
-7. ``LeaseRenewed`` is fenced like any write and counts in the term's
-   ``TermInfo``; no clock is read by the fold.
+7. ``LeaseRenewed`` is fenced like any write (and only that: its verdict never depends
+   on its ordinal) and counts in the term's ``TermInfo`` (``renewal``: the highest
+   ordinal accepted, for rule 3); no clock is read by the fold.
 8. Calls (KRaft's metadata transactions, ZooKeeper's ``multi``): a call of
    several records (``submit_many``, ``adopt(a, b)``, a recovery batch; only
    :data:`~registry.events.MEMBER_TYPES`) writes each record with
@@ -668,6 +677,11 @@ class Delta:
                          event.event_id, job_id, event.epoch, event.writer, v.reason, v.detail,
                          v.expected, v.actual, self.leader)
             self._rejected.append(d)
+            if isinstance(event, LeadershipGranted) and self._term is not None:
+                # Rule 3: a refused grant attempt against the current term (its renewer
+                # keys the renewals it plans after folding this one apart).
+                self._set_term(self._term._replace(
+                    refused_grants=self._term.refused_grants + 1))
             if isinstance(event, CallCommitted) and event.event_id in self._calls:
                 self._end_call(event.event_id, v.reason, f"the call's commit at offset "
                                f"{record.offset} was refused: {v.detail}", v)
@@ -701,6 +715,14 @@ class Delta:
             raise _Verdict("bad_epoch", f"a grant after epoch {e.prev_epoch} must claim epoch "
                            f"{e.prev_epoch + 1}, not {e.epoch}",
                            expected=e.prev_epoch + 1, actual=e.epoch)
+        info = self._term
+        if e.saw_renewal is not None and info is not None and info.epoch == self.epoch \
+                and info.renewal > e.saw_renewal:
+            raise _Verdict("renewed_since",
+                           f"grant to {e.writer!r} saw renewal {e.saw_renewal} of term "
+                           f"{self.epoch}, but {self.leader!r} renewed since (renewal "
+                           f"{info.renewal} was accepted before the grant)",
+                           expected=info.renewal, actual=e.saw_renewal)
         # Rule 8: the old term's open calls end here, in log order (the image keeps them in
         # a hash map, whose order is no order: a replay must refuse them in the same order
         # whatever the batch splits).
@@ -738,7 +760,8 @@ class Delta:
         info = self._term
         if info is not None:
             self._set_term(info._replace(renewals=info.renewals + 1,
-                                         last_renewal_offset=record.offset))
+                                         last_renewal_offset=record.offset,
+                                         renewal=max(info.renewal, e.renewal or 0)))
 
     def _published(self, e: LeaderInformationPublished, record: LogRecord) -> None:
         """Rule 9: fenced, then well formed; sets or removes the component's information."""

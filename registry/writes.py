@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 from . import stalls
 from .errors import BrokerError, Fenced, NotAuthorized, OutcomeUnknown, RegistryError
-from .events import CallCommitted, Event, new_event_id
+from .events import CallCommitted, Event, LeaseRenewed, new_event_id
 from .fold import DUPLICATE_WINDOW_MS
 from .folded import FoldedLog
 from .image import Decision
@@ -108,7 +108,9 @@ class TermWrites:
         record verbatim (a copy that lands after all is a duplicate on a key
         the next write reasserts), a record under a key of its own (a grant, a revoke, a
         job's end) as a fresh event under a fresh key (so no such key is ever written
-        twice: the cleaner would keep the later copy, moving the fact later in the log).
+        twice: the cleaner would keep the later copy, moving the fact later in the log); a
+        lease renewal never (its call raises ``OutcomeUnknown``; the renewer plans a new one
+        on keys of its own, fold rule 3).
 
         ``encoded``: event id -> the record already encoded (the callers of a group
         encode their own records, so that one that cannot be encoded fails alone).
@@ -129,6 +131,7 @@ class TermWrites:
         sent, first_sent = False, 0.0
         appended: list[int] = []  # offsets the broker gave our records, committed or not
         in_doubt = 0  # records of failed writes that may sit at offsets nobody said
+        unsent = False  # a lease renewal was left undecided rather than re-sent
 
         def fenced_now(fenced: Fenced) -> RegistryError:
             # The log holds a newer grant (or the revoke) and none of the undecided records.
@@ -178,12 +181,19 @@ class TermWrites:
 
         try:
             for attempt in range(self.MAX_RESENDS + 1):
+                unsent = False
                 todo: list[tuple[str, bytes]] = []
                 events: list[Event] = []
                 for copies in slots:
                     if any(waiting.get(e.event_id) is not None for _, e in copies):
                         continue
                     key, event = copies[-1]
+                    if attempt and isinstance(event, LeaseRenewed):
+                        # Never re-sent (fold rule 3): a copy that lands before a grant and
+                        # one after it would share a key, and the cleaner would remove the
+                        # renewal the grant's refusal rests on. The renewer plans a new one.
+                        unsent = True
+                        continue
                     if attempt and _own_key(key, event):
                         # Under a key of its own (a grant, a revoke, a job's end): a fresh
                         # event under a fresh key, so that no such key is written twice (a
@@ -198,6 +208,8 @@ class TermWrites:
                     todo.append((key, data))
                     events.append(as_read)
                 if not todo:
+                    if unsent:
+                        raise unknown(f"a lease renewal is not re-sent{held()}", failure)
                     break
                 if sent and time.monotonic() - first_sent > DUPLICATE_WINDOW_MS / 2000:
                     # Rule 1 forgets an id a window after its record landed: a copy sent

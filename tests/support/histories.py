@@ -15,7 +15,8 @@ DAY = 24 * 3600 * 1000
 contender = st.sampled_from(CONTENDERS)
 job = st.sampled_from(JOBS)
 sync = st.tuples(st.just("sync"), contender)
-claim = st.tuples(st.just("claim"), contender)
+# an election's claim (a compare-and-set on the renewals it saw too), or an external one
+claim = st.tuples(st.sampled_from(["claim"] * 3 + ["xclaim"]), contender)
 # "leader" is resolved to whoever claimed last, so most writes come from a live term
 write = st.tuples(st.just("write"), st.sampled_from(["leader"] * 3 + list(CONTENDERS)),
                   st.sampled_from(["submit", "submit", "submit", "cancel", "finish", "fail",
@@ -48,8 +49,8 @@ def build(ops, reassert: bool = True, settle: bool = True, sim: Sim | None = Non
         kind = o[0]
         if kind == "sync":
             sim.sync(o[1])
-        elif kind == "claim":
-            sim.claim(o[1])
+        elif kind in ("claim", "xclaim"):
+            sim.claim(o[1], external=kind == "xclaim")
         elif kind == "write":
             who = o[1]
             if who == "leader":

@@ -77,8 +77,8 @@ class BrokerSim(Sim):
         self._open[-1].records.append(len(self.log) - 1)
         return offset
 
-    def claim(self, who: str) -> None:
-        self._within(Unit("idempotent"), lambda: super(BrokerSim, self).claim(who))
+    def claim(self, who: str, external: bool = False) -> None:
+        self._within(Unit("idempotent"), lambda: super(BrokerSim, self).claim(who, external))
 
     def write(self, who, cmd, job, aborted: bool = False, cp: int = 1) -> None:
         self._within(Unit("txn", aborted),

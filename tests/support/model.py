@@ -55,6 +55,7 @@ from registry.fold import (
     CheckpointRuleViolation,
     checkpoint_step,
     failure_reason_counts,
+    fencing_reason,
     fold,
     plan_reassertions,
 )
@@ -167,6 +168,8 @@ class Actor:
     name: str
     seen: int = 0
     term: int | None = None
+    renewal: int = 0  # the ordinal of the last renewal it sent in its term (fold rule 3)
+    unconfirmed: int = 0  # its renewals whose write failed (they move later ones apart)
 
 
 @dataclass
@@ -200,17 +203,21 @@ class Sim:
     def tick(self, ms: int) -> None:
         self.now += ms
 
-    def claim(self, who: str) -> None:
-        """claim_leadership from the actor's (possibly stale) view, then read to its grant."""
+    def claim(self, who: str, external: bool = False) -> None:
+        """A claim from the actor's (possibly stale) view, then read to its grant: an
+        election's (a compare-and-set on the epoch and the renewals it saw, fold rule 3),
+        or ``external``: claim_leadership (the epoch only)."""
         a = self.actors[who]
         view = self.image(a.seen)
+        saw = None if external else (view.term.renewal if view.term is not None else 0)
         g = LeadershipGranted(event_id=new_event_id(), namespace=NS, epoch=view.epoch + 1,
-                              writer=who, created_at=0, prev_epoch=view.epoch)
+                              writer=who, created_at=0, prev_epoch=view.epoch,
+                              saw_renewal=saw)
         self.append(record_key(g), encode(g))
         a.seen = len(self.log)
         img = self.image()
         if img.epoch == g.epoch and img.leader == who:
-            a.term = g.epoch
+            a.term, a.renewal, a.unconfirmed = g.epoch, 0, 0
             self.write(who, None, None)  # Term._start(): reassert
 
     def write(self, who: str, cmd: str | None, job: str | None, aborted: bool = False,
@@ -230,8 +237,18 @@ class Sim:
                               **common)
         elif cmd == "revoke":
             ev = LeadershipRevoked(**common)
+        elif cmd == "renew" and fencing_reason(view.epoch, view.leader, view.revoked, a.term,
+                                               who) is not None:
+            pass  # the client sends nothing once its image shows the term over (Fenced)
         elif cmd == "renew":
-            ev = LeaseRenewed(**common)
+            # The election's renewer: one more than the highest ordinal it folded or sent,
+            # and the refused grants it folded plus its renewals that failed (they choose
+            # the key, fold rule 3). An aborted one failed: the next ones move apart.
+            info = view.term if view.term is not None and view.term.epoch == a.term else None
+            a.renewal = max(info.renewal if info else 0, a.renewal) + 1
+            ev = LeaseRenewed(renewal=a.renewal, attempts=a.unconfirmed + (
+                info.refused_grants if info else 0), **common)
+            a.unconfirmed += aborted
         elif cmd in ("publish", "unpublish"):
             # Flink's leader information (fold rule 9): the drawn job names the component.
             ev = LeaderInformationPublished(

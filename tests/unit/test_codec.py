@@ -104,7 +104,8 @@ ENVELOPE = {
 PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
     LeadershipGranted: {"prev_epoch": longs, "lease_ms": st.none() | longs,
                         "partitions": st.integers(0, 2**31 - 1),
-                        "partition": st.integers(-1, 2**31 - 1)},
+                        "partition": st.integers(-1, 2**31 - 1),
+                        "saw_renewal": st.none() | longs},
     LeadershipRevoked: {"reason": texts},
     JobSubmitted: {
         "job_id": texts,
@@ -139,7 +140,7 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "dirty": st.booleans(),
     },
     JobRecoveryFailed: {"job_id": texts, "error": texts, "call_id": st.none() | texts},
-    LeaseRenewed: {},
+    LeaseRenewed: {"renewal": st.none() | longs, "attempts": st.none() | longs},
     LeaderInformationPublished: {"component": texts, "session": texts,
                                  "address": st.none() | texts},
     CallCommitted: {"size": ints},

@@ -11,12 +11,16 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
 
 * keys ``<ns>/job/<id>`` (submit, cancel, terminate), ``<ns>/job/<id>/lock`` (adopt,
   release, recovery failed), ``<ns>/job/<id>/checkpoints``, ``<ns>/term/<epoch>/<event id>``
-  (grants, revokes), ``<ns>/term/<epoch>/lease`` (renewals); a reassertion may use any of
+  (grants, revokes), ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>`` (renewals;
+  ``<ns>/term/<epoch>/lease`` for one written without them); a reassertion may use any of
   its job's keys. Another namespace's key is skipped; a tombstone or undecodable value
   is quarantined.
 * an event id already folded has no second effect; the event must name the namespace
   and sit under its key.
-* a grant is a compare-and-set on the current epoch and claims the next one.
+* a grant is a compare-and-set on the current epoch and claims the next one; one that
+  says which renewal of the current term it saw (``saw_renewal``) is refused
+  (``renewed_since``) if a renewal of that term with a higher ordinal was accepted
+  before it.
 * any other event needs the current, unrevoked term and its leader.
 * a known id cannot be submitted again; cancel and terminate are terminal for ever
   (even for an id not seen); adopt, release, recovery-failed and checkpoints need a
@@ -174,7 +178,9 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
         return (f"{ns}/job/{job}", f"{ns}/job/{job}/lock", f"{ns}/job/{job}/checkpoints",
                 f"{ns}/job/{job}/end/{ev.event_id}")
     if t == "LeaseRenewed":
-        return (f"{ns}/term/{ev.epoch}/lease",)
+        if ev.renewal is None or ev.attempts is None:
+            return (f"{ns}/term/{ev.epoch}/lease",)
+        return (f"{ns}/term/{ev.epoch}/lease/{ev.attempts}/{ev.renewal % 2}",)
     if t in ("LeadershipGranted", "LeadershipRevoked"):
         return (f"{ns}/term/{ev.epoch}/{ev.event_id}",)
     if t == "CallCommitted":
@@ -269,6 +275,7 @@ class NamespaceModel:
         self.newest_window: int | None = None
         self.grants: dict[int, tuple[str, int, int | None]] = {}
         self.revokes: dict[int, int] = {}
+        self.renewed = 0  # the highest renewal ordinal accepted in the current term
         self.leaders: dict[str, tuple[str, str]] = {}  # rule 9: component -> (session, address)
         self.verdicts: list[Verdict] = []
         self.by_offset: dict[int, Verdict] = {}
@@ -409,8 +416,11 @@ class NamespaceModel:
                 raise _Refused("cas_failed")
             if ev.epoch != ev.prev_epoch + 1:
                 raise _Refused("bad_epoch")
+            if ev.saw_renewal is not None and self.renewed > ev.saw_renewal:
+                raise _Refused("renewed_since")
             if not dry:
                 self.epoch, self.leader, self.revoked = ev.epoch, ev.writer, False
+                self.renewed = 0
                 self.grants[ev.epoch] = (ev.writer, offset, ts)
                 self.leaders = {}
             return None
@@ -422,6 +432,8 @@ class NamespaceModel:
                 self.leaders = {}
             return None
         if t == "LeaseRenewed":
+            if not dry:
+                self.renewed = max(self.renewed, ev.renewal or 0)
             return None
         if t == "LeaderInformationPublished":
             if not _leader_information_ok(ev):
