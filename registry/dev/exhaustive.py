@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -236,18 +237,21 @@ class _World:
     """The log, the contenders and the fold of every prefix (one record at a time)."""
 
     def __init__(self, log: list[Rec], images: list[Image], made: list[list[Decision]],
-                 actors: dict[str, _Actor]) -> None:
+                 since: list[dict[str, int]], actors: dict[str, _Actor]) -> None:
         self.log = log
         self.images = images  # images[k]: the fold of log[:k]
         self.made = made  # made[k]: the decisions record k made
+        # since[k]: each key unsettled in images[k], with the index of the record that began
+        # its unsettled stretch (the record the leader has min.compaction.lag.ms to settle)
+        self.since = since
         self.actors = actors
 
     @classmethod
     def empty(cls) -> _World:
-        return cls([], [Image.empty(NS)], [], {c: _Actor(c) for c in CONTENDERS})
+        return cls([], [Image.empty(NS)], [], [{}], {c: _Actor(c) for c in CONTENDERS})
 
     def copy(self) -> _World:
-        return _World(list(self.log), list(self.images), list(self.made),
+        return _World(list(self.log), list(self.images), list(self.made), list(self.since),
                       {n: dataclasses.replace(a) for n, a in self.actors.items()})
 
     @property
@@ -262,6 +266,8 @@ class _World:
         image, made = _step(self.images[-1], rec)
         self.images.append(image)
         self.made.append(made)
+        before = self.since[-1]
+        self.since.append({k: before.get(k, off // 2) for k, off in image.unsettled.items()})
 
     def write(self, pairs: list[tuple[str, Event]], client: bool = True) -> None:
         """Append events, each with the positional id of its record (a call's members name
@@ -857,8 +863,7 @@ class _Checker:
             full = world.images[m]
             # The lag bound: no cut passes the newest record of a key unsettled now; a cut
             # legal at an earlier prefix stays legal (the cleaner may have run then).
-            unsettled = [off // 2 for off in full.unsettled.values()]
-            bound = max(bound, min([m, *unsettled]))
+            bound = max(bound, min([m, *world.since[m].values()]))
             r.cuts += bound + 1
             # every compacted fold so far, one write further
             for removed, lin in list(lineages.items()):
@@ -932,27 +937,46 @@ class _Checker:
             if f is None or c is None:
                 continue
             if f.outcome == Outcome.REJECTED and c.outcome == Outcome.ACCEPTED:
-                self._fail("refusal_accepted", f"{f.event_type} {f.reason}", ops, m, lin.cut,
-                           f"record at offset {off} ({f.event_type}) refused {f.reason} by "
-                           "the fold, accepted after compaction")
+                self._fail("refusal_accepted", _refusal_class(f), ops, m, lin.cut,
+                           f"the record at offset {off} ({f.event_type}) is refused "
+                           f"{f.reason} by the fold, accepted after compaction")
                 failed = True
             elif f.outcome == Outcome.IGNORED and c.outcome == Outcome.ACCEPTED:
                 self.report.ignored_accepted += 1
                 self.report.note(self.report.ignored_classes, Counterexample(
                     "ignored_accepted", f"{f.event_type}", ops, m, lin.cut, f.detail or ""))
         if not _same_answer(full, lin.image):
-            first = next((off for off in sorted(lin.decisions.keys())
-                          if off in full_decisions and _decision_class(full_decisions[off])
-                          != _decision_class(lin.decisions[off])), None)
-            if first is not None:
-                f, c = full_decisions[first], lin.decisions[first]
-                klass = f"{f.event_type}: {_decision_class(f)} -> {_decision_class(c)}"
-            else:
-                klass = "no decision differs"
-            self._fail("answer", f"{klass} [{_answer_diff(full, lin.image)}]", ops, m,
-                       lin.cut, "the compacted fold's answer differs")
+            self._fail("answer", _root(full_decisions, lin.decisions), ops, m, lin.cut,
+                       f"the compacted fold's answer differs in {_answer_diff(full, lin.image)}")
             failed = True
         return failed
+
+
+def _refusal_class(d: Decision) -> str:
+    """A refused record's class: its type and reason; a record refused because its call was
+    (``call_aborted``) names the type and reason of the record that sank the call."""
+    if d.reason == "call_aborted" and d.detail:
+        sink = re.search(r"\((\w+) of job '[^']*'\) was refused: (\w+)", d.detail)
+        if sink is not None:
+            return f"{d.event_type} call_aborted (sunk by {sink.group(1)} {sink.group(2)})"
+    return f"{d.event_type} {d.reason}"
+
+
+def _root(full: immutables.Map[int, Decision], compacted: immutables.Map[int, Decision]) -> str:
+    """Where a compacted fold's answer went another way: the first record the fold refused
+    and the compacted fold accepted, else the first record decided otherwise."""
+    differ = [(off, full[off], compacted[off]) for off in sorted(compacted.keys())
+              if off in full and _decision_class(full[off]) != _decision_class(compacted[off])]
+    for _, f, c in differ:
+        if f.outcome == Outcome.REJECTED and c.outcome == Outcome.ACCEPTED:
+            return f"{_refusal_class(f)} -> ACCEPTED"
+    for _, f, c in differ:
+        if f.reason != "call_aborted":
+            return f"{f.event_type}: {_decision_class(f)} -> {_decision_class(c)}"
+    if differ:
+        _, f, c = differ[0]
+        return f"{f.event_type}: {_decision_class(f)} -> {_decision_class(c)}"
+    return "no kept record is decided otherwise"
 
 
 def _type(rec: Rec) -> str:
