@@ -792,19 +792,41 @@ class _Checker:
         self.progress = progress
         self.every = every
         self.last_progress = time.monotonic()
+        self._path: tuple[Op, ...] = ()
+        self.frontier_depth: int | None = None
+        self.frontier: list[tuple[Op, ...]] = []
 
-    # One node of the search: the history ``ops`` whose world is ``world``; ``parent`` is the
-    # state of the checks at the parent's log (lineages by cut, decisions, the bound).
-    def run(self) -> Report:
+    def run(self, below: Sequence[Op] = (), frontier: int | None = None) -> Report:
+        """Explore the histories that start with ``below`` (its own nodes were checked by
+        whoever handed it out, and are not counted again). With ``frontier``, stop at
+        histories of that many ops and keep them (unpruned) in :attr:`frontier` for others
+        to explore below."""
         start = time.monotonic()
         world = _World.empty()
-        root = _NodeState(0, 0, immutables.Map(), {}, [Image.empty(NS)], 0)
-        self._visit((), world, root)
+        state = _NodeState(0, 0, immutables.Map(), {}, [Image.empty(NS)], 0)
+        counted = self.report
+        for op in below:  # walk down to ``below`` (checks of a scratch report)
+            self.report = Report(counted.alphabet, counted.depth, counted.jobs)
+            child = next(w for o, w in _children(world, (), self.alphabet) if o == tuple(op)) \
+                if not self._path else next(w for o, w in _children(world, self._path,
+                                                                       self.alphabet)
+                                            if o == tuple(op))
+            self._path = (*self._path, tuple(op))
+            state, _ = self._check(self._path, child, state)
+            world = child
+        self.report = counted
+        self.frontier_depth = frontier
+        self._visit(self._path, world, state)
         self.report.seconds = time.monotonic() - start
         return self.report
 
+    # One node of the search: the history ``ops`` whose world is ``world``; ``state`` is the
+    # state of the checks at its log (the compacted folds by cut, decisions, the bound).
     def _visit(self, ops: tuple[Op, ...], world: _World, state: _NodeState) -> None:
         if len(ops) >= self.depth:
+            return
+        if self.frontier_depth is not None and len(ops) >= self.frontier_depth:
+            self.frontier.append(ops)
             return
         for op, child in _children(world, ops, self.alphabet):
             path = (*ops, op)
@@ -1001,13 +1023,47 @@ class _NodeState:
 
 def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None,
             progress: Callable[[Report], None] | None = None,
-            every: float = 10.0) -> Report:
+            every: float = 10.0, processes: int = 1) -> Report:
     """Check every history of at most ``depth`` ops of ``alphabet`` (``jobs``: how many job
-    names, default the alphabet's); ``progress`` is called every ``every`` seconds."""
+    names, default the alphabet's); ``progress`` is called every ``every`` seconds with the
+    counts so far. ``processes`` > 1 explores the subtrees below the histories of two ops in
+    that many processes (the counts and the reproducers are the same as in one)."""
     alpha = ALPHABETS[alphabet] if isinstance(alphabet, str) else alphabet
     if jobs is not None:
         alpha = alpha.with_jobs(jobs)
-    return _Checker(alpha, depth, progress, every).run()
+    if processes <= 1 or depth <= 2:
+        return _Checker(alpha, depth, progress, every).run()
+    import multiprocessing
+
+    start = time.monotonic()
+    top = _Checker(alpha, depth, None, every)
+    report = top.run(frontier=2)
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        for part in pool.imap_unordered(_explore_below, [(alpha, depth, f) for f in top.frontier]):
+            _merge(report, part)
+            if progress is not None and time.monotonic() - top.last_progress > every:
+                top.last_progress = time.monotonic()
+                progress(report)
+    report.seconds = time.monotonic() - start
+    return report
+
+
+def _explore_below(job: tuple[Alphabet, int, tuple[Op, ...]]) -> Report:
+    alpha, depth, below = job
+    return _Checker(alpha, depth, None, 0).run(below)
+
+
+def _merge(into: Report, part: Report) -> None:
+    for name in ("histories", "prefixes", "cuts", "compacted_logs", "compacted_steps",
+                 "batch_splits", "pruned", "ignored_accepted"):
+        setattr(into, name, getattr(into, name) + getattr(part, name))
+    for d, k in part.by_depth.items():
+        into.by_depth[d] = into.by_depth.get(d, 0) + k
+    for key, cx in part.failures.items():
+        into.note(into.failures, cx)
+        into.failure_counts[key] = into.failure_counts.get(key, 0) + part.failure_counts[key]
+    for cx in part.ignored_classes.values():
+        into.note(into.ignored_classes, cx)
 
 
 def format_report(report: Report) -> str:
