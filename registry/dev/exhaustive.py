@@ -103,6 +103,7 @@ __all__ = [
     "Alphabet",
     "Counterexample",
     "Report",
+    "check_history",
     "compacted_indices",
     "explore",
     "format_report",
@@ -793,6 +794,7 @@ class _Checker:
         self.every = every
         self.last_progress = time.monotonic()
         self._path: tuple[Op, ...] = ()
+        self.on_history: Callable[[tuple[Op, ...], int, int], None] | None = None
         self.frontier_depth: int | None = None
         self.frontier: list[tuple[Op, ...]] = []
 
@@ -834,6 +836,8 @@ class _Checker:
             r.histories += 1
             r.by_depth[len(path)] = r.by_depth.get(len(path), 0) + 1
             new_state, failed = self._check(path, child, state)
+            if self.on_history is not None:
+                self.on_history(path, len(child.log), new_state.bound)
             if self.progress is not None and time.monotonic() - self.last_progress > self.every:
                 self.last_progress = time.monotonic()
                 self.progress(r)
@@ -1023,16 +1027,21 @@ class _NodeState:
 
 def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None,
             progress: Callable[[Report], None] | None = None,
-            every: float = 10.0, processes: int = 1) -> Report:
+            every: float = 10.0, processes: int = 1,
+            on_history: Callable[[tuple[Op, ...], int, int], None] | None = None) -> Report:
     """Check every history of at most ``depth`` ops of ``alphabet`` (``jobs``: how many job
     names, default the alphabet's); ``progress`` is called every ``every`` seconds with the
     counts so far. ``processes`` > 1 explores the subtrees below the histories of two ops in
-    that many processes (the counts and the reproducers are the same as in one)."""
+    that many processes (the counts and the reproducers are the same as in one).
+    ``on_history(ops, records, bound)`` sees every history checked, its log's length and the
+    largest cut the lag allowed (one process only)."""
     alpha = ALPHABETS[alphabet] if isinstance(alphabet, str) else alphabet
     if jobs is not None:
         alpha = alpha.with_jobs(jobs)
     if processes <= 1 or depth <= 2:
-        return _Checker(alpha, depth, progress, every).run()
+        checker = _Checker(alpha, depth, progress, every)
+        checker.on_history = on_history
+        return checker.run()
     import multiprocessing
 
     start = time.monotonic()
@@ -1046,6 +1055,29 @@ def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None
                 progress(report)
     report.seconds = time.monotonic() - start
     return report
+
+
+def check_history(ops: Sequence[Op], alphabet: Alphabet | str = "full") -> Report:
+    """The checks of one history and of each of its prefixes (its ops need not be in the
+    enumeration's canonical form: ``jm-2`` may claim first). For a reproducer."""
+    alpha = ALPHABETS[alphabet] if isinstance(alphabet, str) else alphabet
+    checker = _Checker(alpha, len(ops), None, 0)
+    world = _World.empty()
+    state = _NodeState(0, 0, immutables.Map(), {}, [Image.empty(NS)], 0)
+    start = time.monotonic()
+    for i, op in enumerate(ops):
+        op = tuple(op)
+        child = world.copy()
+        base, settle = (op, False) if op[0] == "write" else (op[:-1], bool(op[-1]))
+        _apply(child, base, alpha)
+        if settle:
+            _settle_after(child)
+        checker.report.histories += 1
+        checker.report.by_depth[i + 1] = 1
+        state, _ = checker._check(tuple(tuple(o) for o in ops[:i + 1]), child, state)
+        world = child
+    checker.report.seconds = time.monotonic() - start
+    return checker.report
 
 
 def _explore_below(job: tuple[Alphabet, int, tuple[Op, ...]]) -> Report:
