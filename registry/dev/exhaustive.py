@@ -144,6 +144,9 @@ class Alphabet:
     raw_writers: tuple[str, ...] = ("leader", "other")
     raw_keys: tuple[str, ...] = ("own", "wrong")
     stale_claims: bool = True
+    # raw checkpoint records also from a view without the job's checkpoint records (key
+    # "stale" in the op: on the own key, seq and state as the submit left them)
+    stale_checkpoints: bool = True
     duplicates: bool = True
     torn_calls: bool = True
     max_raw: int | None = None  # raw records per history (None: no limit)
@@ -156,12 +159,14 @@ class Alphabet:
 _CHECKPOINT_COMMANDS = ("trigger", "complete", "cpfail", "cpskip", "discard")
 
 ALPHABETS: dict[str, Alphabet] = {
-    # CI: every client command, every raw type, at the current epoch under the leader's
-    # name (the writes the fold does not fence, where a rule decides) on the own and a
-    # wrong key, and fenced under another writer's name; one raw record per history.
+    # CI: the client commands (but fail, renew, publish), every raw type at the current
+    # epoch under the leader's name (the writes the fold does not fence: where the rules
+    # decide) on the own and a wrong key, one raw record per history; fenced writes come
+    # from zombies (stale epochs) and from raw records before the first claim (no leader).
     "ci": Alphabet("ci", commands=("submit", "cancel", "finish", "clean", "adopt", "release",
-                                   "recfail", "trigger", "complete", "cpfail", "discard",
-                                   "restart", "submit_many", "adopt_many", "revoke"),
+                                   "recfail", "trigger", "complete", "cpfail", "cpskip",
+                                   "discard", "restart", "submit_many", "adopt_many",
+                                   "revoke"),
                    zombie_commands=("submit", "cancel", "clean", "adopt", "trigger"),
                    checkpoint_ids=(1,), raw_epochs=("current",), raw_writers=("leader",),
                    max_raw=1, max_claims=2),
@@ -178,7 +183,8 @@ Op = tuple[Any, ...]
 * ``("claim", who, "current"|"stale", settle)``
 * ``("write", cmd, job, cp)``: the leader's client write (it settles, as the client does)
 * ``("zombie", cmd, job, cp, settle)``: a deposed leader's write from its own view
-* ``("raw", type, "current"|"stale"|"future", "leader"|"other", job, "own"|"wrong", settle)``
+* ``("raw", type, "current"|"stale"|"future", "leader"|"other", job, "own"|"wrong"|"stale",
+  settle)`` (``stale``: a checkpoint record from a view without the job's checkpoint records)
 * ``("dup", n, settle)``: a verbatim re-send of the n-th client record
 * ``("torn", cmd, job, settle)``: the leader's call without its commit
 """
@@ -280,7 +286,7 @@ class _World:
             call_id = getattr(e, "call_id", None)
             if call_id is not None:
                 changes["call_id"] = ids.get(call_id, call_id)
-            renumbered = dataclasses.replace(e, **changes)  # type: ignore[type-var]
+            renumbered = dataclasses.replace(e, **changes)
             if key == record_key(e):  # keys that hold the id (grants, commits) follow it
                 key = record_key(renumbered)
             value, read = _CODEC.encode_as_read(renumbered)
@@ -374,12 +380,13 @@ def _checkpoint(view: Image, kind: str, job: str, cp: int, common: dict[str, Any
                                    failure_reason=failure_reason)
     except CheckpointRuleViolation:
         state = dataclasses.replace(before, seq=before.seq + 1)
-    extra: dict[str, Any] = {
+    extras: dict[type[CheckpointEvent], dict[str, Any]] = {
         CheckpointCompleted: {"location": f"loc-{cp}"},
         CheckpointFailed: {"reason": "declined", "task": "t", "failure_reason": failure_reason,
                            "reason_counts": failure_reason_counts(failure_reason)},
         CheckpointDiscarded: {"reason": "raw" if raw else "gave up"},
-        JobRestarted: {"reason": "over budget"}}.get(cls, {})
+        JobRestarted: {"reason": "over budget"}}
+    extra = extras.get(cls, {})
     return cls(job_id=job, checkpoint_id=cp, state=state, **extra, **common)
 
 
@@ -474,7 +481,17 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
         ev = JobReasserted(job_id=job, status=JobStatus.ACTIVE, owner_epoch=epoch,
                            graph=InlineGraph(b"raw"), **common)
     elif kind in _CHECKPOINT_TYPES:
-        ev = _checkpoint(img, _CHECKPOINT_TYPES[kind], job, 1, common, raw=True)
+        # key "stale": from a view that holds none of the job's checkpoint records (its state
+        # the submit's), on the own key
+        view = img
+        known = img.jobs.get(job)
+        if key_rel == "stale":
+            if known is None:
+                return False
+            view = dataclasses.replace(img, jobs=img.jobs.set(job, known._replace(
+                checkpoints=EMPTY_CHECKPOINTS)))
+            key_rel = "own"
+        ev = _checkpoint(view, _CHECKPOINT_TYPES[kind], job, 1, common, raw=True)
     elif kind == "LeadershipGranted":
         if epoch < 1:
             return False
@@ -578,8 +595,7 @@ def _candidates(world: _World, ops: Sequence[Op], alphabet: Alphabet) -> Iterato
     leader = world.leader()
     if leader is not None:
         for cmd in alphabet.commands:
-            for j in ([JOB_NAMES[0]] if cmd in ("submit_many", "adopt_many", "revoke", "renew",
-                                                "publish") else jobs):
+            for j in _jobs_of(cmd, jobs):
                 for cp in (alphabet.checkpoint_ids if cmd in _CHECKPOINT_COMMANDS else (1,)):
                     yield ("write", cmd, j, cp)
         if alphabet.torn_calls and alphabet.jobs >= 2:
@@ -588,15 +604,15 @@ def _candidates(world: _World, ops: Sequence[Op], alphabet: Alphabet) -> Iterato
                     yield ("torn", cmd, JOB_NAMES[0])
     if world.zombie() is not None:
         for cmd in alphabet.zombie_commands:
-            for j in ([JOB_NAMES[0]] if cmd in ("submit_many", "adopt_many", "revoke", "renew",
-                                                "publish") else jobs):
+            for j in _jobs_of(cmd, jobs):
                 for cp in (alphabet.checkpoint_ids if cmd in _CHECKPOINT_COMMANDS else (1,)):
                     yield ("zombie", cmd, j, cp)
     raws = sum(1 for o in ops if o[0] == "raw")
     if alphabet.max_raw is None or raws < alphabet.max_raw:
         for kind in alphabet.raw_types:
             for j in jobs:
-                for key in alphabet.raw_keys:
+                for key in alphabet.raw_keys + (("stale",) if kind in _CHECKPOINT_TYPES
+                                                 and alphabet.stale_checkpoints else ()):
                     if kind in ("garbage", "tombstone"):
                         yield ("raw", kind, "-", "-", j, key)
                         continue
@@ -607,6 +623,16 @@ def _candidates(world: _World, ops: Sequence[Op], alphabet: Alphabet) -> Iterato
         n = sum(1 for r in world.log if r.client and isinstance(r.event, JobEvent))
         for i in range(n):
             yield ("dup", i)
+
+
+def _jobs_of(cmd: str, jobs: list[str]) -> list[str]:
+    """The job names a command is tried with (calls name every job; a revoke, a renewal and
+    a publication none: ``-``)."""
+    if cmd in ("submit_many", "adopt_many"):
+        return [JOB_NAMES[0]]
+    if cmd in ("revoke", "renew", "publish"):
+        return ["-"]
+    return jobs
 
 
 def _children(world: _World, ops: Sequence[Op],
@@ -717,8 +743,11 @@ class Counterexample:
     cut: int | None
     detail: str
 
-    def size(self) -> tuple[int, int, int, str]:
-        return (len(self.ops), self.records, self.cut or 0, repr(self.ops))
+    def size(self) -> tuple[int, int, int, int, str]:
+        """Smaller is simpler: fewer ops, fewer raw ones (a client's history convinces
+        more), fewer records, an earlier cut."""
+        return (len(self.ops), sum(1 for o in self.ops if o[0] == "raw"), self.records,
+                self.cut or 0, repr(self.ops))
 
     def as_dict(self) -> dict[str, Any]:
         return {"assertion": self.assertion, "class": self.klass,
