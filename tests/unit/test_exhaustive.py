@@ -209,3 +209,21 @@ def test_finding_1_is_fixed() -> None:
     full, compacted = _by_hand(len(log) - 2)  # right after the raw clean: 7 of 9 records
     assert full.status == "ACTIVE"
     assert compacted == full
+
+
+def test_no_cut_passes_the_record_that_began_a_keys_unsettled_stretch() -> None:
+    """README assumption 1 gives the leader the lag from when a record unsettled a key; a
+    later record on the key (here a re-sent submit, a duplicate) does not start the clock
+    again. Bounding the cut by the key's *newest* record instead would let the cleaner cut
+    past the unsettled cancel and change the answer (the fold takes a raw cancel's own copy
+    of the graph for a job it does not know)."""
+    ops = [("claim", "jm-1", "current", False), ("write", "submit", "a", 1),
+           ("raw", "JobCancelled", "current", "leader", "a", "own", False), ("dup", 0, False)]
+    report = check_history(ops)
+    assert not report.failures
+    # the prefixes of 1, 2, 3 and 4 records allow cuts up to 1, 2, 2 and 2 (the cancel is
+    # record 2): 2 + 3 + 3 + 3
+    assert report.prefixes == 4 and report.cuts == 11
+    log = replay_history(ops)
+    kept = compacted_indices([r.key for r in log], [r.value is None for r in log], 3, len(log))
+    assert fold([log[i] for i in kept], "prod").answer() != fold(log, "prod").answer()
