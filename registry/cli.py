@@ -1535,7 +1535,8 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None)
                    "per history); wide: raw records at every epoch under either name, one per "
                    "history; full: everything, without limits.")
 @click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Explore the subtrees below histories of two ops in this many processes.")
+              help="Explore the subtrees below histories of up to three ops in this many "
+                   "processes.")
 @pass_settings
 def exhaustive(settings: Settings, depth: int, jobs: int | None, alphabet: str,
                processes: int) -> None:

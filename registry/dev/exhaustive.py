@@ -639,7 +639,7 @@ def _children(world: _World, ops: Sequence[Op],
               alphabet: Alphabet) -> Iterator[tuple[Op, _World]]:
     """Each next op with the world after it (ops that write nothing and ops whose log is a
     sibling's are left out; a settle variant only where the settling writes)."""
-    seen: set[tuple[bytes | None, ...]] = set()
+    seen: set[tuple[tuple[bytes, ...], tuple[tuple[int, int | None], ...]]] = set()
     for op in _candidates(world, ops, alphabet):
         child = world.copy()
         if not _apply(child, op, alphabet):
@@ -653,7 +653,8 @@ def _children(world: _World, ops: Sequence[Op],
             if _settle_after(settled):
                 variants.append((op + (True,), settled))
         for o, w in variants:
-            sig = tuple(r.key + b"\x00" + (r.value or b"-") for r in w.log[len(world.log):])
+            sig = (tuple(r.key + b"\x00" + (r.value or b"-") for r in w.log[len(world.log):]),
+                   tuple((a.seen, a.term) for a in w.actors.values()))
             if sig in seen:
                 continue
             seen.add(sig)
@@ -1060,14 +1061,14 @@ def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None
             on_history: Callable[[tuple[Op, ...], int, int], None] | None = None) -> Report:
     """Check every history of at most ``depth`` ops of ``alphabet`` (``jobs``: how many job
     names, default the alphabet's); ``progress`` is called every ``every`` seconds with the
-    counts so far. ``processes`` > 1 explores the subtrees below the histories of two ops in
-    that many processes (the counts and the reproducers are the same as in one).
+    counts so far. ``processes`` > 1 explores the subtrees below the histories of up to three
+    ops in that many processes (the counts and the reproducers are the same as in one).
     ``on_history(ops, records, bound)`` sees every history checked, its log's length and the
     largest cut the lag allowed (one process only)."""
     alpha = ALPHABETS[alphabet] if isinstance(alphabet, str) else alphabet
     if jobs is not None:
         alpha = alpha.with_jobs(jobs)
-    if processes <= 1 or depth <= 2:
+    if processes <= 1 or depth <= 1:
         checker = _Checker(alpha, depth, progress, every)
         checker.on_history = on_history
         return checker.run()
@@ -1075,7 +1076,7 @@ def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None
 
     start = time.monotonic()
     top = _Checker(alpha, depth, None, every)
-    report = top.run(frontier=2)
+    report = top.run(frontier=max(1, min(3, depth - 2)))
     with multiprocessing.get_context("fork").Pool(processes) as pool:
         for part in pool.imap_unordered(_explore_below, [(alpha, depth, f) for f in top.frontier]):
             _merge(report, part)
