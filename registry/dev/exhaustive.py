@@ -42,6 +42,24 @@ compacted logs among them) and batch splits, and keeps for every counterexample 
 
 ``jobreg exhaustive`` runs it; ``tests/unit/test_exhaustive.py`` runs the CI bound.
 Hypothesis (``tests/unit/test_fold_properties.py``) stays for long histories.
+
+The model, where it is narrower than the brokers:
+
+* every record lands in one duplicate window (a re-send is always a duplicate), and no
+  transaction aborts (read_committed readers and the cleaner never see aborted records;
+  the property tests draw both);
+* a prefix ends where a write ends (a Term write is one transaction: readers and the cleaner,
+  which stops at the last stable offset, see all of it or nothing); the cut itself may fall
+  anywhere, also inside an earlier write;
+* the leader writes from an image that has read the whole log; a zombie from what it read
+  last (a write planned from an older image by the leader itself, finding 2, appears only
+  as raw records under the leader's name);
+* tombstones before the cut are dropped at once (Kafka keeps them ``delete.retention.ms``
+  longer: a state the model also reaches with a shorter cut);
+* the symmetric histories left out (``b`` before ``a``, ``jm-2`` before ``jm-1``) are the same
+  histories up to names, except that the leader reasserts keys in sorted order;
+* ids are rewritten after the pure code made them (``as_call``, ``plan_reassertions``: random
+  ids, wall-clock stamps): positional ids, stamps 0.
 """
 
 from __future__ import annotations
