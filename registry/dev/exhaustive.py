@@ -987,10 +987,10 @@ class _Checker:
                        ops, n, None, "replayed record by record, the image differs from one batch")
             failed = True
         events = {rec.offset: rec.event for rec in log if rec.event is not None}
+        records = [rec.log_record() for rec in log]
         for k in range(1, n):
             r.batch_splits += 1
-            split = fold_batches([[rec.log_record() for rec in log[k:]]], one_batch[k],
-                                 _CODEC, known=events)
+            split = fold_batches([records[k:]], one_batch[k], _CODEC, known=events)
             if split != whole:
                 self._fail("batch", f"two batches: {_image_diff(whole, split)}", ops, n, None,
                            f"split at record {k}")
