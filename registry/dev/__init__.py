@@ -8,5 +8,7 @@
   (``jobreg bench ...``), which print figures;
 * :mod:`~registry.dev.demo` and :mod:`~registry.dev.coordinator`: ``jobreg demo`` and the
   coordinator processes it runs;
-* :mod:`~registry.dev.torture`: the fault campaign (``jobreg torture``).
+* :mod:`~registry.dev.torture`: the fault campaign (``jobreg torture``);
+* :mod:`~registry.dev.exhaustive`: the bounded checker of the fold's rules (``jobreg
+  exhaustive``): every history up to a bound, every compaction cut, every batch split.
 """
