@@ -33,27 +33,9 @@ from registry.image import JobView
 CI_DEPTH = 4
 
 KNOWN: dict[tuple[str, str], str] = {
-    ("answer", "JobCleanedUp job_live -> ACCEPTED"):
-        "finding 1: a cleanup refused job_live; the cleaner removes the job's submit (and "
-        "reassertions) from its key, the compacted fold accepts the cleanup of a job it does "
-        "not know and the live job is FINISHED for good (the reassertion is refused "
-        "terminal_job)",
-    ("refusal_accepted", "JobCleanedUp job_live"):
-        "finding 1, as a decision: the refused cleanup is accepted after compaction",
     ("refusal_accepted", "JobSubmitted job_exists"):
         "a resubmission refused job_exists is accepted once the cleaner removed the job key's "
         "earlier records (the submit, a reassertion): a new job until the reassertion",
-    ("refusal_accepted", "JobSubmitted terminal_job"):
-        "a resubmission of an ended job is accepted once the cleaner removed its cancel (the "
-        "job is live until the reassertion)",
-    ("refusal_accepted", "JobCancelled terminal_job"):
-        "a second cancel of an ended job is accepted once the cleaner removed the first",
-    ("refusal_accepted", "JobTerminated terminal_job"):
-        "a terminate of an ended job is accepted once the cleaner removed its cancel",
-    ("refusal_accepted", "JobReasserted terminal_job"):
-        "a reassertion of a live state for an ended job (a raw one under the leader's name) "
-        "is accepted on the job key once the cleaner removed the cancel: the job lives again "
-        "until the next reassertion",
     ("refusal_accepted", "JobLockReleased recovery_failed"):
         "a release refused recovery_failed is accepted once the cleaner removed the "
         "JobRecoveryFailed from the lock key",
@@ -91,9 +73,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("monotone", "compacted fold: last_completed_checkpoint"):
         "the same for the last completed checkpoint: a completion refused stale_checkpoint_seq "
         "is accepted after compaction, then undone by the reassertion",
-    ("monotone", "full fold: highest_checkpoint_triggered (CheckpointFailed)"):
-        "finding 5: trigger 1, a failure that does not count (JOB_FAILOVER_REGION) ends it, "
-        "and the newest id falls back to -1: checkpoint 1 can be triggered again (rule 6)",
     ("monotone", "full fold: highest_checkpoint_triggered (JobReasserted)"):
         "rule 5: a reassertion sets the job's whole state, so one that carries an older "
         "checkpoint state (a raw one under the leader's name, or one planned from an older "
@@ -206,8 +185,9 @@ def test_the_checker_finds_finding_1_where_a_compaction_by_hand_shows_it() -> No
         assert ("refusal_accepted", "JobCleanedUp job_live") in report.failures
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 finding 1 (the rules of this branch)")
 def test_finding_1_is_fixed() -> None:
+    """Issue 42, finding 1: ends have keys of their own; the refused cleanup stays refused
+    and the job live at the cut right after it."""
     log = replay_history(FINDING_1)
     full, compacted = _by_hand(len(log) - 2)  # right after the raw clean: 7 of 9 records
     assert full.status == "ACTIVE"
@@ -218,14 +198,14 @@ def test_no_cut_passes_the_record_that_began_a_keys_unsettled_stretch() -> None:
     """README assumption 1 gives the leader the lag from when a record unsettled a key; a
     later record on the key (here a re-sent submit, a duplicate) does not start the clock
     again. Bounding the cut by the key's *newest* record instead would let the cleaner cut
-    past the unsettled cancel and change the answer (the fold takes a raw cancel's own copy
-    of the graph for a job it does not know)."""
+    past the unsettled resubmission and change the answer (the compacted fold takes the raw
+    resubmission, refused job_exists, for the job's submit)."""
     ops = [("claim", "jm-1", "current", False), ("write", "submit", "a", 1),
-           ("raw", "JobCancelled", "current", "leader", "a", "own", False), ("dup", 0, False)]
+           ("raw", "JobSubmitted", "current", "leader", "a", "own", False), ("dup", 0, False)]
     report = check_history(ops)
     assert not report.failures
-    # the prefixes of 1, 2, 3 and 4 records allow cuts up to 1, 2, 2 and 2 (the cancel is
-    # record 2): 2 + 3 + 3 + 3
+    # the prefixes of 1, 2, 3 and 4 records allow cuts up to 1, 2, 2 and 2 (the
+    # resubmission is record 2): 2 + 3 + 3 + 3
     assert report.prefixes == 4 and report.cuts == 11
     log = replay_history(ops)
     kept = compacted_indices([r.key for r in log], [r.value is None for r in log], 3, len(log))
