@@ -611,7 +611,8 @@ class Delta:
         # (A key whose component is no id never holds an accepted record: nothing to keep.)
         if not self.revoked and writer == self.leader and epoch == str(self.epoch) \
                 and leader_information_error(component, "", None) is None:
-            self._unsettled[key] = decision.offset
+            if key not in self._unsettled:  # since the first: the lag runs from it
+                self._unsettled[key] = decision.offset
 
     def _forget_leader_keys(self) -> None:
         # Rule 9: a grant or revoke empties the leader information; no unsettled leader
@@ -635,7 +636,8 @@ class Delta:
             if key in self._unsettled:
                 del self._unsettled[key]
         elif job_id in self._jobs or (member and decision.outcome == Outcome.REJECTED):
-            self._unsettled[key] = decision.offset
+            if key not in self._unsettled:  # since the first: the lag runs from it
+                self._unsettled[key] = decision.offset
 
     def _decide(self, record: LogRecord, key: str | None, event: Event) -> Decision:
         # Decisions are built positionally: this is the hot path of every replay.
@@ -859,7 +861,8 @@ class Delta:
         self._jobs[job_id] = view
         due = f"{self._prefix}job/{job_id}/end/"
         if view.ended_by is None:
-            self._unsettled[due] = self._last_offset
+            if due not in self._unsettled:
+                self._unsettled[due] = self._last_offset
         elif due in self._unsettled:
             del self._unsettled[due]
 

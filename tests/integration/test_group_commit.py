@@ -139,10 +139,11 @@ def test_a_refused_call_does_not_sink_the_others_of_its_group(connect, monkeypat
                    lambda: term.submit("fine-1", b"g"),
                    lambda: term.submit_many([("atomic-a", b"a"), ("known", b"k")]),  # all or none
                    lambda: term.submit("fine-2", b"g"))
-    # Two groups, then one settling of the key the refused records landed on (step 4): a
-    # group of calls of no records (each caller asks for it; they share one write).
-    assert len(held.groups) == 3 and held.writes == 3
-    assert set(held.groups[2]) == {None}
+    # Two groups, then one settling of the key the refused records landed on (step 4): calls
+    # of no records (each caller asks for one; they join one group or more, and only the
+    # first finds anything to write).
+    assert len(held.groups) >= 3 and held.writes == 3
+    assert all(set(g) == {None} for g in held.groups[2:])
     assert not reg.image.unsettled
     assert isinstance(out[1], WriteRejected) and out[1].reason == "job_exists"
     assert isinstance(out[3], WriteRejected)

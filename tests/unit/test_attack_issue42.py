@@ -1,0 +1,335 @@
+"""Adversarial reproducers against issue 42's changes (ends under keys of their own, the
+group queue, checkpoint ids that only increase). Each test marked xfail(strict=True) shows
+a defect still present: it fails today, and will XPASS (and so fail the suite) once fixed,
+when the mark is to be removed."""
+
+from __future__ import annotations
+
+import pytest
+from support.histories import DAY, build
+from support.model import NS, compact, visible
+
+from registry.codec import encode
+from registry.events import (
+    CheckpointCompleted,
+    CheckpointFailed,
+    CheckpointTriggered,
+    JobCancelled,
+    JobTerminated,
+    new_event_id,
+)
+from registry.fold import checkpoint_step, failure_reason_counts, fold
+from registry.keys import checkpoints_key, end_key, job_key
+
+
+def _every_cut(log):
+    """(cut, compacted image) for every cut the cleaner may make once the whole log is
+    older than the lag and nothing in fold(log) is unsettled (asserted)."""
+    full = fold(visible(log), NS)
+    bound = min((i for i, r in enumerate(log) if r.offset in set(full.unsettled.values())),
+                default=len(log))
+    for c in range(bound + 1):
+        yield c, fold(visible(compact(log, log[-1].timestamp + 40 * DAY, upto=c)), NS)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: a record that is not accepted on an "
+                   "end key supersedes the end and is never unsettled; the cleaner removes "
+                   "the end and a cancelled job is live again")
+@pytest.mark.parametrize("what", ["garbage", "tombstone", "wrong_key"])
+def test_a_record_on_an_end_key_never_removes_the_end(what) -> None:
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
+                 ("write", "jm-1", "cancel", "a", False)], settle=False)
+    (end,) = [r.key for r in sim.log if r.key is not None and r.key.count(b"/") == 4]
+    if what == "garbage":
+        sim.append(end, b"\x00\x00\x00\x00\x63not avro at all")
+    elif what == "tombstone":
+        sim.append(end, None)
+    else:  # any decodable event that does not belong there (refused wrong_key)
+        other = JobCancelled(event_id=new_event_id(), namespace=NS, epoch=0, writer="zombie",
+                             created_at=0, job_id="b")
+        sim.append(end, encode(other))
+    sim.settle()  # a leader catches up and settles whatever the fold says is unsettled
+    full = fold(visible(sim.log), NS)
+    assert full.jobs["a"].status == "CANCELLED"
+    for c, image in _every_cut(sim.log):
+        assert image.answer() == full.answer(), c
+        assert not image.jobs["a"].live, c
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: an end under an end key for a "
+                   "terminal job with ended_by None is taken as its end with the fold's "
+                   "status, but once the legacy end on the job key is cleaned the compacted "
+                   "fold reads the record's own status: FAILED instead of CANCELLED")
+def test_an_end_key_record_adopted_as_a_legacy_jobs_end_keeps_its_status_after_compaction(
+) -> None:
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False)], settle=False)
+    common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0)
+    # an end as a jobreg before ends had keys of their own wrote it: under the job key
+    legacy = JobCancelled(job_id="a", reason="legacy", event_id=new_event_id(), **common)
+    sim.append(job_key(NS, "a"), encode(legacy))
+    # a (raw, current-term) end under an end key with another status: "becomes its end"
+    other = JobTerminated(job_id="a", state="FAILED", reason="boom", event_id=new_event_id(),
+                          **common)
+    sim.append(end_key(NS, "a", other.event_id), encode(other))
+    sim.sync("jm-1")
+    sim.write("jm-1", "clean", "a")  # the leader cleans the result up (a v2 JobCleanedUp)
+    sim.settle()
+    full = fold(visible(sim.log), NS)
+    assert (full.jobs["a"].status, full.jobs["a"].reason) == ("CANCELLED", "legacy")
+    for c, image in _every_cut(sim.log):
+        assert image.answer() == full.answer(), c
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: the fold accepts a checkpoint state "
+                   "the old rule (keep_ids=False) gives from any record, so a current-term "
+                   "record lowers newest_id and checkpoint 2 is triggered twice (finding 5)")
+def test_the_old_rule_cannot_take_a_checkpoint_id_back() -> None:
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False)], settle=False)
+    common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0)
+    key = checkpoints_key(NS, "a")
+
+    def write(kind, cp, keep_ids=True, **extra):
+        view = fold(visible(sim.log), NS).jobs["a"]
+        state, _ = checkpoint_step(view.checkpoints, kind, cp, location=extra.get("location", ""),
+                                   retained=view.retained_checkpoints,
+                                   failure_reason=extra.get("failure_reason", "UNSPECIFIED"),
+                                   keep_ids=keep_ids)
+        ev = kind(job_id="a", checkpoint_id=cp, state=state, event_id=new_event_id(),
+                  **extra, **common)
+        sim.append(key, encode(ev))
+
+    write(CheckpointTriggered, 1)
+    write(CheckpointTriggered, 2)
+    write(CheckpointFailed, 2, failure_reason="CHECKPOINT_DECLINED", reason="declined",
+          task="t", reason_counts=failure_reason_counts("CHECKPOINT_DECLINED"))
+    before = fold(visible(sim.log), NS).jobs["a"].checkpoints.newest_id
+    assert before == 2
+    # the completion of 1 carrying the state a jobreg before finding 5 computed
+    write(CheckpointCompleted, 1, keep_ids=False, location="loc-1")
+    after = fold(visible(sim.log), NS)
+    newest = after.jobs["a"].checkpoints.newest_id
+    write(CheckpointTriggered, 2)  # a second trigger of checkpoint 2
+    last = fold(visible(sim.log), NS)
+    twice = [d for d in last.rejected if d.event_type == "CheckpointTriggered"]
+    assert newest >= before, f"newest_id went back from {before} to {newest}"
+    assert twice, "checkpoint 2 was triggered twice"
+
+
+def test_the_old_rule_gives_a_lower_newest_id() -> None:
+    """(What the xfail above rests on: the two rules' states after trigger 1, trigger 2,
+    a counted failure of 2 and the completion of 1.)"""
+    from registry.events import EMPTY_CHECKPOINTS
+    st = EMPTY_CHECKPOINTS
+    for kind, cp, kw in [(CheckpointTriggered, 1, {}), (CheckpointTriggered, 2, {}),
+                         (CheckpointFailed, 2, {"failure_reason": "CHECKPOINT_DECLINED"})]:
+        st, _ = checkpoint_step(st, kind, cp, **kw)
+    old, _ = checkpoint_step(st, CheckpointCompleted, 1, location="l", keep_ids=False)
+    new, _ = checkpoint_step(st, CheckpointCompleted, 1, location="l")
+    assert (st.newest_id, new.newest_id, old.newest_id) == (2, 2, 1)
+
+
+def test_the_unsettled_offset_bounds_every_refused_record_since_the_key_was_settled() -> None:
+    # submit a; a zombie's cancel of an old epoch on the job key (refused: stale_epoch, the
+    # key is unsettled at it); a second submit of a (refused: job_exists); no leader yet
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1),
+                 ("raw", "cancel", 0, "jm-1", "a", 0), ("raw", "submit", 1, "jm-1", "a", 0)],
+                settle=False)
+    full = fold(visible(sim.log), NS)
+    refused = [i for i, r in enumerate(sim.log) if r.key == job_key(NS, "a").encode()][1:]
+    assert len(refused) == 2
+    bound = min(i for i, r in enumerate(sim.log) if r.offset in set(full.unsettled.values()))
+    # the image's bound is the later refused record (refused[1]); the key has been
+    # unsettled since the earlier one, and the cleaner may clean up to the bound
+    image = fold(visible(compact(sim.log, sim.now + 40 * DAY, upto=bound)), NS)
+    assert image.answer() == full.answer()
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: the leader settles a refused call's "
+                   "sinking key before the ABSENT reassertions of its other members; a reader "
+                   "in between, with the cleaner past the sinking key's submit, sees the call "
+                   "committed: jobs that were never accepted exist")
+def test_a_refused_call_never_creates_its_jobs_before_its_absent_reassertions_land() -> None:
+    # submit a; a second submit of a (refused, the leader reasserts a); then a call
+    # submitting a, b, c: a sinks it (job_exists); the leader reasserts a, then b and c ABSENT
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1),
+                 ("write", "jm-1", "submit", "a", False, 1),
+                 ("write", "jm-1", "submit_many", "a", False, 1)], settle=False)
+    keys = [r.key for r in sim.log]
+    member_b = keys.index(job_key(NS, "b").encode())
+    last_a = max(i for i, k in enumerate(keys) if k == job_key(NS, "a").encode())
+    assert keys[last_a + 1] == job_key(NS, "b").encode()  # b's ABSENT reassertion follows
+    final = fold(visible(sim.log), NS)
+    assert set(final.jobs) == {"a"}
+    prefix = sim.log[:last_a + 1]  # a reader (and the cleaner) before the ABSENT ones land
+    full = fold(visible(prefix), NS)
+    assert set(full.jobs) == {"a"}
+    first = {}  # since when each key is unsettled, over the prefixes of the prefix
+    for p in range(len(prefix) + 1):
+        unsettled = fold(visible(prefix[:p]), NS).unsettled
+        first = {k: first.get(k, o) for k, o in unsettled.items()}
+    bound = min(i for i, r in enumerate(prefix) if r.offset in set(first.values()))
+    assert bound == member_b  # b's key is unsettled since its member landed
+    image = fold(visible(compact(prefix, prefix[-1].timestamp + 40 * DAY, upto=bound)), NS)
+    assert set(image.jobs) == {"a"}, sorted(image.jobs)
+
+
+def _verdicts(records):
+    from registry.fold import Delta
+    from registry.image import Image
+    delta, out = Delta(Image.empty(NS)), {}
+    for r in records:
+        d = delta.replay(r)
+        out.update((x.offset, x) for _, x, _ in delta.resolved)
+        out[r.offset] = d
+    return out
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: a JobReasserted with a terminal status "
+                   "on a job's lock (or job, checkpoints) key ends a LIVE job with no end under "
+                   "an end key; a terminal_job refusal that rests on it becomes an acceptance "
+                   "in a compacted log, although the README's table says terminal_job is the "
+                   "same in every compacted log")
+def test_terminal_job_rests_only_on_ends_under_end_keys() -> None:
+    from registry.events import JobReasserted
+    from registry.keys import lock_key
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    ended = JobReasserted(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
+                          created_at=0, job_id="a", status="CANCELLED", owner_epoch=None,
+                          graph=None)
+    sim.append(lock_key(NS, "a"), encode(ended))  # a raw write of the current term
+    sim.raw("submit", 1, "jm-1", "a", 0)  # a resubmission (raw): refused, terminal_job
+    sim.settle()  # the leader restates the end under an end key, and the job key
+    full = _verdicts(visible(sim.log))
+    (resubmit,) = [r for r in sim.log if full[r.offset].reason == "terminal_job"]
+    assert fold(visible(sim.log), NS).jobs["a"].status == "CANCELLED"
+    for c, _ in _every_cut(sim.log):
+        compacted = visible(compact(sim.log, sim.log[-1].timestamp + 40 * DAY, upto=c))
+        verdict = _verdicts(compacted).get(resubmit.offset)
+        assert verdict is None or not verdict.accepted, (c, verdict)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: finding 1 reopened through the legacy "
+                   "path: a JobCleanedUp encoded with schema version 1 (no end_event_id) is "
+                   "still accepted for a job the fold does not know; refused for a live job "
+                   "(job_live) and left by the cleaner as the job key's newest, it ends the job")
+def test_a_refused_v1_cleanup_of_a_live_job_never_ends_it_after_compaction() -> None:
+    from support.model import encode_with
+
+    from registry.events import JobCleanedUp
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    clean = JobCleanedUp(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
+                         created_at=0, job_id="a", status="FINISHED")
+    sim.append(job_key(NS, "a"), encode_with(clean, 31))  # schema 31: JobCleanedUp v1
+    sim.settle()  # refused (job_live), the key unsettled; the leader reasserts the job
+    full = fold(visible(sim.log), NS)
+    assert full.jobs["a"].live
+    for c, image in _every_cut(sim.log):
+        assert image.jobs["a"].live, (c, image.jobs["a"])
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: a late verbatim copy of the leader's "
+                   "ABSENT reassertion on a lock key (within one duplicate window) supersedes "
+                   "the first copy; the cleaner keeps the copy, now not a duplicate, after the "
+                   "job's submit: it deletes the live job, and the leader's settling "
+                   "reassertion on the lock key is refused unknown_job")
+def test_a_late_copy_of_an_absent_reassertion_never_deletes_a_job_submitted_since() -> None:
+    from registry.codec import default_codec
+    # a zombie's torn call (submits b, c, adopts d) ends with its term: the new leader
+    # reasserts b, c and d's lock key ABSENT; then it submits d
+    sim = build([("claim", "jm-1"), ("raw", "torn", 1, "jm-1", "b", 0), ("claim", "jm-1"),
+                 ("write", "jm-1", "submit", "d", False, 1)], settle=False)
+    lock = b"prod/job/d/lock"
+    (absent,) = [r for r in sim.log if r.key == lock
+                 and default_codec().decode(r.value).TYPE == "JobReasserted"]
+    sim.append(absent.key, absent.value)  # a copy a stalled request delivers late (< 60 s)
+    sim.settle()  # the leader settles the key the duplicate landed on
+    full = fold(visible(sim.log), NS)
+    assert full.jobs["d"].live
+    for c, image in _every_cut(sim.log):
+        assert "d" in image.jobs and image.jobs["d"].live, (c, sorted(image.jobs))
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: a JobReasserted on a job's checkpoints "
+                   "key that changes the job's definition (graph, owner) is accepted and its key "
+                   "settled; the next checkpoint record supersedes it and the cleaner removes "
+                   "it: the compacted fold has the old graph")
+def test_a_reassertion_on_the_checkpoints_key_keeps_its_effect_after_compaction() -> None:
+    from registry.events import InlineGraph, JobReasserted
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    other = JobReasserted(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
+                          created_at=0, job_id="a", status="ACTIVE", owner_epoch=None,
+                          graph=InlineGraph(b"restated"))
+    sim.append(checkpoints_key(NS, "a"), encode(other))  # a raw write of the current term
+    sim.sync("jm-1")
+    sim.write("jm-1", "trigger", "a", False, 1)  # the leader's next checkpoint record
+    sim.settle()
+    full = fold(visible(sim.log), NS)
+    assert full.jobs["a"].graph == InlineGraph(b"restated")
+    for c, image in _every_cut(sim.log):
+        assert image.answer() == full.answer(), (c, image.jobs["a"].graph)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: a late verbatim copy of a reassertion "
+                   "on the checkpoints key supersedes its first copy; in a log cleaned up to "
+                   "the copy it restates the older checkpoint state, and a standby that takes "
+                   "over from that log never sees the acknowledged completion of checkpoint 2")
+def test_a_late_copy_of_a_reassertion_never_undoes_an_acknowledged_checkpoint() -> None:
+    from registry.codec import default_codec
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1),
+                 ("write", "jm-1", "trigger", "a", False, 1),
+                 # a failure of a checkpoint that is not pending: IGNORED, the key unsettled,
+                 # and the leader's write reasserts the checkpoints key
+                 ("write", "jm-1", "cpfail", "a", False, 5),
+                 ("write", "jm-1", "trigger", "a", False, 2),
+                 ("write", "jm-1", "complete", "a", False, 2)], settle=False)
+    assert fold(visible(sim.log), NS).jobs["a"].checkpoints.last_completed == 2  # acknowledged
+    key = checkpoints_key(NS, "a").encode()
+    (reassertion,) = [r for r in sim.log if r.key == key
+                      and default_codec().decode(r.value).TYPE == "JobReasserted"]
+    sim.append(reassertion.key, reassertion.value)  # a copy a stalled request delivers (< 60 s)
+    assert fold(visible(sim.log), NS).jobs["a"].checkpoints.last_completed == 2  # a duplicate
+    # the cleaner cleans up to the copy (a segment boundary there), before the leader settles
+    sim.log = compact(sim.log, sim.now + 40 * DAY, upto=len(sim.log) - 1)
+    sim.now += 40 * DAY
+    sim.sync("jm-2")
+    sim.claim("jm-2")  # a standby takes over from the log as it now is, and settles it
+    job = fold(visible(sim.log), NS).jobs["a"]
+    assert job.checkpoints.last_completed == 2, job.checkpoints
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: a current-term JobReasserted carrying "
+                   "an older checkpoint state is accepted whole, so newest_id goes back and a "
+                   "checkpoint id can be triggered twice (rule 6's monotonicity does not bind "
+                   "reassertions)")
+def test_a_reassertion_never_takes_checkpoint_ids_back() -> None:
+    from registry.events import JobReasserted
+    from registry.keys import lock_key
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1),
+                 ("write", "jm-1", "trigger", "a", False, 2)], settle=False)
+    view = fold(visible(sim.log), NS).jobs["a"]
+    assert view.checkpoints.newest_id == 2
+    stale = JobReasserted(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
+                          created_at=0, job_id="a", status="ACTIVE", owner_epoch=1,
+                          graph=view.graph)  # the job as it was before the trigger
+    sim.append(lock_key(NS, "a"), encode(stale))
+    after = fold(visible(sim.log), NS).jobs["a"].checkpoints
+    assert after.newest_id >= 2, after
+
+
+@pytest.mark.xfail(strict=True, reason="issue 42 attack: an ABSENT reassertion on a job's "
+                   "checkpoints key deletes a live job whose submit is still on the job key; "
+                   "a later record of that key, refused unknown_job and never unsettled (the "
+                   "job is unknown), supersedes it, and the compacted fold accepts it")
+def test_an_absent_reassertion_off_the_job_key_never_hides_a_job_from_the_cleaner() -> None:
+    from registry.events import JobReasserted
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0, job_id="a",
+                  owner_epoch=None, graph=None)
+    for status in ("ABSENT", "CANCELLED"):  # raw writes of the current term
+        ev = JobReasserted(event_id=new_event_id(), status=status, **common)
+        sim.append(checkpoints_key(NS, "a"), encode(ev))
+    sim.settle()
+    full = fold(visible(sim.log), NS)
+    assert "a" not in full.jobs
+    for c, image in _every_cut(sim.log):
+        assert image.answer() == full.answer(), (c, image.jobs.get("a"))
