@@ -610,9 +610,9 @@ class Delta:
         _, epoch, writer, component = key[len(self._prefix):].split("/")
         # (A key whose component is no id never holds an accepted record: nothing to keep.)
         if not self.revoked and writer == self.leader and epoch == str(self.epoch) \
-                and leader_information_error(component, "", None) is None:
-            if key not in self._unsettled:  # since the first: the lag runs from it
-                self._unsettled[key] = decision.offset
+                and leader_information_error(component, "", None) is None \
+                and key not in self._unsettled:  # since the first: the lag runs from it
+            self._unsettled[key] = decision.offset
 
     def _forget_leader_keys(self) -> None:
         # Rule 9: a grant or revoke empties the leader information; no unsettled leader
@@ -635,9 +635,9 @@ class Delta:
         if decision.outcome == Outcome.ACCEPTED and not self._restate:
             if key in self._unsettled:
                 del self._unsettled[key]
-        elif job_id in self._jobs or (member and decision.outcome == Outcome.REJECTED):
-            if key not in self._unsettled:  # since the first: the lag runs from it
-                self._unsettled[key] = decision.offset
+        elif (job_id in self._jobs or (member and decision.outcome == Outcome.REJECTED)) \
+                and key not in self._unsettled:  # since the first: the lag runs from it
+            self._unsettled[key] = decision.offset
 
     def _decide(self, record: LogRecord, key: str | None, event: Event) -> Decision:
         # Decisions are built positionally: this is the hot path of every replay.
