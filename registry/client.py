@@ -1240,7 +1240,9 @@ class Term:
                     if owner is token:
                         del self._planned[job]
         if failure is None:  # the group's write is in the log
-            self._metrics.observe_group(len(group), sum(len(c.pairs) for c in group))
+            calls = [c for c in group if c.pairs]  # not the calls of no records (settling)
+            if calls:
+                self._metrics.observe_group(len(calls), sum(len(c.pairs) for c in calls))
         if len(verdicts) != len(pairs):  # nothing known of any record
             verdicts = [(None, ())] * len(pairs)
         # Each call's answer: its decisions once the fold decided all its records
