@@ -362,11 +362,13 @@ class GroupCommit:
     def __init__(self, run: Callable[[list[PendingCall], Callable[[], None]], None], *,
                  max_records: int = MAX_GROUP_RECORDS,
                  max_bytes: int = MAX_GROUP_BYTES,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int | None = None) -> None:
         self._run = run
         self.max_records = max_records
         self.max_bytes = max_bytes
-        self._in_flight = threading.BoundedSemaphore(max_in_flight)
+        # Read when the queue is made (a test or a campaign may set the module's value).
+        self._in_flight = threading.BoundedSemaphore(
+            MAX_IN_FLIGHT if max_in_flight is None else max_in_flight)
         self._lock = threading.Lock()
         self._queue: deque[PendingCall] = deque()  # arrival order; a leader's call is first
         self._busy = False  # a group is being formed or handed to the producer
