@@ -241,6 +241,10 @@ class Image:
     duplicates: int = 0
     calls: immutables.Map[str, tuple[LogRecord, ...]] = field(default=_EMPTY_MAP)
     leaders: immutables.Map[str, LeaderInfo] = field(default=_EMPTY_MAP)
+    ends_keyed: bool = False
+    """A grant written by a jobreg whose ends have keys of their own was accepted (fold rule
+    5): from then on a cleanup written before (schema version 1) never stands for an end the
+    cleaner removed."""
 
     @classmethod
     def empty(cls, namespace: str) -> Image:

@@ -221,6 +221,11 @@ __all__ = [
 ]
 
 
+ENDS_KEYED_GRANT = 3
+"""The schema version of :class:`~registry.events.LeadershipGranted` that a jobreg whose
+ends have keys of their own writes (rule 5: once one is accepted, a cleanup of schema
+version 1 is refused for a job the fold does not know, as a newer one is)."""
+
 DUPLICATE_WINDOW_MS = 60_000
 """Rule 1's window: every copy of an event is assumed to land within this many
 milliseconds (broker time) of the first; ids are remembered for one to two windows."""
@@ -488,6 +493,7 @@ class Delta:
         self._newest: int | None = max(self._windows, default=None)
         self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
         self._leaders = image.leaders.mutate()
+        self._ends_keyed = image.ends_keyed
         self._rejected: list[Decision] = []
         self._ignored: list[Decision] = []
         self._quarantined: list[Decision] = []
@@ -583,6 +589,7 @@ class Delta:
             calls=(base.calls if not self._calls and not base.calls
                    else immutables.Map(self._calls)),
             leaders=self._leaders.finish(),
+            ends_keyed=self._ends_keyed,
         )
 
     # -- internals -----------------------------------------------------------
@@ -733,6 +740,8 @@ class Delta:
                            f"term {self.epoch} ended (epoch {e.epoch} granted at offset "
                            f"{record.offset}) before the call was committed")
         self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
+        if e.schema_version >= ENDS_KEYED_GRANT:
+            self._ends_keyed = True  # rule 5: a jobreg whose ends have keys of their own
         self._leaders = immutables.Map().mutate()  # rule 9: the new leader published nothing
         self._forget_leader_keys()
         self._set_term(TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms))
@@ -873,7 +882,7 @@ class Delta:
         if job is not None and job.live:
             raise _Verdict("job_live", f"job {e.job_id!r} is {job.status}: a live job has no "
                            "result to clean up")
-        if job is None and e.schema_version >= 2:
+        if job is None and (e.schema_version >= 2 or self._ends_keyed):
             # Ends have keys of their own, which the cleaner never empties: a job the fold
             # does not know as ended has no result, whatever the cleaner removed before.
             raise _Verdict("unknown_job", f"job {e.job_id!r} has no recorded end: only an "

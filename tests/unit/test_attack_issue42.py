@@ -208,10 +208,6 @@ def test_terminal_job_rests_only_on_ends_under_end_keys() -> None:
         assert verdict is None or not verdict.accepted, (c, verdict)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: finding 1 reopened through the legacy "
-                   "path: a JobCleanedUp encoded with schema version 1 (no end_event_id) is "
-                   "still accepted for a job the fold does not know; refused for a live job "
-                   "(job_live) and left by the cleaner as the job key's newest, it ends the job")
 def test_a_refused_v1_cleanup_of_a_live_job_never_ends_it_after_compaction() -> None:
     from support.model import encode_with
 

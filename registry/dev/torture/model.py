@@ -267,6 +267,7 @@ class NamespaceModel:
     def __init__(self, namespace: str) -> None:
         self.ns = namespace
         self._on_end_key = False  # the record being decided is under an end key
+        self.ends_keyed = False  # a grant of a jobreg whose ends have keys of their own
         self.epoch = 0
         self.leader: str | None = None
         self.revoked = False
@@ -421,6 +422,7 @@ class NamespaceModel:
             if not dry:
                 self.epoch, self.leader, self.revoked = ev.epoch, ev.writer, False
                 self.renewed = 0
+                self.ends_keyed = self.ends_keyed or ev.schema_version >= 3
                 self.grants[ev.epoch] = (ev.writer, offset, ts)
                 self.leaders = {}
             return None
@@ -472,7 +474,8 @@ class NamespaceModel:
                 raise _Refused("bad_state")
             if job is not None and job.live:
                 raise _Refused("job_live")
-            if job is None and ev.schema_version >= 2:  # ends are never compacted away
+            # ends are never compacted away (since a grant of a jobreg that keys them)
+            if job is None and (ev.schema_version >= 2 or self.ends_keyed):
                 raise _Refused("unknown_job")
             new = MJob(ev.status if job is None else job.status, None, None)
         elif t == "JobReasserted":
