@@ -70,7 +70,6 @@ from support.kafka_cleaner import (
 from support.model import NS, Rec, compact, visible
 
 from registry.dev.kafka import KafkaCluster
-from registry.events import JobStatus
 from registry.fold import DUPLICATE_WINDOW_MS, fold
 from registry.image import LogRecord
 from registry.log import TopicConfig
@@ -170,18 +169,19 @@ def test_kafka_cleaner_keeps_the_answer(cleaner_kafka: KafkaCluster, drawn, segm
                     + "\n".join(problems[:5]))
 
 
-def test_without_reassertion_kafkas_cleaner_resurrects_a_cancelled_job(
+def test_without_reassertion_kafkas_cleaner_replaces_a_live_jobs_graph(
         cleaner_kafka: KafkaCluster) -> None:
-    """The hazard the reassertions remove, on Kafka's cleaner: a resubmission of a cancelled
-    job is refused, and becomes the newest record of the job's key; the cleaner removes the
-    cancel before it, and the fold of the compacted log sees the job live again. With the
-    reassertion the client writes after the refusal, the cancelled job stays cancelled
-    (``test_without_reassertion_compaction_resurrects_a_cancelled_job`` on the model)."""
+    """The hazard the reassertions remove, on Kafka's cleaner: a second submit of a live job
+    is refused (job_exists), and becomes the newest record of the job's key; the cleaner
+    removes the submit before it, and the fold of the compacted log takes the refused
+    record's graph. With the reassertion the client writes after the refusal, the job keeps
+    its graph (``test_without_reassertion_compaction_replaces_a_live_jobs_graph`` on the
+    model). A cancelled job no longer comes back this way: its end has a key of its own
+    (``test_an_end_under_its_own_key_survives_compaction_without_reassertion``)."""
     ops = [("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
-           ("write", "jm-1", "cancel", "a", False),
-           ("write", "jm-1", "submit", "a", False)]  # refused: terminal id
+           ("raw", "submit", 1, "jm-1", "a", 0)]  # refused: job_exists
     unsafe = build(ops, settle=False, sim=BrokerSim(reassert=False))
-    safe = build(ops, settle=False, sim=BrokerSim())
+    safe = build(ops, settle=True, sim=BrokerSim())
     assert isinstance(unsafe, BrokerSim) and isinstance(safe, BrokerSim)
     problems: list[str] = []
     _run_topic(cleaner_kafka, "cleaner-hazard", [(ops, unsafe), (ops, safe)], problems,
@@ -192,9 +192,9 @@ def test_without_reassertion_kafkas_cleaner_resurrects_a_cancelled_job(
     assert all("fold(compacted) != fold(log)" in p for p in problems)
     read = read_partitions(cleaner_kafka.bootstrap, "cleaner-hazard", [0, 1], committed=True)
     compacted, kept = read[0], read[1]
-    assert fold(visible(unsafe.log), NS).jobs["a"].status == JobStatus.CANCELLED
-    assert fold(compacted, NS).jobs["a"].status == JobStatus.ACTIVE  # the hazard
-    assert fold(kept, NS).jobs["a"].status == JobStatus.CANCELLED
+    assert fold(visible(unsafe.log), NS).jobs["a"].graph.data == b"graph-a"
+    assert fold(compacted, NS).jobs["a"].graph.data == b"zombie"  # the hazard
+    assert fold(kept, NS).jobs["a"].graph.data == b"graph-a"
 
 
 def _run_topic(kafka: KafkaCluster, topic: str, drawn: list[tuple[list[tuple], BrokerSim]],
