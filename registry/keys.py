@@ -63,6 +63,7 @@ __all__ = [
     "check_id",
     "checkpoints_key",
     "end_key",
+    "is_end_key",
     "job_key",
     "leader_key",
     "lease_key",
@@ -109,6 +110,15 @@ def end_key(namespace: str, job_id: str, event_id: str) -> str:
     """The key of one end of a job (a cancel or terminate, or a reassertion restating an
     end): never shared, so never compacted away."""
     return f"{namespace}/job/{job_id}/end/{event_id}"
+
+
+def is_end_key(key: str | bytes) -> bool:
+    """Whether a job key of a namespace (one :func:`job_key`, :func:`lock_key`,
+    :func:`checkpoints_key` or :func:`end_key` gives) is an end key: the only one with four
+    slashes (ids hold none). Cheap: the fold asks it of every job record."""
+    if isinstance(key, str):
+        return key.count("/") == 4
+    return key.count(b"/") == 4
 
 
 def term_key(namespace: str, epoch: int, event_id: str) -> str:

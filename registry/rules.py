@@ -200,6 +200,7 @@ from .keys import (
     allowed_keys,
     check_id,
     end_key,
+    is_end_key,
     job_key,
     parse_key,
     record_key,
@@ -637,7 +638,7 @@ class Delta:
         # record whose copy of the job's state the fold did not take (rule 5) is
         # restated like a refused one. An end key (``<ns>/job/<id>/end/<event_id>``) holds
         # one record and supersedes nothing: never unsettled.
-        if key.count("/") == 4:
+        if is_end_key(key):
             return
         if decision.outcome == Outcome.ACCEPTED and not self._restate:
             if key in self._unsettled:
@@ -807,7 +808,7 @@ class Delta:
         """Rules 4, 5, 6 and 8 for a job event: fenced, then waiting for its call's commit
         or applied now."""
         self._fence(e)
-        self._on_end_key = record.key is not None and record.key.count(b"/") == 4
+        self._on_end_key = record.key is not None and is_end_key(record.key)
         call_id = getattr(e, "call_id", None)
         if call_id is not None:
             self._calls[call_id] = self._calls.get(call_id, ()) + (record,)
