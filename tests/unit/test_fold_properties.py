@@ -208,7 +208,8 @@ def _oracle(ops, budget: int) -> tuple[int, bool, int]:
     """Flink's CheckpointFailureManager and its coordinator, written out plainly:
     (count, over budget, last completed). Only pending checkpoints fail (the coordinator
     drops a decline of a checkpoint it does not know); each counts once, and only for the
-    reasons Flink counts ("cpskip" is JOB_FAILOVER_REGION: it ends the checkpoint, uncounted);
+    reasons Flink counts ("cpskip" is JOB_FAILOVER_REGION: it ends the checkpoint, uncounted,
+    and a late completion of it is dropped);
     a failure in the trigger phase counts each time ("trigfail": FINALIZE_CHECKPOINT_FAILURE,
     counted since Flink 2.3.0's table, for an odd drawn id, CHANNEL_STATE_SHARED_STREAM_EXCEPTION
     for an even one); a success of a newer
@@ -220,21 +221,24 @@ def _oracle(ops, budget: int) -> tuple[int, bool, int]:
             if cp > max([last, *pending, *discarded, *counted]):
                 pending.add(cp)
         elif kind == "complete" and cp > last and cp not in discarded:
-            last, counted, unknown = cp, set(), 0
             pending = {p for p in pending if p > cp}
-            discarded = {d for d in discarded if d > cp}
+            discarded = {d for d in discarded | counted if d > cp}  # ended: ids stay known
+            last, counted, unknown = cp, set(), 0
         elif kind in ("cpfail", "cpskip") and cp > last and cp not in discarded \
                 and cp not in counted and cp in pending:
             pending.discard(cp)
             if kind == "cpfail":
                 counted.add(cp)
+            else:  # ended uncounted: Flink's coordinator never completes an aborted one,
+                discarded.add(cp)  # and its id is never triggered again (finding 5)
         elif kind == "trigfail" and cp % 2:
             unknown += 1
         elif kind == "discard" and cp > last and cp not in discarded:
             discarded.add(cp)
             pending.discard(cp)
         elif kind == "restart":
-            counted, unknown, discarded, pending = set(), 0, discarded | pending, set()
+            # the counted ones, no longer counted, stay known as ended (finding 5)
+            counted, unknown, discarded, pending = set(), 0, discarded | pending | counted, set()
     n = len(counted) + unknown
     return n, n > budget, last
 
