@@ -69,12 +69,18 @@ Rules, in the order the fold applies them to one record of this namespace:
    job's key. Adopt sets the owner to the current
    term, release clears it; neither applies to unknown (``unknown_job``) or
    terminal jobs.
-   A reassertion sets the job's whole state, except that it can never make a
-   terminal job live again, and only one on the job's own key or an end key brings a job
-   into existence (under an end key it restates an end, so only a terminal status):
-   on its lock or checkpoints key it restates a job the fold knows
-   (``unknown_job`` otherwise), since the cleaner may have removed a later
-   cancel from the job key and left the reassertion standing. A failed recovery marks a live job
+   A reassertion restates what its own key holds. On the job's own key it sets the job's
+   whole state, except that it can never make a terminal job live again; only there or
+   under an end key is a job brought into existence (under an end key it restates an end,
+   so only a terminal status), and only there is one removed (``ABSENT``). On its lock or
+   checkpoints key it restates a job the fold knows (``unknown_job`` otherwise, since the
+   cleaner may have removed a later cancel from the job key and left the reassertion
+   standing) and sets only that key's part: the lock (status, owner, error) or the
+   checkpoint state; one that would remove the job (``job_exists``) or end it
+   (``bad_state``) is refused, the rest of what it carries is not taken. No reassertion
+   takes checkpoint ids back: its checkpoint state is taken unless it is older than the
+   fold's both in ``seq`` and in ids, and then the fold keeps its own and the key is
+   restated. A failed recovery marks a live job
    ``RECOVERY_FAILED`` (no owner, the error kept); only an adopt (a retry)
    or a cancel moves it on; it cannot be released.
 6. Checkpoints (Flink's ``CheckpointFailureManager``; :func:`checkpoint_step`):
@@ -501,6 +507,7 @@ class Delta:
         self._duplicates = image.duplicates
         self._restate = False  # rule 5: the record just accepted must be restated
         self._on_end_key = False  # rule 5: the reassertion being decided is under an end key
+        self._aspect = "job"  # rule 5: the key it is under: job, lock, checkpoints or end
         self._last_offset = image.provenance.last_offset
         self._log_time = image.provenance.log_time
         self.last_event: Event | None = None
@@ -788,11 +795,15 @@ class Delta:
             self._leaders[e.component] = LeaderInfo(e.session, e.address)
 
     def _reassertion(self, e: JobReasserted, record: LogRecord) -> str | None:
-        """Rules 4 and 5 for a reassertion: fenced; on the job's lock or checkpoints key it
-        restates a job the fold knows and never brings one into existence (only records of
-        the job's own key do), since the cleaner may have removed a later cancel there."""
+        """Rules 4 and 5 for a reassertion: fenced; it restates what its own key holds
+        (:meth:`_reasserted`), and on the job's lock or checkpoints key it restates a job
+        the fold knows and never brings one into existence (only records of the job's own
+        key do), since the cleaner may have removed a later cancel there."""
         self._fence(e)
         self._on_end_key = record.key == end_key(self._ns, e.job_id, e.event_id).encode()
+        parsed = parse_key(_key(record) or "")
+        self._aspect = "end" if self._on_end_key else (
+            parsed.kind if parsed is not None else "job")
         if self._on_end_key and e.status not in JobStatus.TERMINAL:
             raise _Verdict("bad_state", f"a reassertion under an end key restates an end, "
                            f"not status {e.status!r}")
@@ -897,6 +908,14 @@ class Delta:
                                     ended_by=job.ended_by if job is not None else None))
 
     def _reasserted(self, e: JobReasserted, job: JobView | None) -> None:
+        aspect = self._aspect
+        if aspect in ("lock", "checkpoints") and job is not None:
+            # Off the job's own key a reassertion restates that key's part of a job the
+            # fold knows and nothing else: it cannot remove the job, end it or change what
+            # the job is (the cleaner keeps each key's newest record, so every other part
+            # stands where its own key holds it).
+            self._restated_part(e, job, aspect)
+            return
         if e.status == JobStatus.ABSENT:  # rule 8: the job does not exist
             if job is not None and not job.live:
                 raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
@@ -909,20 +928,60 @@ class Delta:
         if job is not None and not job.live and e.status not in JobStatus.TERMINAL:
             raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                            "reassertion cannot make it live again")
+        checkpoints = self._restated_checkpoints(e, job)
         if e.status in JobStatus.TERMINAL:
             # Under an end key it is the job's end (rule 5: a restated one, or a job ended
             # before ends had keys of their own); elsewhere it keeps the end the fold knows.
             ended_by = e.event_id if self._on_end_key else (
                 job.ended_by if job is not None else None)
             self._end(e.job_id, (
-                JobView(e.job_id, e.status, None, e.graph, checkpoints=e.checkpoints,
+                JobView(e.job_id, e.status, None, e.graph, checkpoints=checkpoints,
                         reason=e.reason, dirty=True, ended_by=ended_by) if e.dirty
                 else JobView(e.job_id, e.status, None, None, reason=e.reason,
                              ended_by=ended_by)))
         else:
             self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
                                            e.error, e.max_checkpoint_failures,
-                                           e.retained_checkpoints, e.checkpoints)
+                                           e.retained_checkpoints, checkpoints)
+
+    def _restated_checkpoints(self, e: JobReasserted, job: JobView | None) -> CheckpointState:
+        """The checkpoint state after a reassertion: the one it carries, unless it is older
+        than the fold's, both in ``seq`` and in ids (the fold's knows a newer checkpoint id
+        or a newer completed one): a reassertion planned before a checkpoint record that
+        landed first, a late copy of one, a raw one. Then the fold's, and the key is
+        restated; so a reassertion never takes checkpoint ids back (rule 6). (Either alone
+        is not enough: after the cleaner a refused record whose earlier records are gone is
+        taken with the ``seq`` and the ids its writer computed, and the leader's restatement,
+        newer in one of them, must win.)"""
+        carried, cur = e.checkpoints, job.checkpoints if job is not None else None
+        if cur is None or carried.seq >= cur.seq or (
+                carried.newest_id >= cur.newest_id
+                and carried.last_completed >= cur.last_completed):
+            return carried
+        self._restate = True
+        return cur
+
+    def _restated_part(self, e: JobReasserted, job: JobView, aspect: str) -> None:
+        """A reassertion on a known job's lock key (status, owner, error) or checkpoints key
+        (the checkpoint state). A record that would remove, end or revive the job there is
+        refused; what it carries of the job's other parts is not taken (so, after the
+        cleaner, that key's record alone gives what it gave before)."""
+        if e.status == JobStatus.ABSENT:
+            raise _Verdict("job_exists", f"job {e.job_id!r} exists: a reassertion on its "
+                           f"{aspect} key cannot remove it (only one on its own key can)")
+        if e.status not in JobStatus.ALL:
+            raise _Verdict("bad_state", f"unknown job status {e.status!r}")
+        if not job.live:
+            if e.status not in JobStatus.TERMINAL:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
+                               "reassertion cannot make it live again")
+            return  # a terminal job's result lies under its end and job keys
+        if e.status in JobStatus.TERMINAL:
+            raise _Verdict("bad_state", f"job {e.job_id!r} is {job.status}: a reassertion on "
+                           f"its {aspect} key cannot end it (an end lies under an end key)")
+        self._jobs[e.job_id] = (
+            job._replace(status=e.status, owner_epoch=e.owner_epoch, error=e.error)
+            if aspect == "lock" else job._replace(checkpoints=self._restated_checkpoints(e, job)))
 
     @staticmethod
     def _live(e: JobEvent, job: JobView | None) -> JobView:

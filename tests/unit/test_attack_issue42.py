@@ -184,28 +184,27 @@ def _verdicts(records):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: a JobReasserted with a terminal status "
-                   "on a job's lock (or job, checkpoints) key ends a LIVE job with no end under "
-                   "an end key; a terminal_job refusal that rests on it becomes an acceptance "
-                   "in a compacted log, although the README's table says terminal_job is the "
-                   "same in every compacted log")
 def test_terminal_job_rests_only_on_ends_under_end_keys() -> None:
+    """(Was an xfail: a terminal JobReasserted on the lock key ended a live job with no end
+    under an end key, and a terminal_job refusal resting on it became an acceptance in a
+    compacted log.) Off the job's own key a reassertion cannot end a job: refused."""
     from registry.events import JobReasserted
     from registry.keys import lock_key
     sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
-    ended = JobReasserted(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
-                          created_at=0, job_id="a", status="CANCELLED", owner_epoch=None,
-                          graph=None)
-    sim.append(lock_key(NS, "a"), encode(ended))  # a raw write of the current term
-    sim.raw("submit", 1, "jm-1", "a", 0)  # a resubmission (raw): refused, terminal_job
-    sim.settle()  # the leader restates the end under an end key, and the job key
-    full = _verdicts(visible(sim.log))
-    (resubmit,) = [r for r in sim.log if full[r.offset].reason == "terminal_job"]
-    assert fold(visible(sim.log), NS).jobs["a"].status == "CANCELLED"
-    for c, _ in _every_cut(sim.log):
-        compacted = visible(compact(sim.log, sim.log[-1].timestamp + 40 * DAY, upto=c))
-        verdict = _verdicts(compacted).get(resubmit.offset)
-        assert verdict is None or not verdict.accepted, (c, verdict)
+    for key in (lock_key(NS, "a"), checkpoints_key(NS, "a")):
+        ended = JobReasserted(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
+                              created_at=0, job_id="a", status="CANCELLED", owner_epoch=None,
+                              graph=None)
+        sim.append(key, encode(ended))  # a raw write of the current term
+    sim.raw("submit", 1, "jm-1", "a", 0)  # a resubmission (raw): refused, job_exists
+    sim.settle()  # the leader restates the keys the refused records landed on
+    verdicts = _verdicts(visible(sim.log))
+    refused = sorted({d.reason for d in verdicts.values() if d.outcome == "REJECTED"})
+    assert refused == ["bad_state", "job_exists"], refused
+    assert fold(visible(sim.log), NS).jobs["a"].live
+    for c, image in _every_cut(sim.log):
+        assert image.jobs["a"].live, c
+
 
 
 def test_a_refused_v1_cleanup_of_a_live_job_never_ends_it_after_compaction() -> None:
@@ -223,11 +222,6 @@ def test_a_refused_v1_cleanup_of_a_live_job_never_ends_it_after_compaction() -> 
         assert image.jobs["a"].live, (c, image.jobs["a"])
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: a late verbatim copy of the leader's "
-                   "ABSENT reassertion on a lock key (within one duplicate window) supersedes "
-                   "the first copy; the cleaner keeps the copy, now not a duplicate, after the "
-                   "job's submit: it deletes the live job, and the leader's settling "
-                   "reassertion on the lock key is refused unknown_job")
 def test_a_late_copy_of_an_absent_reassertion_never_deletes_a_job_submitted_since() -> None:
     from registry.codec import default_codec
     # a zombie's torn call (submits b, c, adopts d) ends with its term: the new leader
@@ -245,13 +239,14 @@ def test_a_late_copy_of_an_absent_reassertion_never_deletes_a_job_submitted_sinc
         assert "d" in image.jobs and image.jobs["d"].live, (c, sorted(image.jobs))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: a JobReasserted on a job's checkpoints "
-                   "key that changes the job's definition (graph, owner) is accepted and its key "
-                   "settled; the next checkpoint record supersedes it and the cleaner removes "
-                   "it: the compacted fold has the old graph")
 def test_a_reassertion_on_the_checkpoints_key_keeps_its_effect_after_compaction() -> None:
+    """(Was an xfail: a JobReasserted on the checkpoints key that changed the job's graph
+    was taken, then superseded by the next checkpoint record and cleaned away.) Off the
+    job's own key a reassertion restates only its key's part: the graph stays the
+    submitted one, in the fold and in every compacted log."""
     from registry.events import InlineGraph, JobReasserted
     sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    graph = fold(visible(sim.log), NS).jobs["a"].graph
     other = JobReasserted(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
                           created_at=0, job_id="a", status="ACTIVE", owner_epoch=None,
                           graph=InlineGraph(b"restated"))
@@ -260,15 +255,12 @@ def test_a_reassertion_on_the_checkpoints_key_keeps_its_effect_after_compaction(
     sim.write("jm-1", "trigger", "a", False, 1)  # the leader's next checkpoint record
     sim.settle()
     full = fold(visible(sim.log), NS)
-    assert full.jobs["a"].graph == InlineGraph(b"restated")
+    assert full.jobs["a"].graph == graph
     for c, image in _every_cut(sim.log):
         assert image.answer() == full.answer(), (c, image.jobs["a"].graph)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: a late verbatim copy of a reassertion "
-                   "on the checkpoints key supersedes its first copy; in a log cleaned up to "
-                   "the copy it restates the older checkpoint state, and a standby that takes "
-                   "over from that log never sees the acknowledged completion of checkpoint 2")
+
 def test_a_late_copy_of_a_reassertion_never_undoes_an_acknowledged_checkpoint() -> None:
     from registry.codec import default_codec
     sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1),
@@ -293,10 +285,6 @@ def test_a_late_copy_of_a_reassertion_never_undoes_an_acknowledged_checkpoint() 
     assert job.checkpoints.last_completed == 2, job.checkpoints
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: a current-term JobReasserted carrying "
-                   "an older checkpoint state is accepted whole, so newest_id goes back and a "
-                   "checkpoint id can be triggered twice (rule 6's monotonicity does not bind "
-                   "reassertions)")
 def test_a_reassertion_never_takes_checkpoint_ids_back() -> None:
     from registry.events import JobReasserted
     from registry.keys import lock_key
@@ -312,11 +300,11 @@ def test_a_reassertion_never_takes_checkpoint_ids_back() -> None:
     assert after.newest_id >= 2, after
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: an ABSENT reassertion on a job's "
-                   "checkpoints key deletes a live job whose submit is still on the job key; "
-                   "a later record of that key, refused unknown_job and never unsettled (the "
-                   "job is unknown), supersedes it, and the compacted fold accepts it")
 def test_an_absent_reassertion_off_the_job_key_never_hides_a_job_from_the_cleaner() -> None:
+    """(Was an xfail: an ABSENT reassertion on the checkpoints key deleted a live job whose
+    submit was still on the job key; a later record there, refused unknown_job and never
+    unsettled, superseded it, and the compacted fold accepted it.) Off the job's own key a
+    reassertion can neither remove nor end a job: both are refused and the key restated."""
     from registry.events import JobReasserted
     sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
     common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0, job_id="a",
@@ -326,6 +314,8 @@ def test_an_absent_reassertion_off_the_job_key_never_hides_a_job_from_the_cleane
         sim.append(checkpoints_key(NS, "a"), encode(ev))
     sim.settle()
     full = fold(visible(sim.log), NS)
-    assert "a" not in full.jobs
+    assert full.jobs["a"].live
+    assert [d.reason for d in full.rejected] == ["job_exists", "bad_state"]
     for c, image in _every_cut(sim.log):
         assert image.answer() == full.answer(), (c, image.jobs.get("a"))
+

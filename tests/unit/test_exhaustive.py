@@ -73,10 +73,6 @@ KNOWN: dict[tuple[str, str], str] = {
     ("monotone", "compacted fold: last_completed_checkpoint"):
         "the same for the last completed checkpoint: a completion refused stale_checkpoint_seq "
         "is accepted after compaction, then undone by the reassertion",
-    ("monotone", "full fold: highest_checkpoint_triggered (JobReasserted)"):
-        "rule 5: a reassertion sets the job's whole state, so one that carries an older "
-        "checkpoint state (a raw one under the leader's name, or one planned from an older "
-        "image: finding 2) takes the job's checkpoint ids back, without compaction",
 }
 """Counterexample classes found on this branch's rules at CI's bound, with why."""
 
