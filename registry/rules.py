@@ -102,7 +102,12 @@ Rules, in the order the fold applies them to one record of this namespace:
    (``checkpoint_state_mismatch``) or whose ``seq`` is not the next one
    (``stale_checkpoint_seq``), unless ``seq`` jumps ahead, which only
    compaction causes (the earlier records of the key are gone): then the
-   carried state is the state.
+   carried state is the state, unless it takes the job's checkpoint ids back or triggers an
+   id not above the newest (``checkpoint_id_not_increasing``: the fold's state comes from
+   records before it, which its writer had seen). A state as the rule before ids were kept computes it
+   (a jobreg before issue 42's finding 5) is accepted too, until a grant of schema version 3
+   (a jobreg that keeps them) is accepted: from then on it is
+   ``checkpoint_state_mismatch``.
 7. ``LeaseRenewed`` is fenced like any write (and only that: its verdict never depends
    on its ordinal) and counts in the term's ``TermInfo`` (``renewal``: the highest
    ordinal accepted, for rule 3); no clock is read by the fold.
@@ -644,8 +649,16 @@ class Delta:
         # ``key`` is a job key of this namespace (``parse_key`` said so). An accepted
         # record whose copy of the job's state the fold did not take (rule 5) is
         # restated like a refused one. An end key (``<ns>/job/<id>/end/<event_id>``) holds
-        # one record and supersedes nothing: never unsettled.
+        # one record and supersedes nothing: never unsettled. But a record there that is
+        # not the end (junk, a tombstone, a misplaced event) supersedes the end it holds:
+        # the job's end is no longer under a key the cleaner keeps, and is due to be
+        # restated under a new one (rule 5). A duplicate is a copy of what the key held.
         if is_end_key(key):
+            if decision.outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
+                job = self._jobs.get(job_id)
+                if job is not None and job.ended_by is not None \
+                        and key == end_key(self._ns, job_id, job.ended_by):
+                    self._end(job_id, job._replace(ended_by=None))
             return
         if decision.outcome == Outcome.ACCEPTED and not self._restate:
             if key in self._unsettled:
@@ -1018,6 +1031,15 @@ class Delta:
         seq = e.state.seq
         if seq > cur.seq + 1:
             # The key's earlier records were compacted away: the record carries the state.
+            # Its writer's view held everything the fold has of the job (the fold's state
+            # comes from records before it), so an honest one never takes ids back and
+            # triggers only a newer id: a record that does is refused, compacted or not.
+            if (e.state.newest_id < cur.newest_id or e.state.last_completed < cur.last_completed
+                    or (isinstance(e, CheckpointTriggered)
+                        and e.checkpoint_id <= cur.newest_id)):
+                raise _Verdict("checkpoint_id_not_increasing", f"checkpoint record {seq} of "
+                               f"job {e.job_id!r} carries state {e.state}, which takes the "
+                               f"job's checkpoint ids back from {cur}")
             self._jobs[e.job_id] = job._replace(checkpoints=e.state)
             return None
         if seq <= cur.seq:
@@ -1032,7 +1054,11 @@ class Delta:
                 counts=recorded_counts(failed) if failed else None,
                 legacy=failed is not None and e.schema_version < 2)
             new, why = step()
-            if new != e.state:  # a state as a jobreg before ids were kept computed it
+            if new != e.state and not self._ends_keyed:
+                # A state as a jobreg before ids were kept computed it; never once a grant
+                # of a jobreg that keeps them was accepted (grants are never compacted away,
+                # so that point is the same in every compacted log): the old rule lets an
+                # id go back and be triggered twice.
                 with contextlib.suppress(CheckpointRuleViolation):
                     older, older_why = step(keep_ids=False)
                     if older == e.state:
