@@ -676,8 +676,8 @@ class Term:
         self._planned: dict[str, tuple[object, object]] = {}
         """Job id -> (the group in flight that planned it, the checkpoint state it left)."""
         self._in_flight: dict[object, set[str]] = {}
-        """A group in flight -> the jobs its records are about (no reassertion of them is
-        planned until it is decided)."""
+        """A group in flight -> what its records are about: job ids, and ``leader/<component>``
+        for leader information (no restatement of them is planned until it is decided)."""
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
@@ -1209,10 +1209,10 @@ class Term:
                 # from the image as now read. A job a group still in flight writes is left
                 # to the next group: the image does not hold that group's records yet, and
                 # a reassertion planned without them would land after them and undo them.
-                busy = {job for jobs in self._in_flight.values() for job in jobs}
+                busy = {s for subjects in self._in_flight.values() for s in subjects}
                 pairs: list[tuple[str, Event]] = [
                     (k, e) for k, e in plan_reassertions(reg.image, self.epoch, self.contender)
-                    if getattr(e, "job_id", None) not in busy]
+                    if _subject(e) not in busy]
                 spans: list[tuple[int, int]] = []
                 encoded: dict[str, tuple[bytes, Event]] = {}
                 for c in group:
@@ -1221,7 +1221,7 @@ class Term:
                     encoded.update((e.event_id, enc)
                                    for (_, e), enc in zip(c.pairs, c.encoded, strict=True))
                 self._in_flight[token] = {j for _, e in pairs
-                                          if (j := getattr(e, "job_id", None)) is not None}
+                                          if (j := _subject(e)) is not None}
             verdicts: list[tuple[Decision | None, tuple[str, ...]]] = []
             failure: RegistryError | None = None
             if not pairs:  # calls of no records with nothing left to settle
@@ -1351,3 +1351,13 @@ def _failure_reason(name: object) -> dict[str, object]:
     if not isinstance(name, str):
         raise ConfigError(f"a checkpoint failure reason is a name, not {name!r}")
     return {"failure_reason": name, "reason_counts": failure_reason_counts(name)}
+
+
+def _subject(event: Event) -> str | None:
+    """What a record of a term is about, for the group queue: a job's id, or
+    ``leader/<component>`` for a component's leader information (ids hold no slash), or
+    ``None``. A group plans no restatement of a subject a group in flight writes (issue 42,
+    finding 2: planned from an image without that group's records, it would undo them)."""
+    if isinstance(event, LeaderInformationPublished):
+        return f"leader/{event.component}"
+    return getattr(event, "job_id", None)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from registry import stalls
 from registry.codec import default_codec
 from registry.events import LeaderInformationPublished, new_event_id, now_ms
@@ -15,10 +13,6 @@ from registry.log import write_raw
 from registry.writes import GroupCommit
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: with groups in flight (max_in_flight "
-                   "> 1) a group plans the restatement of an unsettled leader-information key "
-                   "from an image without the group in flight that publishes it (Term._in_flight "
-                   "holds job ids only), and rolls an acknowledged publication back")
 def test_an_overlapping_group_never_restates_leader_information_a_group_in_flight_publishes(
         connect) -> None:
     reg = connect()
