@@ -146,7 +146,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
     job's whole accepted state, written on that same key so that it becomes
     the key's newest record again; for a terminal job whose end lies under its job key
     (written before ends had keys of their own), one under a new end key; for the key of a job that does not exist
-    (a refused call submitted it, rule 8) one with status ``ABSENT``. For an unsettled
+    (a refused call submitted it, rule 8) one with status ``ABSENT``, these first. For an unsettled
     key of this term's leader information (rule 9), a
     :class:`~registry.events.LeaderInformationPublished` restating the component's
     information (a deletion if it has none). What it plans
@@ -155,7 +155,17 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
     """
     out: list[tuple[str, Event]] = []
     ns = image.namespace
-    for key in sorted(image.unsettled.keys()):
+
+    def order(key: str) -> tuple[int, str]:
+        # Removals first (keys of jobs that do not exist: a refused call's members), then
+        # the rest: a reader between them, in a log the cleaner cleaned past a refused
+        # call's sinking record, never sees the call's jobs while its sinking key is restated.
+        parsed = parse_key(key)
+        job_id = parsed.job_id if parsed is not None else None
+        return (0 if job_id is not None and parsed is not None and parsed.kind != "end"
+                and job_id not in image.jobs else 1, key)
+
+    for key in sorted(image.unsettled.keys(), key=order):
         parsed = parse_key(key)
         if parsed is not None and parsed.kind == "leader":
             _, key_epoch, key_writer, component = key[len(ns) + 1:].split("/")
