@@ -1612,6 +1612,11 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
               help="The chance that a worker's thread is held (up to 0.2 s) at each stall "
                    "point of the write path and the election it reaches (registry.stalls): "
                    "interleavings inside one process; 0: none.")
+@click.option("--mutate", type=click.Choice(["finding2", "finding3"]),
+              help="Put a fixed defect back into the workers' jobreg, to show the campaign "
+                   "catches it (issue 42: finding2, reassertions planned past groups in "
+                   "flight; finding3, grants comparing epochs only). The run is then "
+                   "expected to break rules.")
 @click.option("--check", "check_dir", type=click.Path(exists=True, file_okay=False),
               help="Run nothing: check the run (or campaign) folder DIR again.")
 @click.option("--selftest", is_flag=True,
@@ -1621,7 +1626,8 @@ def _host_port(ctx: click.Context, param: click.Parameter, value: str | None) ->
 def torture(settings: Settings, seed: int, runs: int, seconds: float, processes: int,
             writers: int, namespaces: int, lease: float, out_dir: str, parallel: int,
             torture_broker: str, torture_kafka: bool, torture_bootstrap: str | None,
-            stalls: float, check_dir: str | None, selftest: bool) -> None:
+            stalls: float, mutate: str | None, check_dir: str | None,
+            selftest: bool) -> None:
     """The fault campaign: coordinator processes (each of --writers threads calling its Term
     at once) under a nemesis (pauses, kills, a paused broker, network cuts, zombie writes,
     garbage, duplicates; on --kafka, node kills, pauses, restarts and cuts), then an independent checker over their histories and the log. A progress line per run on stderr, a summary table
@@ -1672,7 +1678,7 @@ def torture(settings: Settings, seed: int, runs: int, seconds: float, processes:
                 seed=seed, runs=runs, seconds=seconds, processes=processes,
                 writers=writers, namespaces=namespaces, lease=lease, out=Path(out_dir),
                 bootstrap=torture_bootstrap, parallel=parallel, broker=torture_broker,
-                stalls=stalls)
+                stalls=stalls, mutate=mutate)
             summaries = runner.campaign(config, progress)
     if settings.as_json:
         click.echo(json.dumps({"format": "jobreg.torture/1", "runs": summaries}, indent=2,

@@ -681,6 +681,7 @@ class Term:
         self._lease_guard: Callable[[], None] | None = None  # guard_writes
         self._metrics = registry.metrics
         self._leading = False  # counted in jobreg_leading
+        self._resigned = False  # revoke() was called: no leadership is claimed from it
         self._renewal_sent = 0  # the highest renewal ordinal this term sent (fold rule 3)
         self._renewals_unconfirmed = 0  # its renewals whose call raised (fold rule 3)
 
@@ -811,8 +812,16 @@ class Term:
             writer=self.contender, created_at=now_ms(), component=component, session=session,
             address=address)])[0]
 
+    @property
+    def resigned(self) -> bool:
+        """True once :meth:`revoke` was called: the term is being given up, so its election
+        no longer says it certainly leads (``Election.valid_for()`` is 0), whether or not the
+        revoke has landed yet (once it has, a contender may be granted at once)."""
+        return self._resigned
+
     def revoke(self, reason: str = "") -> Receipt:
         """Give this term up; no later write of it is accepted."""
+        self._resigned = True
         return self._write([LeadershipRevoked(
             event_id=new_event_id(), namespace=self.namespace, epoch=self.epoch,
             writer=self.contender, created_at=now_ms(), reason=reason)])[0]

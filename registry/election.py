@@ -232,8 +232,9 @@ class Election:
 
     @property
     def is_leader(self) -> bool:
-        """True while this contender holds an unexpired, unrevoked term."""
-        return self.term is not None and not self._lost.is_set() and self.lease_valid()
+        """True while this contender holds an unexpired, unrevoked term (one it has not
+        begun to give up: :attr:`Term.resigned`)."""
+        return self.valid_for() > 0
 
     def lease_valid(self) -> bool:
         """True until ``0.9 x lease`` after the last successful renewal was sent."""
@@ -241,8 +242,10 @@ class Election:
 
     def valid_for(self) -> float:
         """Seconds for which the lease is certainly still valid from now (0: not leading):
-        ``0.9 x lease`` from when the last successful renewal (or the grant) was sent."""
-        if self.term is None or self._lost.is_set():
+        ``0.9 x lease`` from when the last successful renewal (or the grant) was sent; 0 from
+        the moment the term's own :meth:`~registry.client.Term.revoke` is called (once the
+        revoke lands, a contender may be granted without waiting for the lease)."""
+        if self.term is None or self._lost.is_set() or self.term.resigned:
             return 0.0
         return max(0.0, self._valid_until - self._clock())
 

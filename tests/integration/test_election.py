@@ -40,6 +40,26 @@ def test_a_lone_contender_leads_and_renews(broker, topic) -> None:
     reg.close()
 
 
+def test_a_term_being_given_up_is_never_said_to_lead(broker, topic) -> None:
+    """Once its own revoke() is called, a term's election says it does not lead (valid_for 0,
+    what the Flink bridge hands to hasLeadership): the revoke may land at once and a
+    contender be granted without waiting for the lease. (The campaign's two_leaders rule
+    found an election still certain 0.4 s after its term's revoke had landed and a newer
+    grant after it.)"""
+    reg = connect_fast(broker, topic, "e-resign")
+    election = reg.elect("jm-1", lease=LEASE)
+    term = election.acquire()
+    assert election.valid_for() > 0 and election.is_leader
+    term.revoke("giving up")
+    assert term.resigned
+    assert election.valid_for() == 0 and not election.is_leader
+    other = connect_fast(broker, topic, "e-resign")
+    assert other.claim_leadership("jm-2").epoch == term.epoch + 1  # at once: no lease to wait
+    election.cancel()
+    other.close()
+    reg.close()
+
+
 def test_a_contender_waits_while_the_leader_renews_and_takes_over_when_it_stops(broker, topic):
     a, b = connect_fast(broker, topic, "e2"), connect_fast(broker, topic, "e2")
     lead = a.elect("jm-a", lease=LEASE)

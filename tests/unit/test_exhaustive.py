@@ -206,3 +206,47 @@ def test_no_cut_passes_the_record_that_began_a_keys_unsettled_stretch() -> None:
     log = replay_history(ops)
     kept = compacted_indices([r.key for r in log], [r.value is None for r in log], 3, len(log))
     assert fold([log[i] for i in kept], "prod").answer() != fold(log, "prod").answer()
+
+
+# -- the checker's self-test: the findings put back -------------------------------------------
+
+
+def _the_cleanup_before_issue_42(self, e, job):
+    """Fold rule 5's cleanup as it was before issue 42 (finding 1): one for a job the fold
+    does not know is accepted as the job's end, whatever its version."""
+    from registry.events import JobStatus
+    from registry.rules import _Verdict
+    if e.status not in JobStatus.TERMINAL:
+        raise _Verdict("bad_state", "not a terminal status")
+    if job is not None and job.live:
+        raise _Verdict("job_live", "a live job has no result to clean up")
+    self._end(e.job_id, JobView(e.job_id, e.status, None, None, reason=e.reason))
+
+
+def test_the_checker_finds_finding_1_when_it_is_put_back(monkeypatch) -> None:
+    from registry import rules
+    from registry.events import JobCleanedUp
+    monkeypatch.setitem(rules._EFFECTS, JobCleanedUp, _the_cleanup_before_issue_42)
+    report = explore(3, "ci")
+    found = {k for k in report.failures if "JobCleanedUp job_live" in k[1]}
+    assert found, sorted(report.failures)
+    print(format_report(report))
+
+
+def test_the_checker_finds_finding_5_when_it_is_put_back(monkeypatch) -> None:
+    """Finding 5 put back: checkpoint ids as the rule before issue 42 kept them (a failure
+    that does not count forgets its id), for the fold and for the writers alike."""
+    import registry.dev.exhaustive as exhaustive_mod
+    from registry import rules
+    real = rules.checkpoint_step
+
+    def old(*a, **kw):
+        kw["keep_ids"] = False
+        return real(*a, **kw)
+
+    monkeypatch.setattr(rules, "checkpoint_step", old)
+    monkeypatch.setattr(exhaustive_mod, "checkpoint_step", old)
+    report = explore(4, "ci")
+    found = {k for k in report.failures if k[0] == "monotone"
+             or "checkpoint_id_not_increasing" in k[1]}
+    assert found - set(KNOWN), sorted(report.failures)

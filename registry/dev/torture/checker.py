@@ -63,6 +63,9 @@ RULES: dict[str, str] = {
     "stale_read": "a read never shows an epoch older than one already acknowledged",
     "loss_not_learned": "a leader whose term is over learns it (on_revoked) within a bound "
                         "of running time",
+    "two_leaders": "no process believes it certainly leads (Election.valid_for, what the "
+                   "Flink bridge hands to hasLeadership) past the moment a newer grant of its "
+                   "namespace landed",
     "unexpected_error": "calls raise only the documented errors; workers do not crash",
     "fold_disagrees": "the fold's verdict on each record is the documented rules' verdict",
 }
@@ -310,7 +313,7 @@ def check(run_dir: str | Path) -> Report:
         notes.append(f"{len(run.bad_lines)} unreadable line(s) (cut by a kill): "
                      f"{', '.join(run.bad_lines[:5])}")
     for rule in (_leaders, _library_track, _acknowledged, _failed_and_atomic, _reads, _finals,
-                 _graphs, _gc, _loss, _errors):
+                 _graphs, _gc, _loss, _certainty, _errors):
         try:
             rule(run, out, notes)
         except Exception as e:  # a bug of the checker: say so, judge the rest
@@ -803,6 +806,40 @@ def _loss(run: _Run, out: list[Violation], notes: list[str]) -> None:
                                  f" of {ns}; a newer grant landed, and it {how} (bound "
                                  f"{bound:.1f} s){_stacks(run, op.who)}", ns,
                                  [min(g[1] for g in later)], op.lines()))
+
+
+def _certainty(run: _Run, out: list[Violation], notes: list[str]) -> None:
+    """Rule two_leaders: each ``certain`` note says until when its process believed, at the
+    note's time, that it certainly led its epoch; a newer grant stamped before that moment
+    (broker time, or on the embedded broker its contender's send time: earlier still) means
+    two processes believed they led at once (issue 42, finding 3)."""
+    reported: set[tuple[str, int, str, int]] = set()
+    resigned: dict[tuple[str, int, str | None, int], float] = {}  # its own revoke, invoked
+    for o in run.ops:
+        if o.f == "revoke" and o.invoke.get("epoch") is not None:
+            k = (*o.who, o.ns, int(o.invoke["epoch"]))
+            resigned[k] = min(resigned.get(k, o.t0), o.t0)
+    for n in run.notes:
+        if n.get("f") != "certain" or n.get("ns") not in run.models:
+            continue
+        ns, epoch, until = n["ns"], int(n["epoch"]), float(n["until"])
+        # A process that gave its term up stopped believing it led when it began to.
+        until = min(until, max(float(n["time"]), resigned.get(
+            (n["process"], int(n["incarnation"]), ns, epoch), until)))
+        stamps = [(g[2], e, g) for e, g in run.models[ns].grants.items()
+                  if e > epoch and g[2] is not None]
+        if not stamps:
+            continue
+        t_g, newer, grant = min(stamps)
+        over = until - t_g / 1000
+        who = (n["process"], int(n["incarnation"]), ns, epoch)
+        if over > 0.01 and who not in reported:
+            reported.add(who)
+            out.append(Violation("two_leaders", f"{n['process']}.{n['incarnation']} believed "
+                                 f"at {n['time']:.3f} that it certainly led epoch {epoch} of "
+                                 f"{ns} for {until - float(n['time']):.2f} s more, but epoch "
+                                 f"{newer}'s grant ({grant[0]}) landed {over:.2f} s before "
+                                 "that", ns, [grant[1]], [_short(n)]))
 
 
 def _stacks(run: _Run, who: tuple[str, int]) -> str:

@@ -74,6 +74,9 @@ class CampaignConfig:
     stalls: float = 0.05
     """The chance that a worker's thread is held (up to 0.2 s) at each stall point of the
     write path and the election it reaches (:mod:`registry.stalls`); 0: none."""
+    mutate: str | None = None
+    """A fixed defect the workers put back (:data:`~registry.dev.torture.worker.MUTATIONS`),
+    to show that the campaign catches it; ``None``: the real code."""
 
 
 BROKERS = ("embedded", "kafka")
@@ -287,6 +290,7 @@ def run_once(config: CampaignConfig, index: int, seed: int,
             "started": time.time(), "deadline": time.time() + config.seconds,
             "op_pause": [0.01, 0.06],
             "stalls": config.stalls,
+            "mutate": config.mutate,
             "code": code_fingerprint(),
         }
         (run_dir / "run.json").write_text(json.dumps(cfg, indent=2))

@@ -547,6 +547,24 @@ def _loss_not_learned(p: _Plot) -> str:
     return f"a leader of epoch {epoch + 1} still writing {bound + 6:.0f} s after losing"
 
 
+def _two_leaders(p: _Plot) -> str:
+    from registry.events import LeadershipGranted
+
+    ns = p.ns()
+    m = p.run.models[ns]
+    epoch = m.epoch
+    e = LeadershipGranted(**p.env(ns, epoch + 1, "planted-q.0"), prev_epoch=epoch)
+    p.append(ns, f"{ns}/term/{e.epoch}/{e.event_id}", e, "ACCEPTED")
+    landed = p.t
+    note = {"process": "planted-p", "pid": 99999, "incarnation": 0, "thread": "contend",
+            "index": 1, "type": "info", "f": "certain", "ns": ns, "epoch": epoch,
+            "time": landed - 0.5, "until": landed + 1.0}
+    with (p.dir / "history" / "planted-p.jsonl").open("a") as fh:
+        fh.write(json.dumps(note) + "\n")
+    return (f"a leader of epoch {epoch} certain of its lease 1.0 s past the grant of epoch "
+            f"{epoch + 1}")
+
+
 def _unexpected_error(p: _Plot) -> str:
     p.op("planted", "read", p.ns(), kind="info", error="KeyError", unexpected=True,
          trace="KeyError: 'planted'")
@@ -585,6 +603,7 @@ PLANTS: dict[str, Callable[[_Plot], str]] = {
     "gc_deleted_live_blob": _gc_deleted_live_blob,
     "stale_read": _stale_read,
     "loss_not_learned": _loss_not_learned,
+    "two_leaders": _two_leaders,
     "unexpected_error": _unexpected_error,
     "fold_disagrees": _fold_disagrees,
 }

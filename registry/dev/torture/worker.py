@@ -80,6 +80,48 @@ class _Capture(threading.local):
 _capture = _Capture()
 
 
+MUTATIONS = {
+    "finding2": "issue 42, finding 2 put back: groups overlap (4 in flight) and a group plans "
+                "reassertions of jobs that a group in flight writes",
+    "finding3": "issue 42, finding 3 put back: a grant compares epochs only (no saw_renewal), "
+                "so a contender that read before the leader renewed wins",
+}
+"""What ``jobreg torture --mutate`` can put back into the workers' jobreg, to show that the
+campaign catches it (the checker's self-test against the real code paths)."""
+
+
+def _mutate(name: str | None) -> None:
+    """Put a fixed defect back into this worker's jobreg (:data:`MUTATIONS`)."""
+    if not name:
+        return
+    if name not in MUTATIONS:
+        raise SystemExit(f"unknown mutation {name!r}: one of {', '.join(MUTATIONS)}")
+    import registry.client as client_mod
+    import registry.writes as writes_mod
+
+    if name == "finding2":
+        class _Blind(dict):  # type: ignore[type-arg]
+            def values(self):  # type: ignore[no-untyped-def]
+                return []  # no group is ever in flight, as far as planning knows
+
+        writes_mod.MAX_IN_FLIGHT = 4
+        original_init = client_mod.Term.__init__
+
+        def init(self, *a, **kw):  # type: ignore[no-untyped-def]
+            original_init(self, *a, **kw)
+            self._in_flight = _Blind()
+
+        client_mod.Term.__init__ = init  # type: ignore[method-assign]
+    else:
+        original_claim = client_mod.Registry._claim_leadership
+
+        def claim(self, *a, **kw):  # type: ignore[no-untyped-def]
+            kw["saw_renewal"] = None
+            return original_claim(self, *a, **kw)
+
+        client_mod.Registry._claim_leadership = claim  # type: ignore[method-assign]
+
+
 def _patch_event_ids() -> None:
     """Record every event id a call of this thread generates (the call's own records)."""
     import registry.client as client_mod
@@ -226,6 +268,7 @@ class Worker:
         from registry.client import Registry
 
         _patch_event_ids()
+        _mutate(self.cfg.get("mutate"))
         for ns in self.cfg["namespaces"]:
             reg = Registry.connect(self.cfg["bootstrap"], ns, topic=self.cfg["topic"],
                                    timeout=float(self.cfg["timeout"]),
@@ -265,7 +308,13 @@ class Worker:
             self.hist.write(type="ok", f="elect", op=op, ns=st.name, epoch=term.epoch,
                             value={"epoch": term.epoch, "contender": self.contender})
             while not (self.stop.is_set() or lost.is_set() or st.resigned is term):
-                lost.wait(0.1)
+                # What the Flink bridge hands to hasLeadership(): until when this process
+                # believes, now, that it certainly leads (the checker's two_leaders rule).
+                now, certain = time.time(), election.valid_for()
+                if certain > 0:
+                    self.hist.write(type="info", f="certain", ns=st.name, epoch=term.epoch,
+                                    until=now + certain)
+                lost.wait(0.2)
             st.term = None
             st.old_terms.append(term)
             if self.stop.is_set():
