@@ -104,7 +104,8 @@ Rules, in the order the fold applies them to one record of this namespace:
    compaction causes (the earlier records of the key are gone): then the
    carried state is the state, unless it takes the job's checkpoint ids back or triggers an
    id not above the newest (``checkpoint_id_not_increasing``: the fold's state comes from
-   records before it, which its writer had seen). A state as the rule before ids were kept computes it
+   records before it, which its writer had seen), once a grant of schema version 3 was
+   accepted (before, the older rule's states below let ids go back). A state as the rule before ids were kept computes it
    (a jobreg before issue 42's finding 5) is accepted too, until a grant of schema version 3
    (a jobreg that keeps them) is accepted: from then on it is
    ``checkpoint_state_mismatch``.
@@ -1034,9 +1035,12 @@ class Delta:
             # Its writer's view held everything the fold has of the job (the fold's state
             # comes from records before it), so an honest one never takes ids back and
             # triggers only a newer id: a record that does is refused, compacted or not.
-            if (e.state.newest_id < cur.newest_id or e.state.last_completed < cur.last_completed
-                    or (isinstance(e, CheckpointTriggered)
-                        and e.checkpoint_id <= cur.newest_id)):
+            # (Only in a log a jobreg that keeps ids leads: the older rule's states, which a
+            # log before it holds, let ids go back.)
+            if self._ends_keyed and (
+                    e.state.newest_id < cur.newest_id
+                    or e.state.last_completed < cur.last_completed
+                    or (isinstance(e, CheckpointTriggered) and e.checkpoint_id <= cur.newest_id)):
                 raise _Verdict("checkpoint_id_not_increasing", f"checkpoint record {seq} of "
                                f"job {e.job_id!r} carries state {e.state}, which takes the "
                                f"job's checkpoint ids back from {cur}")

@@ -37,7 +37,16 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
 * checkpoints: trigger ids increase; late, discarded, superseded or already counted
   failures are ignored; completion resets the count and keeps the newest N; each record
   carries the state after it and its sequence number, which must be the next one (a
-  jump ahead means compaction: the carried state is taken).
+  jump ahead means compaction: the carried state is taken, unless, once a grant of schema
+  version 3 was accepted, it takes the job's ids back or triggers an id not above the
+  newest: ``checkpoint_id_not_increasing``). A state as the rule before ids were kept
+  computes it is accepted only until a grant of schema version 3 is accepted.
+* reassertions restate what their own key holds: on the job key the whole job; on the
+  lock or checkpoints key of a known job only the lock (status, owner, error) or the
+  checkpoint state, refusing one that removes the job (``job_exists``) or ends a live one
+  (``bad_state``), and changing nothing of a terminal job. A reassertion's checkpoint
+  state is taken unless it is older than the job's both in sequence number and in ids (a
+  newer id known, or a newer completed one).
 * calls (rule 8): a record carrying a ``call_id`` is fenced when it arrives and otherwise
   waits (``PENDING``); at its ``CallCommitted`` (key ``<ns>/call/<event id>``, fenced like
   any write) the waiting records are applied in log order, all or none: the first one a
@@ -96,6 +105,11 @@ class Cp:
     discarded: frozenset[int] = frozenset()
     counted: frozenset[int] = frozenset()
     unknown: int = 0  # counted failures without a checkpoint id (the trigger phase)
+
+    @property
+    def newest(self) -> int:
+        """The highest checkpoint id known (-1: none)."""
+        return max((self.last, *self.pending, *self.discarded, *self.counted))
 
     @classmethod
     def of(cls, s: Any) -> Cp:
@@ -267,6 +281,7 @@ class NamespaceModel:
     def __init__(self, namespace: str) -> None:
         self.ns = namespace
         self._on_end_key = False  # the record being decided is under an end key
+        self._reasserting_part: str | None = None  # lock or checkpoints: its key, if so
         self.ends_keyed = False  # a grant of a jobreg whose ends have keys of their own
         self.epoch = 0
         self.leader: str | None = None
@@ -310,6 +325,8 @@ class NamespaceModel:
                                       timestamp=timestamp))
         ev: Any  # the model reads events by their TYPE and fields, as the README states them
         self._on_end_key = key is not None and key.count("/") == 4 and "/end/" in key
+        tail = key.rsplit("/", 1)[-1] if key is not None and key.count("/") == 3 else None
+        self._reasserting_part = tail if tail in ("lock", "checkpoints") else None
         try:
             ev = decode(value)
         except CodecError:
@@ -481,6 +498,22 @@ class NamespaceModel:
         elif t == "JobReasserted":
             if ev.status not in STATUSES:
                 raise _Refused("bad_state")
+            part = self._reasserting_part
+            if part is not None and job is not None:  # the lock or checkpoints key
+                if ev.status == "ABSENT":
+                    raise _Refused("job_exists")
+                if not job.live:
+                    if ev.status not in TERMINAL:
+                        raise _Refused("terminal_job")
+                    return None
+                if ev.status in TERMINAL:
+                    raise _Refused("bad_state")
+                new = (replace(job, status=ev.status, owner=ev.owner_epoch, error=ev.error)
+                       if part == "lock" else replace(job, cp=_restated(job, ev.checkpoints)))
+                if not dry:
+                    self.jobs[job_id] = new
+                    self._changed(job_id, offset, ts)
+                return None
             if self._on_end_key and ev.status not in TERMINAL:
                 raise _Refused("bad_state")
             if job is not None and not job.live and ev.status not in TERMINAL:
@@ -491,12 +524,12 @@ class NamespaceModel:
                     self.changes.setdefault(job_id, []).append((offset, ts, False, None))
                 return None
             if ev.status in TERMINAL:
-                new = (MJob(ev.status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),
+                new = (MJob(ev.status, None, graph_of(ev.graph), cp=_restated(job, ev.checkpoints),
                             dirty=True) if ev.dirty else MJob(ev.status, None, None))
             else:
                 new = MJob(ev.status, ev.owner_epoch, graph_of(ev.graph), ev.error,
                            ev.max_checkpoint_failures, ev.retained_checkpoints,
-                           Cp.of(ev.checkpoints))
+                           _restated(job, ev.checkpoints))
         else:
             if job is None:
                 raise _Refused("unknown_job")
@@ -513,8 +546,13 @@ class NamespaceModel:
                 new = replace(job, owner=None)
             elif t.startswith("Checkpoint") or t == "JobRestarted":
                 carried = Cp.of(ev.state)
-                if carried.seq > job.cp.seq + 1:
-                    new = replace(job, cp=carried)  # compaction removed the earlier records
+                if carried.seq > job.cp.seq + 1:  # compaction removed the earlier records
+                    cur = job.cp
+                    if self.ends_keyed and (
+                            carried.newest < cur.newest or carried.last < cur.last
+                            or (t == "CheckpointTriggered" and ev.checkpoint_id <= cur.newest)):
+                        raise _Refused("checkpoint_id_not_increasing")
+                    new = replace(job, cp=carried)
                 elif carried.seq <= job.cp.seq:
                     raise _Refused("stale_checkpoint_seq")
                 else:
@@ -522,7 +560,7 @@ class NamespaceModel:
                             job.retained, getattr(ev, "failure_reason", "UNSPECIFIED"),
                             ev.schema_version, getattr(ev, "reason_counts", None))
                     cp, why = _cp_step(*args)
-                    if cp != carried:  # as an older jobreg computed it
+                    if cp != carried and not self.ends_keyed:  # as an older jobreg did
                         try:
                             older, older_why = _cp_step(*args, keep=False)
                         except _Refused:
@@ -587,3 +625,15 @@ def b64(data: bytes | None) -> str | None:
 def unb64(text: str | None) -> bytes | None:
     """The inverse of :func:`b64`."""
     return None if text is None else base64.b64decode(text)
+
+
+def _restated(job: MJob | None, state: Any) -> Cp:
+    """A reassertion's checkpoint state: the carried one unless it is older than the job's
+    both in sequence number and in ids."""
+    carried = Cp.of(state)
+    if job is None:
+        return carried
+    cur = job.cp
+    if carried.seq >= cur.seq or (carried.newest >= cur.newest and carried.last >= cur.last):
+        return carried
+    return cur
