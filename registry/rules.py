@@ -58,7 +58,9 @@ Rules, in the order the fold applies them to one record of this namespace:
    accepted, and its key is unsettled until the leader restates the result; and its
    end is due to be restated under an end key (the leader does it, with a reassertion
    there; until then ``unsettled`` holds ``<ns>/job/<id>/end/``). An end under an end key
-   for a job whose end is not under one becomes its end (the result unchanged).
+   for a job whose end is not under one becomes its end (the result unchanged). A record
+   on the end key holding a job's end that is not that end (junk, a tombstone, a
+   misplaced event; not a duplicate) supersedes it: the end is due again, as above.
    Records written before results (schema version 1) leave a clean result
    with no graph, as they always did. ``JobCleanedUp`` makes a terminal
    job's result clean (no graph, no checkpoints; a second one changes
