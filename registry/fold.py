@@ -161,9 +161,9 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
         # the rest: a reader between them, in a log the cleaner cleaned past a refused
         # call's sinking record, never sees the call's jobs while its sinking key is restated.
         parsed = parse_key(key)
-        job_id = parsed.job_id if parsed is not None else None
-        return (0 if job_id is not None and parsed is not None and parsed.kind != "end"
-                and job_id not in image.jobs else 1, key)
+        absent = (parsed is not None and parsed.job_id is not None and parsed.kind != "end"
+                  and parsed.job_id not in image.jobs)
+        return (0 if absent else 1, key)
 
     for key in sorted(image.unsettled.keys(), key=order):
         parsed = parse_key(key)

@@ -107,10 +107,10 @@ Rules, in the order the fold applies them to one record of this namespace:
    carried state is the state, unless it takes the job's checkpoint ids back or triggers an
    id not above the newest (``checkpoint_id_not_increasing``: the fold's state comes from
    records before it, which its writer had seen), once a grant of schema version 3 was
-   accepted (before, the older rule's states below let ids go back). A state as the rule before ids were kept computes it
-   (a jobreg before issue 42's finding 5) is accepted too, until a grant of schema version 3
-   (a jobreg that keeps them) is accepted: from then on it is
-   ``checkpoint_state_mismatch``.
+   accepted (before, the older rule's states below let ids go back). A state as the rule
+   before ids were kept computes it (a jobreg before issue 42's finding 5) is accepted too,
+   until a grant of schema version 3 (a jobreg that keeps them) is accepted: from then on
+   it is ``checkpoint_state_mismatch``.
 7. ``LeaseRenewed`` is fenced like any write (and only that: its verdict never depends
    on its ordinal) and counts in the term's ``TermInfo`` (``renewal``: the highest
    ordinal accepted, for rule 3); no clock is read by the fold.
