@@ -68,6 +68,7 @@ from .errors import (
     WriteRejected,
 )
 from .events import (
+    LAYOUT,
     UNKNOWN_CHECKPOINT,
     CheckpointCompleted,
     CheckpointDiscarded,
@@ -531,7 +532,7 @@ class Registry:
                 event_id=new_event_id(), namespace=self.namespace, epoch=image.epoch + 1,
                 writer=contender, created_at=now_ms(), prev_epoch=image.epoch,
                 lease_ms=lease_ms, partitions=self.partitions, partition=self.partition,
-                saw_renewal=saw_renewal)
+                saw_renewal=saw_renewal, layout=LAYOUT)
             if self._plain is None:
                 self._plain = PlainWriter(self.kafka, self.timeout, self.topic)
             self._log.waiting[grant.event_id] = None

@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import ClassVar, NamedTuple
 
 __all__ = [
+    "LAYOUT",
     "CHECKPOINT_FAILURE_REASONS",
     "COUNTED_BEFORE_RECORDED",
     "COUNTED_FAILURE_REASONS",
@@ -173,6 +174,10 @@ class Event:
     schema_version: int = field(default=1, compare=False)
 
 
+LAYOUT = 1
+"""The record layout this jobreg writes (:attr:`LeadershipGranted.layout`)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LeadershipGranted(Event):
     """A contender claimed the term ``epoch``; accepted iff ``prev_epoch`` is current (a CAS).
@@ -193,6 +198,12 @@ class LeadershipGranted(Event):
     that the contender had folded: fold rule 3 refuses the grant (``renewed_since``) if a
     renewal of that term with a higher ordinal was accepted before it. ``None``: no compare
     on renewals (an external election's claim, and grants written before this field)."""
+    layout: int = 0
+    """The record layout its writer uses (fold rule 5): ``1`` (:data:`LAYOUT`, what this
+    jobreg's election writes), submits under keys of their own
+    (:func:`~registry.keys.birth_key`); ``0``, submits (and ends) under the job's key
+    (grants written before this field). Once a grant of layout 1 was accepted, the fold
+    refuses a submit or an end under the job's key (``wrong_key``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,7 +23,7 @@ from .events import (
     now_ms,
 )
 from .image import Decision, Image, LogRecord, TermInfo
-from .keys import end_key, parse_key
+from .keys import birth_key, end_key, parse_key
 from .rules import (
     DUPLICATE_WINDOW_MS,
     HISTORY_KEPT,
@@ -161,8 +161,9 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
         # the rest: a reader between them, in a log the cleaner cleaned past a refused
         # call's sinking record, never sees the call's jobs while its sinking key is restated.
         parsed = parse_key(key)
-        absent = (parsed is not None and parsed.job_id is not None and parsed.kind != "end"
-                  and parsed.job_id not in image.jobs)
+        absent = parsed is not None and parsed.job_id is not None and (
+            (parsed.kind == "birth" and not key.endswith("/"))
+            or (parsed.kind != "end" and parsed.job_id not in image.jobs))
         return (0 if absent else 1, key)
 
     for key in sorted(image.unsettled.keys(), key=order):
@@ -193,7 +194,22 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
                 graph=job.graph, checkpoints=job.checkpoints, reason=job.reason,
                 dirty=job.dirty)))
             continue
-        if job is None:
+        if parsed.kind == "birth" and key.endswith("/"):
+            # A live job whose birth lies under no birth key (rule 5): restated under one.
+            if job is None or not job.live or job.born_by is not None:
+                continue
+            event_id = new_event_id()
+            out.append((birth_key(ns, job.job_id, event_id), JobReasserted(
+                event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
+                created_at=now_ms(), job_id=job.job_id, status=job.status,
+                owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
+                max_checkpoint_failures=job.max_checkpoint_failures,
+                retained_checkpoints=job.retained_checkpoints, checkpoints=job.checkpoints,
+                reason=job.reason, dirty=job.dirty)))
+            continue
+        if job is None or parsed.kind == "birth":
+            # The key of a job that does not exist, or a refused call's submit under its own
+            # birth key (rule 8): removed.
             out.append((key, JobReasserted(
                 event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
                 created_at=now_ms(), job_id=parsed.job_id, status=JobStatus.ABSENT,

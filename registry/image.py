@@ -83,7 +83,11 @@ class JobView(NamedTuple):
     garbage-collected) and the checkpoints empty. ``ended_by`` is the event id of the
     record under the job's end key that ended it (``None`` while live, and for a job
     whose end was written under its job key by a jobreg before ends had keys of their
-    own: the leader restates such an end under an end key, fold rule 5).
+    own: the leader restates such an end under an end key, fold rule 5). ``born_by`` is the
+    event id of the record under the job's birth key that brought it into existence (its
+    submit, or a reassertion restating its birth; ``None`` for a job born under its job key
+    by a jobreg before submits had keys of their own: the leader restates such a live job's
+    birth under a birth key, fold rule 5).
     """
 
     job_id: str
@@ -97,6 +101,7 @@ class JobView(NamedTuple):
     reason: str | None = None
     dirty: bool = False
     ended_by: str | None = None
+    born_by: str | None = None
 
     @property
     def live(self) -> bool:
@@ -245,6 +250,10 @@ class Image:
     """A grant written by a jobreg whose ends have keys of their own was accepted (fold rule
     5): from then on a cleanup written before (schema version 1) never stands for an end the
     cleaner removed."""
+    births_keyed: bool = False
+    """A grant of layout 1 (submits under keys of their own) was accepted (fold rule 5):
+    from then on a submit or an end under the job's key is refused (``wrong_key``), and only
+    a birth or an end key brings a job into existence."""
 
     @classmethod
     def empty(cls, namespace: str) -> Image:

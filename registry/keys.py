@@ -3,8 +3,11 @@
 Compaction keeps the newest record *per key*, so the key layout is part of the
 correctness argument (README, "Compaction"):
 
-* ``<ns>/job/<id>``              the job's definition and its cleanup (submit, cleanup;
-  before this layout also its end)
+* ``<ns>/job/<id>``              the job's definition and its cleanup (reassertions of the
+  whole job, cleanup; before this layout also its submit and its end)
+* ``<ns>/job/<id>/birth/<event_id>``  the job's submit under a key of its own, so that no
+  later record can supersede it: whether a job exists is a fact the cleaner never removes
+  (fold rule 5 decides ``job_exists`` on it, and ``unknown_job`` of every other record)
 * ``<ns>/job/<id>/end/<event_id>``  one end of the job (cancel, terminate) under a key of
   its own, so that no later record can supersede it: whether a job ended is a fact the
   cleaner never removes (fold rule 5 decides ``job_live``, ``terminal_job`` on it)
@@ -30,7 +33,8 @@ correctness argument (README, "Compaction"):
   one of the current term and be all the cleaner leaves of it; a grant clears the
   information, so older terms' keys hold nothing the fold still needs.
 
-A :class:`~registry.events.JobReasserted` may land on any of a job's keys. Ids may
+A :class:`~registry.events.JobReasserted` may land on any of a job's keys (on a birth key
+of another event than itself only to remove a refused call's submit, status ``ABSENT``). Ids may
 not contain ``/`` so a key parses one way only.
 """
 
@@ -51,6 +55,7 @@ from .events import (
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    JobSubmitted,
     JobTerminated,
     LeaderInformationPublished,
     LeaseRenewed,
@@ -61,8 +66,10 @@ __all__ = [
     "allowed_keys",
     "call_key",
     "check_id",
+    "birth_key",
     "checkpoints_key",
     "end_key",
+    "is_birth_key",
     "is_end_key",
     "job_key",
     "leader_key",
@@ -112,13 +119,27 @@ def end_key(namespace: str, job_id: str, event_id: str) -> str:
     return f"{namespace}/job/{job_id}/end/{event_id}"
 
 
+def birth_key(namespace: str, job_id: str, event_id: str) -> str:
+    """The key of a job's submit (or of a reassertion restating its birth): never shared,
+    so never compacted away."""
+    return f"{namespace}/job/{job_id}/birth/{event_id}"
+
+
 def is_end_key(key: str | bytes) -> bool:
     """Whether a job key of a namespace (one :func:`job_key`, :func:`lock_key`,
-    :func:`checkpoints_key` or :func:`end_key` gives) is an end key: the only one with four
-    slashes (ids hold none). Cheap: the fold asks it of every job record."""
+    :func:`checkpoints_key`, :func:`birth_key` or :func:`end_key` gives) is an end key:
+    four slashes (ids hold none) and ``end`` the fourth part. Cheap: the fold asks it of
+    every job record."""
     if isinstance(key, str):
-        return key.count("/") == 4
-    return key.count(b"/") == 4
+        return key.count("/") == 4 and key.split("/")[3] == "end"
+    return key.count(b"/") == 4 and key.split(b"/")[3] == b"end"
+
+
+def is_birth_key(key: str | bytes) -> bool:
+    """Whether a job key of a namespace is a birth key (as :func:`is_end_key`)."""
+    if isinstance(key, str):
+        return key.count("/") == 4 and key.split("/")[3] == "birth"
+    return key.count(b"/") == 4 and key.split(b"/")[3] == b"birth"
 
 
 def term_key(namespace: str, epoch: int, event_id: str) -> str:
@@ -156,6 +177,8 @@ def record_key(event: Event) -> str:
         return checkpoints_key(event.namespace, event.job_id)
     if isinstance(event, (JobCancelled, JobTerminated)):
         return end_key(event.namespace, event.job_id, event.event_id)
+    if isinstance(event, JobSubmitted):
+        return birth_key(event.namespace, event.job_id, event.event_id)
     if isinstance(event, JobEvent):
         return job_key(event.namespace, event.job_id)
     if isinstance(event, LeaseRenewed):
@@ -172,11 +195,14 @@ def allowed_keys(event: Event) -> tuple[str, ...]:
     a renewal the one its ``attempts`` and ``renewal`` choose, or, written before them, the
     term's one lease key)."""
     if isinstance(event, JobReasserted):
+        # (and, with status ABSENT, any birth key of its job: fold rule 8's removal of a
+        # refused call's submit, which lies under that submit's key)
         ns, job = event.namespace, event.job_id
         return (job_key(ns, job), lock_key(ns, job), checkpoints_key(ns, job),
-                end_key(ns, job, event.event_id))
-    if isinstance(event, (JobCancelled, JobTerminated)):
-        # and the job's key, where a jobreg before ends had keys of their own wrote them
+                end_key(ns, job, event.event_id), birth_key(ns, job, event.event_id))
+    if isinstance(event, (JobCancelled, JobTerminated, JobSubmitted)):
+        # and the job's key, where a jobreg before ends (submits) had keys of their own
+        # wrote them (the fold refuses them there once a grant of layout 1 was accepted)
         return (record_key(event), job_key(event.namespace, event.job_id))
     return (record_key(event),)
 
@@ -184,7 +210,7 @@ def allowed_keys(event: Event) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``checkpoints``,
-    ``end``, ``term``, ``call``, ``leader`` or ``other``."""
+    ``end``, ``birth``, ``term``, ``call``, ``leader`` or ``other``."""
 
     namespace: str
     kind: str
@@ -201,8 +227,8 @@ def parse_key(key: str) -> ParsedKey | None:
         return ParsedKey(ns, "job", parts[1])
     if len(parts) == 3 and parts[0] == "job" and parts[2] in ("lock", "checkpoints"):
         return ParsedKey(ns, parts[2], parts[1])
-    if len(parts) == 4 and parts[0] == "job" and parts[2] == "end":
-        return ParsedKey(ns, "end", parts[1])
+    if len(parts) == 4 and parts[0] == "job" and parts[2] in ("end", "birth"):
+        return ParsedKey(ns, parts[2], parts[1])
     if len(parts) == 3 and parts[0] == "term":
         return ParsedKey(ns, "term")
     if len(parts) == 5 and parts[0] == "term" and parts[2] == "lease":

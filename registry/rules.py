@@ -41,7 +41,17 @@ Rules, in the order the fold applies them to one record of this namespace:
    writer), ``term_revoked``. Fencing rejections carry the expected
    (current) and actual (record) epoch and the current leader.
 5. Jobs: a new id may be submitted; a known id may not (``job_exists``), a
-   terminal one never again (``terminal_job``). Cancel and terminate make a
+   terminal one never again (``terminal_job``). A submit (a job's birth) is written under a
+   key of its own (``<ns>/job/<id>/birth/<event_id>``), which no later record supersedes, so
+   whether a job exists is a fact the cleaner never removes, and ``job_exists`` and every
+   ``unknown_job`` are the same in a compacted log. Once a grant of layout 1
+   (:data:`BIRTHS_KEYED_LAYOUT`) is accepted, a submit or an end under the job's key (where a
+   jobreg before wrote them) is refused ``wrong_key`` after fencing, and only a record under
+   a birth key (a live job) or an end key (an ended one) brings a job into existence; a live
+   job born under its job key before (``born_by`` ``None``) is due to have its birth restated
+   under a birth key (``unsettled`` holds ``<ns>/job/<id>/birth/``), as is one whose birth
+   key a record that is not its birth superseded. A refused submit under its own birth key
+   stands and is refused in every compacted log: nothing restates it. Cancel and terminate make a
    job terminal for ever, whether or not its submit is still in the log
    (compaction may have removed it), and make its result (Flink's job
    result store): dirty, holding the graph and checkpoint state the job
@@ -127,11 +137,15 @@ Rules, in the order the fold applies them to one record of this namespace:
    refused as ``unknown_job`` does not sink its call (after compaction an
    unknown job cannot be told from one whose records were compacted away).
    A commit that finds fewer than ``size`` records (only compaction removes
-   them: the others were superseded on their keys) decides each present one
-   on its own. An accepted grant ends the calls its predecessor left open
+   them: the others were superseded on their keys) decides the present ones all or none,
+   once a grant of layout 1 was accepted (every refusal that sinks a call then rests on
+   births, ends and grants, and the sinking record is never removed: a refused submit stands
+   under its birth key, and an ended job's lock key is never restated); before, each
+   present one on its own. An accepted grant ends the calls its predecessor left open
    (``call_not_committed``). A refused record of a call on the key of a job
    that does not exist is unsettled like any other: the leader reasserts
-   that the job is ``ABSENT``, so no record of a refused call outlives the
+   that the job is ``ABSENT`` on that key (under a birth key such a reassertion removes the
+   job only if the key holds its birth), so no record of a refused call outlives the
    cleaner.
 
 9. ``LeaderInformationPublished`` (Flink's leader information of one component) is
@@ -212,8 +226,10 @@ from .image import (
 )
 from .keys import (
     allowed_keys,
+    birth_key,
     check_id,
     end_key,
+    is_birth_key,
     is_end_key,
     job_key,
     parse_key,
@@ -240,6 +256,12 @@ ENDS_KEYED_GRANT = 3
 """The schema version of :class:`~registry.events.LeadershipGranted` that a jobreg whose
 ends have keys of their own writes (rule 5: once one is accepted, a cleanup of schema
 version 1 is refused for a job the fold does not know, as a newer one is)."""
+
+BIRTHS_KEYED_LAYOUT = 1
+"""The :attr:`~registry.events.LeadershipGranted.layout` of a jobreg whose submits have
+keys of their own (rule 5: once a grant of it is accepted, a submit or an end under the
+job's key is refused ``wrong_key``, and only a birth or an end key brings a job into
+existence)."""
 
 DUPLICATE_WINDOW_MS = 60_000
 """Rule 1's window: every copy of an event is assumed to land within this many
@@ -509,6 +531,8 @@ class Delta:
         self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
         self._leaders = image.leaders.mutate()
         self._ends_keyed = image.ends_keyed
+        self._births_keyed = image.births_keyed
+        self._record_key: bytes | None = None  # the key of the job record being applied
         self._rejected: list[Decision] = []
         self._ignored: list[Decision] = []
         self._quarantined: list[Decision] = []
@@ -606,6 +630,7 @@ class Delta:
                    else immutables.Map(self._calls)),
             leaders=self._leaders.finish(),
             ends_keyed=self._ends_keyed,
+            births_keyed=self._births_keyed,
         )
 
     # -- internals -----------------------------------------------------------
@@ -656,6 +681,7 @@ class Delta:
         # not the end (junk, a tombstone, a misplaced event) supersedes the end it holds:
         # the job's end is no longer under a key the cleaner keeps, and is due to be
         # restated under a new one (rule 5). A duplicate is a copy of what the key held.
+        self._note_birth(job_id)
         if is_end_key(key):
             if decision.outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
                 job = self._jobs.get(job_id)
@@ -663,12 +689,71 @@ class Delta:
                         and key == end_key(self._ns, job_id, job.ended_by):
                     self._end(job_id, job._replace(ended_by=None))
             return
+        if is_birth_key(key):
+            # A birth key holds one record (a submit, or a reassertion restating a birth)
+            # and supersedes nothing: a refused submit there stands for ever and is refused
+            # in every compacted log alike. But a record there that is not the birth it
+            # holds supersedes it: the birth is due again (restated under a new birth key).
+            # And a refused call's submit of a job that does not exist is removed (ABSENT),
+            # so that no commit the cleaner left fewer records of decides it alone (rule 8).
+            if decision.outcome == Outcome.ACCEPTED:
+                if key in self._unsettled:
+                    del self._unsettled[key]
+            elif decision.outcome != Outcome.DUPLICATE:
+                # (A duplicate is a copy of the birth: the client never re-sends a record
+                # under a key of its own verbatim, so only a copy that is no client's, or a
+                # late one, lands here, README assumption 3.)
+                job = self._jobs.get(job_id)
+                if job is not None and job.born_by is not None \
+                        and decision.event_id != job.born_by \
+                        and key == birth_key(self._ns, job_id, job.born_by):
+                    job = job._replace(born_by=None)
+                    self._jobs[job_id] = job
+                elif key not in self._unsettled and (
+                        (job is None and member and decision.outcome == Outcome.REJECTED)
+                        or (job is not None and job.live and job.born_by is None)):
+                    # A refused call's submit of a job that does not exist, or a refused
+                    # submit of a job whose birth lies under no birth key yet (its job key
+                    # may lose it to the cleaner first): removed (ABSENT) by the leader.
+                    self._unsettled[key] = decision.offset
+            self._note_birth(job_id)
+            return
         if decision.outcome == Outcome.ACCEPTED and not self._restate:
             if key in self._unsettled:
                 del self._unsettled[key]
-        elif (job_id in self._jobs or (member and decision.outcome == Outcome.REJECTED)) \
-                and key not in self._unsettled:  # since the first: the lag runs from it
+            return
+        job = self._jobs.get(job_id)
+        if key not in self._unsettled and (  # since the first: the lag runs from it
+                (job is None and member and decision.outcome == Outcome.REJECTED)
+                or (job is not None and self._holds(job, key))):
             self._unsettled[key] = decision.offset
+
+    def _holds(self, job: JobView, key: str) -> bool:
+        """Whether the job's key ``key`` (its job, lock or checkpoints key) holds a part of
+        the job the fold must keep there: every key of a live job; of a result its job key,
+        and its checkpoints key while it is dirty (its end carries no copy of them). A
+        result's lock key holds nothing, so a refused record there (a call's sinking adopt
+        of an ended job, rule 8) is never restated away."""
+        if job.live:
+            return True
+        if key.endswith("/lock"):
+            return False
+        return job.dirty or not key.endswith("/checkpoints")
+
+    def _note_birth(self, job_id: str) -> None:
+        """Rule 5: a live job whose birth is under no birth key (born under its job key by a
+        jobreg before births had keys of their own, or its birth superseded) is due to have
+        it restated under one, once a grant of layout 1 was accepted: the key
+        ``<ns>/job/<id>/birth/`` stands for that in ``unsettled``."""
+        if not self._births_keyed:
+            return
+        job = self._jobs.get(job_id)
+        due = f"{self._prefix}job/{job_id}/birth/"
+        if job is not None and job.live and job.born_by is None:
+            if due not in self._unsettled:
+                self._unsettled[due] = self._last_offset
+        elif due in self._unsettled:
+            del self._unsettled[due]
 
     def _decide(self, record: LogRecord, key: str | None, event: Event) -> Decision:
         # Decisions are built positionally: this is the hot path of every replay.
@@ -701,7 +786,8 @@ class Delta:
             if event.namespace != self._ns:
                 raise _Verdict("namespace_mismatch",
                                f"event names namespace {event.namespace!r}, its key {key!r}")
-            if key != record_key(event) and key not in allowed_keys(event):
+            if key != record_key(event) and key not in allowed_keys(event) \
+                    and not _removes_a_birth(event, key):
                 raise _Verdict("wrong_key", f"a {event.TYPE} must be keyed "
                                f"{' or '.join(allowed_keys(event))}, not {key!r}")
             ignored = _RULES[type(event)](self, event, record)
@@ -766,6 +852,14 @@ class Delta:
         self.epoch, self.leader, self.revoked = e.epoch, e.writer, False
         if e.schema_version >= ENDS_KEYED_GRANT:
             self._ends_keyed = True  # rule 5: a jobreg whose ends have keys of their own
+        if e.layout >= BIRTHS_KEYED_LAYOUT and not self._births_keyed:
+            # rule 5: from here on a live job's birth lies under a birth key; the jobs born
+            # before (under their job keys) are due to have theirs restated there
+            self._births_keyed = True
+            jobs = self._jobs.finish()
+            self._jobs = jobs.mutate()
+            for job_id in sorted(jobs.keys()):
+                self._note_birth(job_id)
         self._leaders = immutables.Map().mutate()  # rule 9: the new leader published nothing
         self._forget_leader_keys()
         self._set_term(TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms))
@@ -816,25 +910,47 @@ class Delta:
         the fold knows and never brings one into existence (only records of the job's own
         key do), since the cleaner may have removed a later cancel there."""
         self._fence(e)
+        self._record_key = record.key
         self._on_end_key = record.key == end_key(self._ns, e.job_id, e.event_id).encode()
+        on_birth_key = record.key == birth_key(self._ns, e.job_id, e.event_id).encode()
         parsed = parse_key(_key(record) or "")
         self._aspect = "end" if self._on_end_key else (
             parsed.kind if parsed is not None else "job")
+        if self._aspect == "birth" and (e.status == JobStatus.ABSENT or not on_birth_key):
+            # Rule 8's removal of a refused call's submit, under that submit's key: it
+            # removes the record it supersedes, and the job only if that record is its
+            # birth (a reader that decided a call the cleaner left fewer records of took
+            # it), never a job born under another key since (a late copy of the removal).
+            job = self._jobs.get(e.job_id)
+            held = (record.key or b"").rsplit(b"/", 1)[-1].decode("utf-8", "replace")
+            if job is not None and job.born_by == held:
+                del self._jobs[e.job_id]
+            return None
         if self._on_end_key and e.status not in JobStatus.TERMINAL:
             raise _Verdict("bad_state", f"a reassertion under an end key restates an end, "
                            f"not status {e.status!r}")
-        if (e.status != JobStatus.ABSENT and e.job_id not in self._jobs
-                and not self._on_end_key
-                and record.key != job_key(self._ns, e.job_id).encode("utf-8")):
-            raise _Verdict("unknown_job", f"job {e.job_id!r} is not known: a reassertion on "
-                           "its lock or checkpoints key restates a job, only its own key "
-                           "creates one")
+        if on_birth_key and e.status in JobStatus.TERMINAL:
+            raise _Verdict("bad_state", f"a reassertion under a birth key restates a live "
+                           f"job's birth, not status {e.status!r}")
+        creates = self._on_end_key or on_birth_key or (
+            not self._births_keyed
+            and record.key == job_key(self._ns, e.job_id).encode("utf-8"))
+        if e.status != JobStatus.ABSENT and e.job_id not in self._jobs and not creates:
+            raise _Verdict("unknown_job", f"job {e.job_id!r} is not known: a reassertion "
+                           "restates a job there, only one under a birth or an end key "
+                           "brings one into existence")
         return self._apply(e)
 
     def _job_write(self, e: JobEvent, record: LogRecord) -> str | object | None:
         """Rules 4, 5, 6 and 8 for a job event: fenced, then waiting for its call's commit
         or applied now."""
         self._fence(e)
+        if self._births_keyed and isinstance(e, (JobSubmitted, JobCancelled, JobTerminated)) \
+                and record.key != record_key(e).encode("utf-8"):
+            raise _Verdict("wrong_key", f"a {e.TYPE} must be keyed {record_key(e)!r} (a grant "
+                           f"of layout {BIRTHS_KEYED_LAYOUT} was accepted: the job's key "
+                           f"holds no submit or end any more), not {_key(record)!r}")
+        self._record_key = record.key
         self._on_end_key = record.key is not None and is_end_key(record.key)
         call_id = getattr(e, "call_id", None)
         if call_id is not None:
@@ -853,8 +969,10 @@ class Delta:
                 raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                                "terminal id can never be submitted again")
             raise _Verdict("job_exists", f"job {e.job_id!r} already exists")
+        born = self._record_key == birth_key(self._ns, e.job_id, e.event_id).encode("utf-8")
         self._jobs[e.job_id] = JobView(e.job_id, JobStatus.ACTIVE, e.epoch, e.graph, None,
-                                       e.max_checkpoint_failures, e.retained_checkpoints)
+                                       e.max_checkpoint_failures, e.retained_checkpoints,
+                                       born_by=e.event_id if born else None)
 
     def _ended(self, e: JobCancelled | JobTerminated, job: JobView | None) -> None:
         status = JobStatus.CANCELLED if isinstance(e, JobCancelled) else e.state
@@ -946,6 +1064,12 @@ class Delta:
                            "reassertion cannot make it live again")
         checkpoints = self._restated_checkpoints(e, job)
         if e.status in JobStatus.TERMINAL:
+            # A result's checkpoints are the job's when it ended and never grow after (every
+            # checkpoint record of an ended job is refused): a reassertion restating a result
+            # carries them as its writer's fold has them, and they are taken. (After the
+            # cleaner removed an end under the job's key, a refused checkpoint record there
+            # read as accepted; the restatement undoes it.)
+            checkpoints = e.checkpoints
             # Under an end key it is the job's end (rule 5: a restated one, or a job ended
             # before ends had keys of their own); elsewhere it keeps the end the fold knows.
             ended_by = e.event_id if self._on_end_key else (
@@ -956,9 +1080,14 @@ class Delta:
                 else JobView(e.job_id, e.status, None, None, reason=e.reason,
                              ended_by=ended_by)))
         else:
+            # Under its own birth key it is the job's birth (a restated one); elsewhere it
+            # keeps the birth the fold knows.
+            born_by = e.event_id if self._aspect == "birth" else (
+                job.born_by if job is not None else None)
             self._jobs[e.job_id] = JobView(e.job_id, e.status, e.owner_epoch, e.graph,
                                            e.error, e.max_checkpoint_failures,
-                                           e.retained_checkpoints, checkpoints)
+                                           e.retained_checkpoints, checkpoints,
+                                           born_by=born_by)
 
     def _restated_checkpoints(self, e: JobReasserted, job: JobView | None) -> CheckpointState:
         """The checkpoint state after a reassertion: the one it carries, unless it is older
@@ -991,7 +1120,12 @@ class Delta:
             if e.status not in JobStatus.TERMINAL:
                 raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                                "reassertion cannot make it live again")
-            return  # a terminal job's result lies under its end and job keys
+            if aspect == "checkpoints" and job.dirty:
+                # A dirty result's checkpoints are the job's when it ended, which its end
+                # (under an end key) carries no copy of: they stand where the checkpoints
+                # key holds them, restated there when a refused record lands on it.
+                self._jobs[e.job_id] = job._replace(checkpoints=e.checkpoints)
+            return  # the rest of a terminal job's result lies under its end and birth keys
         if e.status in JobStatus.TERMINAL:
             raise _Verdict("bad_state", f"job {e.job_id!r} is {job.status}: a reassertion on "
                            f"its {aspect} key cannot end it (an end lies under an end key)")
@@ -1082,12 +1216,17 @@ class Delta:
     def _commit(self, e: CallCommitted, record: LogRecord) -> Decision:
         self._fence(e)
         members = [(r, self._member(r)) for r in self._calls.pop(e.event_id, ())]
-        whole = len(members) >= e.size
+        # A call the cleaner left fewer records of is decided all or none over the present
+        # ones once every refusal that sinks a call rests on facts under keys of their own
+        # (births and ends: a grant of layout 1); before, each present record alone.
+        complete = len(members) >= e.size
+        whole = complete or self._births_keyed
         saved: dict[str, JobView | None] = {}
         verdicts: list[_Verdict | None] = []
         sink: int | None = None
         for i, (_, m) in enumerate(members):
             saved.setdefault(m.job_id, self._jobs.get(m.job_id))
+            self._record_key = members[i][0].key
             try:
                 if i >= e.size:
                     raise _Verdict("call_size_mismatch", f"call {e.event_id} has more records "
@@ -1122,8 +1261,9 @@ class Delta:
             return d
         for (r, m), verdict in zip(members, verdicts, strict=True):
             self._resolve(r, m, verdict)
-        detail = "" if whole else (f"{len(members)} of the call's {e.size} records are in the "
-                                   "log (the cleaner removed the others): each decided alone")
+        detail = "" if complete else (
+            f"{len(members)} of the call's {e.size} records are in the log (the cleaner "
+            f"removed the others): {'all or none' if whole else 'each decided alone'}")
         return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, _key(record), e.TYPE,
                         e.event_id, None, e.epoch, e.writer, None, detail, None, None,
                         self.leader)
@@ -1178,6 +1318,15 @@ def _said(event: Event) -> str:
     field = _SAYS.get(type(event))
     said = getattr(event, field) if field is not None else None
     return f"{field}: {said}" if said else ""
+
+
+def _removes_a_birth(event: Event, key: str | None) -> bool:
+    """Whether ``key`` is a birth key of a reassertion's job with status ``ABSENT``: rule
+    8's removal of a refused call's submit, written under that submit's key."""
+    return (isinstance(event, JobReasserted) and event.status == JobStatus.ABSENT
+            and key is not None
+            and key.startswith(f"{event.namespace}/job/{event.job_id}/birth/")
+            and key.count("/") == 4)
 
 
 def _key(record: LogRecord) -> str | None:

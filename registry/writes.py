@@ -107,8 +107,9 @@ class TermWrites:
         failed write is re-sent while this term is current: a job
         record verbatim (a copy that lands after all is a duplicate on a key
         the next write reasserts), a record under a key of its own (a grant, a revoke, a
-        job's end) as a fresh event under a fresh key (so no such key is ever written
-        twice: the cleaner would keep the later copy, moving the fact later in the log); a
+        job's end, a lone submit) as a fresh event under a fresh key (so no such key is ever
+        written twice: the cleaner would keep the later copy, moving the fact later in the
+        log), and a call of submits as a fresh call (fresh records, keys and commit); a
         lease renewal never (its call raises ``OutcomeUnknown``; the renewer plans a new one
         on keys of its own, fold rule 3).
 
@@ -184,24 +185,40 @@ class TermWrites:
                 unsent = False
                 todo: list[tuple[str, bytes]] = []
                 events: list[Event] = []
+                renewed = _renewed_calls(slots, waiting) if attempt else {}
                 for copies in slots:
-                    if any(waiting.get(e.event_id) is not None for _, e in copies):
-                        continue
                     key, event = copies[-1]
+                    call = event.event_id if isinstance(event, CallCommitted) \
+                        else getattr(event, "call_id", None)
+                    if call is not None and call in renewed:
+                        # A call with a record under a key of its own (a submit's birth) is
+                        # re-sent as a fresh call: fresh ids and keys for its records, a
+                        # fresh commit naming them; whichever copy is decided answers.
+                        fresh = renewed[call] if isinstance(event, CallCommitted) \
+                            else new_event_id()
+                        event = replace(event, event_id=fresh) \
+                            if isinstance(event, CallCommitted) \
+                            else replace(event, event_id=fresh,
+                                         call_id=renewed[call])  # type: ignore[call-arg]
+                        key = key.replace(copies[-1][1].event_id, fresh)
+                        copies.append((key, event))
+                    elif any(waiting.get(e.event_id) is not None for _, e in copies):
+                        continue
+                    elif attempt and _own_key(key, event):
+                        # Under a key of its own (a grant, a revoke, a job's end, a lone
+                        # submit): a fresh event under a fresh key, so that no such key is
+                        # written twice (a copy would supersede the first and move it later
+                        # in the log).
+                        fresh = new_event_id()
+                        key, event = key.replace(event.event_id, fresh), replace(
+                            event, event_id=fresh)
+                        copies.append((key, event))
                     if attempt and isinstance(event, LeaseRenewed):
                         # Never re-sent (fold rule 3): a copy that lands before a grant and
                         # one after it would share a key, and the cleaner would remove the
                         # renewal the grant's refusal rests on. The renewer plans a new one.
                         unsent = True
                         continue
-                    if attempt and _own_key(key, event):
-                        # Under a key of its own (a grant, a revoke, a job's end): a fresh
-                        # event under a fresh key, so that no such key is written twice (a
-                        # copy would supersede the first and move it later in the log).
-                        fresh = new_event_id()
-                        key, event = key.replace(event.event_id, fresh), replace(
-                            event, event_id=fresh)
-                        copies.append((key, event))
                     waiting.setdefault(event.event_id, None)
                     data, as_read = (encoded.get(event.event_id)
                                      or codec.encode_as_read(event))
@@ -461,10 +478,33 @@ class GroupCommit:
         # Taken into a group in flight: its leader answers it; nobody waits for the answer.
 
 
+def _renewed_calls(slots: list[list[tuple[str, Event]]],
+                   waiting: dict[str, Decision | None]) -> dict[str, str]:
+    """The calls of a write to re-send as fresh calls (call id -> the fresh call id): those
+    whose commit is undecided and that hold a record under a key of its own (a submit under
+    its birth key), which a verbatim copy would supersede and move later in the log."""
+    undecided = {copies[-1][1].event_id for copies in slots
+                 if isinstance(copies[-1][1], CallCommitted)
+                 and not any(waiting.get(c.event_id) is not None for _, c in copies)}
+    out: dict[str, str] = {}
+    for copies in slots:
+        key, e = copies[-1]
+        call = getattr(e, "call_id", None)
+        if call is not None and call in undecided and e.event_id in key and call not in out:
+            out[call] = new_event_id()
+    return out
+
+
 def _own_key(key: str, event: Event) -> bool:
     """Whether ``event``'s key is its own (it names the event's id), as a grant's, a
-    revoke's or a job end's is; not a call's commit, whose id its records name."""
-    return event.event_id in key and not isinstance(event, CallCommitted)
+    revoke's, a job's end's or a lone submit's is; not a call's commit, whose id its records
+    name, nor a call's record (a submit of ``submit_many``): a call with such a record is
+    re-sent whole as a fresh call (:func:`_renewed_calls`; a fresh record with the old call
+    id would be a record the first commit never saw, and a compacted log's only commit, a
+    verbatim copy of the first, would find more records than it names), one without
+    verbatim."""
+    return (event.event_id in key and not isinstance(event, CallCommitted)
+            and getattr(event, "call_id", None) is None)
 
 
 def error_for_call(error: RegistryError, event_ids: tuple[str, ...]) -> RegistryError:

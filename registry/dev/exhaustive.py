@@ -77,6 +77,7 @@ import immutables
 
 from registry.events import (
     EMPTY_CHECKPOINTS,
+    LAYOUT,
     CallCommitted,
     CheckpointCompleted,
     CheckpointDiscarded,
@@ -115,6 +116,7 @@ from registry.fold import (
 from registry.image import Decision, Image, LogRecord, Outcome
 from registry.keys import checkpoints_key, job_key, lock_key, record_key
 from registry.wire import default_codec
+from registry.writes import _own_key
 
 __all__ = [
     "ALPHABETS",
@@ -203,7 +205,9 @@ Op = tuple[Any, ...]
 * ``("zombie", cmd, job, cp, settle)``: a deposed leader's write from its own view
 * ``("raw", type, "current"|"stale"|"future", "leader"|"other", job, "own"|"wrong"|"stale",
   settle)`` (``stale``: a checkpoint record from a view without the job's checkpoint records)
-* ``("dup", n, settle)``: a verbatim re-send of the n-th client record
+* ``("dup", n, settle)``: a re-send of the n-th client record as the client makes it: a
+  record under a key of its own as a fresh event under a fresh key, a call's record with its
+  whole call (a call of submits as a fresh call, any other verbatim), any other verbatim
 * ``("torn", cmd, job, settle)``: the leader's call without its commit
 """
 
@@ -344,7 +348,8 @@ class _World:
             who.seen = len(self.log)
         view = self.images[who.seen]
         grant = LeadershipGranted(event_id="g", namespace=NS, epoch=view.epoch + 1,
-                                  writer=who.name, created_at=0, prev_epoch=view.epoch)
+                                  writer=who.name, created_at=0, prev_epoch=view.epoch,
+                                  layout=LAYOUT)
         self.write([(record_key(grant), grant)])
         who.seen = len(self.log)
         img = self.image
@@ -572,7 +577,40 @@ def _apply(world: _World, op: Op, alphabet: Alphabet) -> bool:
         if op[1] >= len(client):
             return False
         r = client[op[1]]
-        world.append(r.key, r.value, r.event, True)
+        call_id = getattr(r.event, "call_id", None)
+        if call_id is not None:
+            # A call's record is re-sent with its call (registry.writes): a call with a
+            # record under a key of its own (a submit's birth) as a fresh call (fresh
+            # records, keys and commit), any other verbatim, records and commit.
+            calls = [c for c in world.log if c.client and c.event is not None and (
+                getattr(c.event, "call_id", None) == call_id
+                or (isinstance(c.event, CallCommitted) and c.event.event_id == call_id))]
+            if r.event is None or r.event.event_id not in r.key.decode():
+                for c in calls:
+                    world.append(c.key, c.value, c.event, True)
+            else:
+                base = len(world.log)
+                fresh_call = _event_id(base + len(calls) - 1)
+                for i, c in enumerate(calls):
+                    assert c.event is not None
+                    fresh = fresh_call if isinstance(c.event, CallCommitted) \
+                        else _event_id(base + i)
+                    changes: dict[str, Any] = {"event_id": fresh}
+                    if not isinstance(c.event, CallCommitted):
+                        changes["call_id"] = fresh_call
+                    event = dataclasses.replace(c.event, **changes)
+                    value, read = _CODEC.encode_as_read(event)
+                    world.append(c.key.decode().replace(c.event.event_id, fresh), value,
+                                 read, True)
+        elif r.event is not None and _own_key(r.key.decode(), r.event):
+            # Under a key of its own (a job's birth or end): the client re-sends a fresh
+            # event under a fresh key (registry.writes), so no such key is written twice.
+            fresh = _event_id(len(world.log))
+            event = dataclasses.replace(r.event, event_id=fresh)
+            value, read = _CODEC.encode_as_read(event)
+            world.append(r.key.decode().replace(r.event.event_id, fresh), value, read, True)
+        else:
+            world.append(r.key, r.value, r.event, True)
     else:
         raise ValueError(f"unknown op {op!r}")
     return len(world.log) > before

@@ -205,10 +205,10 @@ def _env(**kw) -> dict:
 
 
 def _log(*events, encoder=encode, legacy: bool = False) -> list[LogRecord]:
-    """The records of ``events``, each under its key; ``legacy``: ends under the job's key,
-    as a jobreg before ends had keys of their own wrote them."""
+    """The records of ``events``, each under its key; ``legacy``: submits and ends under the
+    job's key, as a jobreg before births and ends had keys of their own wrote them."""
     def key(e) -> str:
-        if legacy and isinstance(e, (JobCancelled, JobTerminated)):
+        if legacy and isinstance(e, (JobCancelled, JobTerminated, JobSubmitted)):
             return job_key(NS, e.job_id)
         return record_key(e)
     return [LogRecord(i * 2, key(e).encode(), encoder(e), 1_000 + i)

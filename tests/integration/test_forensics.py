@@ -11,7 +11,7 @@ from registry import ConfigError, EmbeddedBroker, JobStatus, Registry, WriteReje
 from registry.codec import encode
 from registry.events import InlineGraph, JobSubmitted, new_event_id
 from registry.forensics import Forensics
-from registry.keys import job_key
+from registry.keys import record_key
 from registry.log import write_raw
 
 pytestmark = pytest.mark.integration
@@ -133,10 +133,9 @@ def _incident_001(reg_factory) -> dict:
     adopted = t2.adopt("job-run")[0]
     with pytest.raises(WriteRejected):
         t2.submit("job-old", b"old")  # the left-behind graph, resubmitted
-    zombie = write_raw(jm1.bootstrap, jm1.topic, jm1.partition, job_key(jm1.namespace, "job-old"),
-                       encode(JobSubmitted(event_id=new_event_id(), namespace=jm1.namespace,
-                                           epoch=1, writer="jm-1", created_at=0,
-                                           job_id="job-old", graph=InlineGraph(b"old"))))
+    stale = JobSubmitted(event_id=new_event_id(), namespace=jm1.namespace, epoch=1,
+                         writer="jm-1", created_at=0, job_id="job-old", graph=InlineGraph(b"old"))
+    zombie = write_raw(jm1.bootstrap, jm1.topic, jm1.partition, record_key(stale), encode(stale))
     t2.reassert()
     return dict(finished=finished.offset, grant2=grant2, adopted=adopted.offset, zombie=zombie,
                 reg=jm2)

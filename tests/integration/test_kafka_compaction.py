@@ -169,32 +169,33 @@ def test_kafka_cleaner_keeps_the_answer(cleaner_kafka: KafkaCluster, drawn, segm
                     + "\n".join(problems[:5]))
 
 
-def test_without_reassertion_kafkas_cleaner_replaces_a_live_jobs_graph(
+def test_kafkas_cleaner_never_lets_a_resubmission_replace_a_live_jobs_graph(
         cleaner_kafka: KafkaCluster) -> None:
-    """The hazard the reassertions remove, on Kafka's cleaner: a second submit of a live job
-    is refused (job_exists), and becomes the newest record of the job's key; the cleaner
-    removes the submit before it, and the fold of the compacted log takes the refused
-    record's graph. With the reassertion the client writes after the refusal, the job keeps
-    its graph (``test_without_reassertion_compaction_replaces_a_live_jobs_graph`` on the
-    model). A cancelled job no longer comes back this way: its end has a key of its own
-    (``test_an_end_under_its_own_key_survives_compaction_without_reassertion``)."""
-    ops = [("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
-           ("raw", "submit", 1, "jm-1", "a", 0)]  # refused: job_exists
-    unsafe = build(ops, settle=False, sim=BrokerSim(reassert=False))
-    safe = build(ops, settle=True, sim=BrokerSim())
-    assert isinstance(unsafe, BrokerSim) and isinstance(safe, BrokerSim)
+    """The hazard the reassertions removed before submits had keys of their own, on Kafka's
+    cleaner: a second submit of a live job, refused (job_exists), became the newest record
+    of the job's key, the cleaner removed the submit before it, and the fold of the
+    compacted log took the refused record's graph. Now, without any reassertion, the
+    resubmission lies under its own birth key (partition 0), or under the job's key as an
+    older jobreg wrote submits, refused wrong_key (partition 1): the cleaner never removes
+    the birth, and the compacted fold keeps the job's graph and refuses the resubmission
+    (``test_a_resubmission_never_replaces_a_live_jobs_graph_even_without_reassertion`` on
+    the model)."""
+    drawn = []
+    for key_choice in (0, 3):
+        ops = [("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
+               ("raw", "submit", 1, "jm-1", "a", key_choice)]
+        sim = build(ops, settle=False, sim=BrokerSim(reassert=False))
+        assert isinstance(sim, BrokerSim)
+        drawn.append((ops, sim))
     problems: list[str] = []
-    _run_topic(cleaner_kafka, "cleaner-hazard", [(ops, unsafe), (ops, safe)], problems,
-               Counter())
-    # Kafka's cleaner did what the model does, record for record; only the answer changed
-    assert [p.split(":")[0] for p in problems] == ["cleaner-hazard/0 after pass 3",
-                                                   "cleaner-hazard/0 after pass 4"]
-    assert all("fold(compacted) != fold(log)" in p for p in problems)
+    _run_topic(cleaner_kafka, "cleaner-hazard", drawn, problems, Counter())
+    assert problems == []  # Kafka's cleaner did what the model does, and the answer held
     read = read_partitions(cleaner_kafka.bootstrap, "cleaner-hazard", [0, 1], committed=True)
-    compacted, kept = read[0], read[1]
-    assert fold(visible(unsafe.log), NS).jobs["a"].graph.data == b"graph-a"
-    assert fold(compacted, NS).jobs["a"].graph.data == b"zombie"  # the hazard
-    assert fold(kept, NS).jobs["a"].graph.data == b"graph-a"
+    for part, (_, sim) in enumerate(drawn):
+        full, compacted = fold(visible(sim.log), NS), fold(read[part], NS)
+        assert full.jobs["a"].graph.data == compacted.jobs["a"].graph.data == b"graph-a"
+        assert [d.reason for d in compacted.rejected] == [d.reason for d in full.rejected] \
+            == ["job_exists" if part == 0 else "wrong_key"]
 
 
 def _run_topic(kafka: KafkaCluster, topic: str, drawn: list[tuple[list[tuple], BrokerSim]],

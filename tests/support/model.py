@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 import fastavro
 
 from registry.events import (
+    LAYOUT,
     UNKNOWN_CHECKPOINT,
+    CallCommitted,
     CheckpointCompleted,
     CheckpointDiscarded,
     CheckpointFailed,
@@ -212,7 +214,7 @@ class Sim:
         saw = None if external else (view.term.renewal if view.term is not None else 0)
         g = LeadershipGranted(event_id=new_event_id(), namespace=NS, epoch=view.epoch + 1,
                               writer=who, created_at=0, prev_epoch=view.epoch,
-                              saw_renewal=saw)
+                              saw_renewal=saw, layout=LAYOUT)
         self.append(record_key(g), encode(g))
         a.seen = len(self.log)
         img = self.image()
@@ -307,9 +309,14 @@ class Sim:
                 self.write(who, None, None)  # the client settles after a refusal
 
     def raw(self, kind: str, epoch: int, writer: str, job: str, key_choice: int) -> None:
-        """A zombie that ignores fencing: any event, any epoch, on some job key."""
-        keys = [job_key(NS, job), lock_key(NS, job), job_key(NS, JOBS[(JOBS.index(job) + 1) % len(JOBS)])]
+        """A zombie that ignores fencing: any event, any epoch, on some job key (choice 0: the
+        event's own key, the job's key for junk; 1: the job's lock key; 2: another job's key;
+        3: the job's key, where a jobreg before births and ends had keys of their own wrote
+        submits and ends)."""
+        keys = [job_key(NS, job), lock_key(NS, job), job_key(NS, JOBS[(JOBS.index(job) + 1) % len(JOBS)]),
+                job_key(NS, job)]
         key = keys[key_choice % len(keys)]
+        own = key_choice % len(keys) == 0
         common = dict(event_id=new_event_id(), namespace=NS, epoch=epoch, writer=writer,
                       created_at=0)
         if kind == "garbage":
@@ -344,6 +351,8 @@ class Sim:
               "revoke": lambda: LeadershipRevoked(**common)}[kind]()
         if kind == "revoke":
             key = term_key(NS, epoch, ev.event_id)
+        elif own:
+            key = record_key(ev)
         self.append(key, encode(ev))
 
     def duplicate(self, index: int) -> None:
@@ -358,8 +367,26 @@ class Sim:
         if recent:
             r = self.log[recent[index % len(recent)]]
             event = default_codec().decode(r.value)
+            call = getattr(event, "call_id", None)
+            if r.key is not None and event.event_id.encode() in r.key and call is not None:
+                # a call's submit under its birth key: the client re-sends the whole call as
+                # a fresh call (fresh records, keys and commit, registry.writes)
+                codec, fresh_call = default_codec(), new_event_id()
+                for c in [c for c in self.log if c.value is not None and not c.aborted]:
+                    try:
+                        e = codec.decode(c.value)
+                    except Exception:
+                        continue
+                    if isinstance(e, CallCommitted) and e.event_id == call:
+                        self.append(c.key.replace(call.encode(), fresh_call.encode()),
+                                    encode(dataclasses.replace(e, event_id=fresh_call)))
+                    elif getattr(e, "call_id", None) == call:
+                        f = dataclasses.replace(e, event_id=new_event_id(), call_id=fresh_call)
+                        self.append(c.key.replace(e.event_id.encode(), f.event_id.encode()),
+                                    encode(f))
+                return
             if r.key is not None and event.event_id.encode() in r.key:
-                # under a key of its own (a job's end): the client re-sends a fresh event
+                # under a key of its own (a job's end or birth): the client re-sends a fresh event
                 # under a fresh key (registry.writes), so that no such key is written twice
                 fresh = dataclasses.replace(event, event_id=new_event_id())
                 self.append(r.key.replace(event.event_id.encode(), fresh.event_id.encode()),

@@ -105,7 +105,7 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
     LeadershipGranted: {"prev_epoch": longs, "lease_ms": st.none() | longs,
                         "partitions": st.integers(0, 2**31 - 1),
                         "partition": st.integers(-1, 2**31 - 1),
-                        "saw_renewal": st.none() | longs},
+                        "saw_renewal": st.none() | longs, "layout": longs},
     LeadershipRevoked: {"reason": texts},
     JobSubmitted: {
         "job_id": texts,

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.histories import DAY, SETTINGS, build, histories, long_history_ops
@@ -152,19 +153,26 @@ def test_an_end_under_its_own_key_survives_compaction_without_reassertion() -> N
     assert fold(visible(compacted), NS).jobs["a"].status == JobStatus.CANCELLED
 
 
-def test_without_reassertion_compaction_replaces_a_live_jobs_graph() -> None:
-    """The hazard the reassertions exist for: a refused record becomes a key's newest
-    record. A second submit of a live job (refused: job_exists) supersedes the first on
-    the job's key; without the leader's reassertion the compacted log holds its graph."""
+@pytest.mark.parametrize("key_choice", [0, 3], ids=["own key", "job key"])
+def test_a_resubmission_never_replaces_a_live_jobs_graph_even_without_reassertion(
+        key_choice: int) -> None:
+    """The hazard the reassertions existed for, before submits had keys of their own: a
+    second submit of a live job (refused: job_exists) superseded the first on the job's
+    key, and without the leader's reassertion the compacted log held its graph. Now it lies
+    under its own birth key (or, under the job's key as an older jobreg wrote submits, is
+    refused wrong_key), supersedes no birth, and is refused in every compacted log."""
     ops = [("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
-           ("raw", "submit", 1, "jm-1", "a", 0)]  # refused: job_exists
+           ("raw", "submit", 1, "jm-1", "a", key_choice)]
     unsafe = build(ops, reassert=False, settle=False)
-    assert fold(visible(unsafe.log), NS).jobs["a"].graph.data == b"graph-a"
-    compacted = compact(unsafe.log, unsafe.now + 30 * DAY)
-    assert fold(visible(compacted), NS).jobs["a"].graph.data == b"zombie"  # the hazard
-    safe = build(ops, reassert=True, settle=True)
-    compacted = compact(safe.log, safe.now + 30 * DAY)
-    assert fold(visible(compacted), NS).jobs["a"].graph.data == b"graph-a"
+    full = fold(visible(unsafe.log), NS)
+    assert full.jobs["a"].graph.data == b"graph-a"
+    assert [d.reason for d in full.rejected] == ["job_exists" if key_choice == 0
+                                                 else "wrong_key"]
+    for upto in range(len(unsafe.log) + 1):
+        compacted = compact(unsafe.log, unsafe.now + 30 * DAY, upto=upto)
+        image = fold(visible(compacted), NS)
+        assert image.jobs["a"].graph.data == b"graph-a", upto
+        assert [d.reason for d in image.rejected] == [d.reason for d in full.rejected], upto
 
 
 def test_a_refused_cleanup_of_a_live_job_never_ends_it_after_compaction() -> None:
@@ -189,7 +197,8 @@ def test_a_young_refused_record_is_not_cleaned_before_the_lag() -> None:
     """Without a leader the refused record stays unsettled, but the lag protects it."""
     ops = [("claim", "jm-1"), ("write", "jm-1", "submit", "a", False),
            ("write", "jm-1", "revoke", "a", False),
-           ("raw", "cancel", 1, "jm-1", "a", 0)]  # zombie after the revoke; nobody leads
+           ("raw", "cancel", 1, "jm-1", "a", 3)]  # zombie after the revoke, on the job key
+    # (as an older jobreg wrote ends); nobody leads
     sim = build(ops, settle=False)
     assert fold(visible(sim.log), NS).unsettled
     expected = fold(visible(sim.log), NS).answer()

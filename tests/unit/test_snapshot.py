@@ -87,7 +87,8 @@ def tricky_image() -> Image:
         counted=(6,),
     )
     jobs = {
-        "a": JobView("a", "ACTIVE", 3, InlineGraph(b"\x00\xff\xfe graph \n"), None, 2, 2, cps),
+        "a": JobView("a", "ACTIVE", 3, InlineGraph(b"\x00\xff\xfe graph \n"), None, 2, 2, cps,
+                     born_by="birth-1"),
         "b": JobView("b", "RECOVERY_FAILED", None, GraphRef("blob://x", "ab" * 32, 12), "boom"),
         "c": JobView("c", "CANCELLED", None, None, reason="cancelled by the operator"),
         "c2": JobView("c2", "FAILED", None, GraphRef("blob://y", "cd" * 32, 7), checkpoints=cps,
@@ -264,15 +265,17 @@ def test_the_body_is_column_wise() -> None:
 
 
 def test_an_older_snapshot_without_a_defaulted_field_reads_with_its_default() -> None:
-    """As if written before JobView had a dirty flag (job results) and an end's id."""
+    """As if written before JobView had a dirty flag (job results), an end's id and a
+    birth's id."""
     image = tricky_image()
     head, value, blob = _parts(encode_image(image))
-    assert head["types"]["JobView"][-2:] == ["dirty", "ended_by"]
-    head["types"]["JobView"] = head["types"]["JobView"][:-2]
+    assert head["types"]["JobView"][-3:] == ["dirty", "ended_by", "born_by"]
+    head["types"]["JobView"] = head["types"]["JobView"][:-3]
     for _, columns in _recs(value, "JobView"):
-        del columns[-2:]
+        del columns[-3:]
     back = decode_image(_body(head, value, blob))
-    expected = {k: v._replace(dirty=False, ended_by=None) for k, v in image.jobs.items()}
+    expected = {k: v._replace(dirty=False, ended_by=None, born_by=None)
+                for k, v in image.jobs.items()}
     assert dict(back.jobs) == expected != dict(image.jobs)
     assert dataclasses.replace(back, jobs=image.jobs) == image
 

@@ -9,7 +9,9 @@ came). Values are decoded with :mod:`registry.wire` only.
 
 The rules modelled (README "What it guarantees", "The log", "Failover"; fold rules 0-7):
 
-* keys ``<ns>/job/<id>`` (submit, cancel, terminate), ``<ns>/job/<id>/lock`` (adopt,
+* keys ``<ns>/job/<id>/birth/<event id>`` (submit), ``<ns>/job/<id>/end/<event id>``
+  (cancel, terminate), ``<ns>/job/<id>`` (cleanup; before a grant of layout 1 also submit,
+  cancel and terminate: refused ``wrong_key`` there since), ``<ns>/job/<id>/lock`` (adopt,
   release, recovery failed), ``<ns>/job/<id>/checkpoints``, ``<ns>/term/<epoch>/<event id>``
   (grants, revokes), ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>`` (renewals;
   ``<ns>/term/<epoch>/lease`` for one written without them); a reassertion may use any of
@@ -26,7 +28,9 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
   (even for an id not seen); adopt, release, recovery-failed and checkpoints need a
   known, live job; release of a job that failed recovery is refused; a reassertion sets
   the whole state but cannot make a terminal job live, and on the job's lock or
-  checkpoints key it needs a known job (only the job key brings a job into existence).
+  checkpoints key it needs a known job (only its own birth or end key, and before a grant
+  of layout 1 the job key, brings a job into existence); with status ``ABSENT`` under a
+  birth key it removes the job only if that key holds the job's birth.
 * job results (README "Job results"): a cancel or terminate (schema version 2 and later)
   leaves a dirty result that holds the graph and checkpoint state the job had (the
   record's own copy when the job is unknown); one of version 1 leaves a clean result
@@ -52,7 +56,8 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
   any write) the waiting records are applied in log order, all or none: the first one a
   rule refuses sinks the call (every other record and the commit are refused
   ``call_aborted``), except that ``unknown_job`` does not sink it; a commit that finds
-  fewer than ``size`` records decides each on its own; an accepted grant ends the calls
+  fewer than ``size`` records decides each on its own (all or none over them once a grant
+  of layout 1 was accepted); an accepted grant ends the calls
   left open (``call_not_committed``). A reassertion with status ``ABSENT`` says the job
   does not exist.
 * Flink's leader information (rule 9; key ``<ns>/leader/<epoch>/<writer>/<component>``):
@@ -132,6 +137,7 @@ class MJob:
     retained: int = 1
     cp: Cp = field(default_factory=Cp)
     dirty: bool = False
+    born: str | None = None  # the event id under whose birth key the job came to exist
 
     @property
     def live(self) -> bool:
@@ -182,7 +188,9 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
     job = getattr(ev, "job_id", None)
     if t in ("JobCancelled", "JobTerminated"):  # its own key, or the job's (older jobregs)
         return (f"{ns}/job/{job}/end/{ev.event_id}", f"{ns}/job/{job}")
-    if t in ("JobSubmitted", "JobCleanedUp"):
+    if t == "JobSubmitted":  # its own (birth) key, or the job's (older jobregs)
+        return (f"{ns}/job/{job}/birth/{ev.event_id}", f"{ns}/job/{job}")
+    if t == "JobCleanedUp":
         return (f"{ns}/job/{job}",)
     if t in ("JobAdopted", "JobLockReleased", "JobRecoveryFailed"):
         return (f"{ns}/job/{job}/lock",)
@@ -190,7 +198,7 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
         return (f"{ns}/job/{job}/checkpoints",)
     if t == "JobReasserted":
         return (f"{ns}/job/{job}", f"{ns}/job/{job}/lock", f"{ns}/job/{job}/checkpoints",
-                f"{ns}/job/{job}/end/{ev.event_id}")
+                f"{ns}/job/{job}/end/{ev.event_id}", f"{ns}/job/{job}/birth/{ev.event_id}")
     if t == "LeaseRenewed":
         if ev.renewal is None or ev.attempts is None:
             return (f"{ns}/term/{ev.epoch}/lease",)
@@ -283,6 +291,9 @@ class NamespaceModel:
         self._on_end_key = False  # the record being decided is under an end key
         self._reasserting_part: str | None = None  # lock or checkpoints: its key, if so
         self.ends_keyed = False  # a grant of a jobreg whose ends have keys of their own
+        self.births_keyed = False  # a grant of layout 1: submits under birth keys
+        self._key: str | None = None  # the key of the record being decided
+        self._birth_key = False  # it is a birth key
         self.epoch = 0
         self.leader: str | None = None
         self.revoked = False
@@ -323,10 +334,9 @@ class NamespaceModel:
         if value is None:
             return self._note(Verdict(offset, "QUARANTINED", "tombstone", key,
                                       timestamp=timestamp))
+
         ev: Any  # the model reads events by their TYPE and fields, as the README states them
-        self._on_end_key = key is not None and key.count("/") == 4 and "/end/" in key
-        tail = key.rsplit("/", 1)[-1] if key is not None and key.count("/") == 3 else None
-        self._reasserting_part = tail if tail in ("lock", "checkpoints") else None
+        self._set_key(key)
         try:
             ev = decode(value)
         except CodecError:
@@ -356,8 +366,15 @@ class NamespaceModel:
             if allowed is None:
                 v.outcome, v.reason = "QUARANTINED", "no_rule"
                 return self._note(v)
-            if key not in allowed:
+            absent_on_birth = (ev.TYPE == "JobReasserted" and ev.status == "ABSENT"
+                               and key is not None and key.count("/") == 4
+                               and key.startswith(f"{self.ns}/job/{ev.job_id}/birth/"))
+            if key not in allowed and not absent_on_birth:
                 raise _Refused("wrong_key")
+            if self.births_keyed and key == f"{self.ns}/job/{getattr(ev, 'job_id', '')}" \
+                    and ev.TYPE in ("JobSubmitted", "JobCancelled", "JobTerminated"):
+                self._fence(ev)
+                raise _Refused("wrong_key")  # the job key holds no submit or end any more
             if getattr(ev, "call_id", None) and ev.TYPE != "CallCommitted":
                 self._fence(ev)
                 v.outcome, v.reason = "PENDING", "waits for its call's commit"
@@ -367,9 +384,13 @@ class NamespaceModel:
                 self._fence(ev)
                 self._commit(ev, v)
                 return self._note(v)
-            if (ev.TYPE == "JobReasserted" and ev.status != "ABSENT"
-                    and ev.job_id not in self.jobs and key != f"{self.ns}/job/{ev.job_id}"):
-                self._fence(ev)  # only the job key brings a job into existence
+            creates = key in (f"{self.ns}/job/{getattr(ev, 'job_id', '')}/end/{ev.event_id}",
+                              f"{self.ns}/job/{getattr(ev, 'job_id', '')}/birth/{ev.event_id}"
+                              ) or (not self.births_keyed
+                                    and key == f"{self.ns}/job/{getattr(ev, 'job_id', '')}")
+            if (ev.TYPE == "JobReasserted" and ev.status != "ABSENT" and not self._birth_key
+                    and ev.job_id not in self.jobs and not creates):
+                self._fence(ev)  # only a birth or an end key brings a job into existence
                 raise _Refused("unknown_job")
             why = self._decide(ev, offset, timestamp)
             if why is not None:
@@ -407,7 +428,23 @@ class NamespaceModel:
 
     # -- internals --------------------------------------------------------------------------
 
+    def _set_key(self, key: str | None) -> None:
+        self._key = key
+        parts = key.split("/") if key is not None else []
+        self._on_end_key = len(parts) == 5 and parts[3] == "end"
+        self._birth_key = len(parts) == 5 and parts[3] == "birth"
+        tail = parts[-1] if len(parts) == 4 else None
+        self._reasserting_part = tail if tail in ("lock", "checkpoints") else None
+
     def _note(self, v: Verdict) -> Verdict:
+        # A birth key holds one record: one there that is not accepted (nor a copy of the
+        # birth) supersedes the birth it holds, which the job then no longer rests on.
+        parts = v.key.split("/") if v.key is not None else []
+        if len(parts) == 5 and parts[3] == "birth" and parts[0] == self.ns \
+                and v.outcome not in ("ACCEPTED", "DUPLICATE"):
+            job = self.jobs.get(parts[2])
+            if job is not None and job.born == parts[4] and v.event_id != job.born:
+                job.born = None
         self.verdicts.append(v)
         self.by_offset[v.offset] = v
         if v.event_id is not None:
@@ -440,6 +477,7 @@ class NamespaceModel:
                 self.epoch, self.leader, self.revoked = ev.epoch, ev.writer, False
                 self.renewed = 0
                 self.ends_keyed = self.ends_keyed or ev.schema_version >= 3
+                self.births_keyed = self.births_keyed or getattr(ev, "layout", 0) >= 1
                 self.grants[ev.epoch] = (ev.writer, offset, ts)
                 self.leaders = {}
             return None
@@ -469,7 +507,9 @@ class NamespaceModel:
             if job is not None:
                 raise _Refused("job_exists" if job.live else "terminal_job")
             new = MJob("ACTIVE", ev.epoch, graph_of(ev.graph), None, ev.max_checkpoint_failures,
-                       ev.retained_checkpoints)
+                       ev.retained_checkpoints,
+                       born=ev.event_id if self._key == f"{self.ns}/job/{job_id}/birth/"
+                       f"{ev.event_id}" else None)
         elif t in ("JobCancelled", "JobTerminated"):
             status = "CANCELLED" if t == "JobCancelled" else ev.state
             if status not in TERMINAL:
@@ -499,12 +539,25 @@ class NamespaceModel:
             if ev.status not in STATUSES:
                 raise _Refused("bad_state")
             part = self._reasserting_part
+            own_birth = self._key == f"{self.ns}/job/{job_id}/birth/{ev.event_id}"
+            if self._birth_key and (ev.status == "ABSENT" or not own_birth):
+                # removes a refused call's submit; the job only if that was its birth
+                if not dry and job is not None and self._key is not None \
+                        and job.born == self._key.rsplit("/", 1)[-1]:
+                    del self.jobs[job_id]
+                    self.changes.setdefault(job_id, []).append((offset, ts, False, None))
+                return None
+            if own_birth and ev.status in TERMINAL:
+                raise _Refused("bad_state")
             if part is not None and job is not None:  # the lock or checkpoints key
                 if ev.status == "ABSENT":
                     raise _Refused("job_exists")
                 if not job.live:
                     if ev.status not in TERMINAL:
                         raise _Refused("terminal_job")
+                    if part == "checkpoints" and job.dirty and not dry:
+                        # a dirty result's checkpoints stand under the checkpoints key
+                        self.jobs[job_id] = replace(job, cp=Cp.of(ev.checkpoints))
                     return None
                 if ev.status in TERMINAL:
                     raise _Refused("bad_state")
@@ -524,12 +577,14 @@ class NamespaceModel:
                     self.changes.setdefault(job_id, []).append((offset, ts, False, None))
                 return None
             if ev.status in TERMINAL:
-                new = (MJob(ev.status, None, graph_of(ev.graph), cp=_restated(job, ev.checkpoints),
+                new = (MJob(ev.status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),
                             dirty=True) if ev.dirty else MJob(ev.status, None, None))
             else:
                 new = MJob(ev.status, ev.owner_epoch, graph_of(ev.graph), ev.error,
                            ev.max_checkpoint_failures, ev.retained_checkpoints,
-                           _restated(job, ev.checkpoints))
+                           _restated(job, ev.checkpoints),
+                           born=ev.event_id if own_birth else (
+                               job.born if job is not None else None))
         else:
             if job is None:
                 raise _Refused("unknown_job")
@@ -592,7 +647,8 @@ class NamespaceModel:
         offset, ts = v.offset, v.timestamp
         for m in waiting:
             m.decided_at = offset
-        if len(waiting) < ev.size:  # the cleaner removed some: each on its own
+        if len(waiting) < ev.size and not self.births_keyed:  # the cleaner removed some:
+            # each on its own (before a grant of layout 1; since, all or none over them)
             for m in waiting:
                 self._decide_member(m, offset, ts)
             return
@@ -608,6 +664,7 @@ class NamespaceModel:
                 return
 
     def _decide_member(self, m: Verdict, offset: int, ts: int | None) -> bool:
+        self._set_key(m.key)
         try:
             why = self._decide(m.event, offset, ts)
         except _Refused as r:
