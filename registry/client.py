@@ -744,7 +744,10 @@ class Term:
         return self._write([self._event(JobAdopted, self._known(j)) for j in job_ids])
 
     def release(self, job_id: str) -> Receipt:
-        """Let go of a job's lock; the job stays in the registry."""
+        """Let go of a job's lock; the job stays in the registry, live and unowned, for the
+        next term's :meth:`recover`. Of a job whose recovery failed (``RECOVERY_FAILED``) a
+        release clears the failure and hands the job to the next recovery (the error stays
+        in its timeline); :meth:`retry` recovers it in this term."""
         return self._write([self._event(JobLockReleased, self._known(job_id))])[0]
 
     def cancel(self, job_id: str, reason: str = "") -> Receipt:
@@ -915,8 +918,8 @@ class Term:
         """Record that recovering the job failed where this client could not see it (a host
         that reads the job's graph itself, as Flink's JobManager does through the Flink
         bridge): the same ``JobRecoveryFailed`` record :meth:`recover` writes (status
-        ``RECOVERY_FAILED``, ``error`` kept, no owner; :meth:`retry` or a cancel moves it
-        on). Raises :class:`~registry.errors.WriteRejected` for an unknown
+        ``RECOVERY_FAILED``, ``error`` kept, no owner; :meth:`retry`, a release or a cancel
+        moves it on). Raises :class:`~registry.errors.WriteRejected` for an unknown
         (``unknown_job``) or ended (``terminal_job``) job, as every write of a job."""
         return self._write([self._event(JobRecoveryFailed, job_id, error=error)])[0]
 

@@ -1156,11 +1156,12 @@ class Delta:
                                             error=e.error)
 
     def _released(self, e: JobLockReleased, job: JobView | None) -> None:
+        # Unowned and ACTIVE, whatever the lock held: of a job whose recovery failed, a
+        # release hands it to the next recovery. (It was refused there once, on the lock
+        # key's earlier record, which the cleaner removes: issue 42.)
         job = self._live(e, job)
-        if job.status == JobStatus.RECOVERY_FAILED:
-            raise _Verdict("recovery_failed", f"job {e.job_id!r} failed recovery and "
-                           "is held by no term; retry or cancel it")
-        self._jobs[e.job_id] = job._replace(owner_epoch=None)
+        self._jobs[e.job_id] = job._replace(status=JobStatus.ACTIVE, owner_epoch=None,
+                                            error=None)
 
     def _checkpoint(self, e: CheckpointEvent, job: JobView | None) -> str | None:
         job = self._live(e, job)

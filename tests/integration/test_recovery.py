@@ -58,18 +58,23 @@ def test_incident_003_one_bad_job_fails_alone(connect) -> None:
         t3.retry("job-13")
 
 
-def test_release_of_a_failed_job_is_refused_and_cancel_ends_it(connect) -> None:
+def test_a_release_of_a_failed_job_hands_it_to_the_next_recovery_and_cancel_ends_it(connect) -> None:
+    """A release sets the whole lock (ACTIVE, no owner, no error) whatever the lock key held
+    before: it was refused ``recovery_failed`` once, a refusal that rested on the lock key's
+    earlier record and so became an acceptance once the cleaner removed it (issue 42)."""
     reg = connect("rf")
     t1 = reg.claim_leadership("jm-1")
     t1.submit("bad", b"g")
     t2 = connect("rf").claim_leadership("jm-2")
     t2.recover(lambda job: 1 / 0)
-    from registry import WriteRejected
-
-    with pytest.raises(WriteRejected) as caught:
-        t2.release("bad")
-    assert caught.value.reason == "recovery_failed"
-    t2.cancel("bad")
+    assert reg.sync().jobs["bad"].status == JobStatus.RECOVERY_FAILED
+    assert t2.release("bad").ignored is None
+    view = reg.sync().jobs["bad"]
+    assert (view.status, view.owner_epoch, view.error) == (JobStatus.ACTIVE, None, None)
+    t3 = connect("rf").claim_leadership("jm-3")
+    [again] = t3.recover(lambda job: 1 / 0)
+    assert again.status == JobStatus.RECOVERY_FAILED  # the next recovery tried it again
+    t3.cancel("bad")
     assert reg.jobs(include_terminal=True)["bad"].status == JobStatus.CANCELLED
 
 

@@ -33,9 +33,6 @@ from registry.image import JobView
 CI_DEPTH = 4
 
 KNOWN: dict[tuple[str, str], str] = {
-    ("refusal_accepted", "JobLockReleased recovery_failed"):
-        "a release refused recovery_failed is accepted once the cleaner removed the "
-        "JobRecoveryFailed from the lock key",
     ("refusal_accepted", "CheckpointTriggered checkpoint_id_not_increasing"):
         "a trigger of an id not above the newest is accepted once the cleaner removed the "
         "checkpoints key's earlier records (its seq jumps: the carried state is taken)",

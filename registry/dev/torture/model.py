@@ -596,9 +596,7 @@ class NamespaceModel:
             elif t == "JobRecoveryFailed":
                 new = replace(job, status="RECOVERY_FAILED", owner=None, error=ev.error)
             elif t == "JobLockReleased":
-                if job.status == "RECOVERY_FAILED":
-                    raise _Refused("recovery_failed")
-                new = replace(job, owner=None)
+                new = replace(job, status="ACTIVE", owner=None, error=None)
             elif t.startswith("Checkpoint") or t == "JobRestarted":
                 carried = Cp.of(ev.state)
                 if carried.seq > job.cp.seq + 1:  # compaction removed the earlier records
