@@ -146,7 +146,8 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
     job's whole accepted state, written on that same key so that it becomes
     the key's newest record again; for a terminal job whose end lies under its job key
     (written before ends had keys of their own), one under a new end key; for the key of a job that does not exist
-    (a refused call submitted it, rule 8) one with status ``ABSENT``, these first. For an unsettled
+    (a refused call submitted it, rule 8), and for a refused record under a birth or an end key
+    that the leader removes, one with status ``ABSENT``, these first. For an unsettled
     key of this term's leader information (rule 9), a
     :class:`~registry.events.LeaderInformationPublished` restating the component's
     information (a deletion if it has none). What it plans
@@ -162,7 +163,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
         # call's sinking record, never sees the call's jobs while its sinking key is restated.
         parsed = parse_key(key)
         absent = parsed is not None and parsed.job_id is not None and (
-            (parsed.kind == "birth" and not key.endswith("/"))
+            (parsed.kind in ("birth", "end") and not key.endswith("/"))
             or (parsed.kind != "end" and parsed.job_id not in image.jobs))
         return (0 if absent else 1, key)
 
@@ -182,6 +183,14 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
         if parsed is None or parsed.job_id is None:
             continue
         job = image.jobs.get(parsed.job_id)
+        if parsed.kind == "end" and not key.endswith("/"):
+            # A refused end under that key, of a job whose end lay under its job key: removed
+            # (rule 5), these first.
+            out.append((key, JobReasserted(
+                event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
+                created_at=now_ms(), job_id=parsed.job_id, status=JobStatus.ABSENT,
+                owner_epoch=None, graph=None)))
+            continue
         if parsed.kind == "end":
             # A job ended before ends had keys of their own (rule 5): its end is restated
             # under an end key, where no later record can supersede it.

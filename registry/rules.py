@@ -683,11 +683,20 @@ class Delta:
         # restated under a new one (rule 5). A duplicate is a copy of what the key held.
         self._note_birth(job_id)
         if is_end_key(key):
-            if decision.outcome not in (Outcome.ACCEPTED, Outcome.DUPLICATE):
+            if decision.outcome == Outcome.ACCEPTED:
+                if key in self._unsettled:  # the leader's removal landed
+                    del self._unsettled[key]
+            elif decision.outcome != Outcome.DUPLICATE:
                 job = self._jobs.get(job_id)
                 if job is not None and job.ended_by is not None \
                         and key == end_key(self._ns, job_id, job.ended_by):
                     self._end(job_id, job._replace(ended_by=None))
+                elif job is not None and not job.live and job.ended_by is None \
+                        and key not in self._unsettled:
+                    # A refused record under an end key of a job whose end lies under its
+                    # job key: that refusal rests on a record the cleaner may remove, so
+                    # the leader removes this one (an ABSENT reassertion there).
+                    self._unsettled[key] = decision.offset
             return
         if is_birth_key(key):
             # A birth key holds one record (a submit, or a reassertion restating a birth)
@@ -787,7 +796,7 @@ class Delta:
                 raise _Verdict("namespace_mismatch",
                                f"event names namespace {event.namespace!r}, its key {key!r}")
             if key != record_key(event) and key not in allowed_keys(event) \
-                    and not _removes_a_birth(event, key):
+                    and not _removes_a_record(event, key):
                 raise _Verdict("wrong_key", f"a {event.TYPE} must be keyed "
                                f"{' or '.join(allowed_keys(event))}, not {key!r}")
             ignored = _RULES[type(event)](self, event, record)
@@ -926,6 +935,16 @@ class Delta:
             if job is not None and job.born_by == held:
                 del self._jobs[e.job_id]
             return None
+        if self._aspect == "end" and not self._on_end_key and e.status == JobStatus.ABSENT:
+            # The leader's removal of a refused end under that key (rule 5: one of a job
+            # whose end lay under its job key, which the cleaner may remove first): it
+            # removes the record it supersedes, never the job's end.
+            job = self._jobs.get(e.job_id)
+            held = (record.key or b"").rsplit(b"/", 1)[-1].decode("utf-8", "replace")
+            if job is not None and job.ended_by == held:
+                raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}: its end "
+                               "lies under this key, which a removal cannot supersede")
+            return None
         if self._on_end_key and e.status not in JobStatus.TERMINAL:
             raise _Verdict("bad_state", f"a reassertion under an end key restates an end, "
                            f"not status {e.status!r}")
@@ -980,11 +999,14 @@ class Delta:
             raise _Verdict("bad_state", f"a job can terminate as FINISHED or FAILED, "
                            f"not {status!r}")
         if job is not None and not job.live:
-            if self._on_end_key and job.ended_by is None:
+            if self._on_end_key and job.ended_by is None \
+                    and (status, e.reason or None) == (job.status, job.reason):
                 # The job's end lies under its job key (a jobreg before ends had keys of
-                # their own, or a reassertion there): this record under an end key becomes
-                # its end, the result unchanged. (A copy of the end that made it so lands
-                # here once the cleaner removed the first copy.)
+                # their own, or a reassertion there): this record under an end key, if it
+                # states that end, becomes its end, the result unchanged. (A copy of the
+                # end that made it so lands here once the cleaner removed the first copy.)
+                # One that states another end is refused, and removed by the leader: once
+                # the cleaner removed the end under the job key, it would read as the end.
                 self._end(e.job_id, job._replace(ended_by=e.event_id))
                 return
             raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
@@ -1321,13 +1343,15 @@ def _said(event: Event) -> str:
     return f"{field}: {said}" if said else ""
 
 
-def _removes_a_birth(event: Event, key: str | None) -> bool:
-    """Whether ``key`` is a birth key of a reassertion's job with status ``ABSENT``: rule
-    8's removal of a refused call's submit, written under that submit's key."""
-    return (isinstance(event, JobReasserted) and event.status == JobStatus.ABSENT
-            and key is not None
-            and key.startswith(f"{event.namespace}/job/{event.job_id}/birth/")
-            and key.count("/") == 4)
+def _removes_a_record(event: Event, key: str | None) -> bool:
+    """Whether ``key`` is a birth or an end key of a reassertion's job with status
+    ``ABSENT``: the leader's removal of the record that key holds (rule 8's refused call's
+    submit, rule 5's refused end of a job whose end lay under its job key)."""
+    if not isinstance(event, JobReasserted) or event.status != JobStatus.ABSENT or key is None:
+        return False
+    parsed = parse_key(key)
+    return (parsed is not None and parsed.kind in ("birth", "end")
+            and parsed.namespace == event.namespace and parsed.job_id == event.job_id)
 
 
 def _key(record: LogRecord) -> str | None:

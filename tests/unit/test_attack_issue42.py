@@ -6,6 +6,7 @@ when the mark is to be removed."""
 from __future__ import annotations
 
 import pytest
+import support.model
 from support.histories import DAY, build
 from support.model import NS, compact, visible
 
@@ -53,26 +54,42 @@ def test_a_record_on_an_end_key_never_removes_the_end(what) -> None:
         assert not image.jobs["a"].live, c
 
 
-@pytest.mark.xfail(strict=True, reason="issue 42 attack: an end under an end key for a "
-                   "terminal job with ended_by None is taken as its end with the fold's "
-                   "status, but once the legacy end on the job key is cleaned the compacted "
-                   "fold reads the record's own status: FAILED instead of CANCELLED")
+@pytest.mark.parametrize("upgraded", [False, True])
 def test_an_end_key_record_adopted_as_a_legacy_jobs_end_keeps_its_status_after_compaction(
-) -> None:
+        monkeypatch, upgraded: bool) -> None:
+    """D2: an end under an end key for a job whose end lies under its job key (ended_by
+    None) was taken as its end with the fold's status, and once the legacy end on the job
+    key was cleaned the compacted fold read the record's own status (FAILED, not
+    CANCELLED). Now only a record stating that end becomes it; another is refused
+    ``terminal_job`` and removed by the leader (an ABSENT reassertion under its key).
+    (The log is a jobreg's before births had keys of their own, grant layout 0: after a
+    layout-1 grant an end under the job key is refused ``wrong_key``; ``upgraded``: a
+    leader of today's jobreg claims after the legacy end and before the raw end.)"""
+    monkeypatch.setattr(support.model, "LAYOUT", 0)
     sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False)], settle=False)
     common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0)
     # an end as a jobreg before ends had keys of their own wrote it: under the job key
     legacy = JobCancelled(job_id="a", reason="legacy", event_id=new_event_id(), **common)
     sim.append(job_key(NS, "a"), encode(legacy))
+    assert fold(visible(sim.log), NS).jobs["a"].status == "CANCELLED"
+    leader = "jm-1"
+    if upgraded:
+        monkeypatch.setattr(support.model, "LAYOUT", 1)
+        sim.sync("jm-2")
+        sim.claim("jm-2")  # it settles: the legacy end is restated under an end key
+        leader, common["epoch"], common["writer"] = "jm-2", 2, "jm-2"
     # a (raw, current-term) end under an end key with another status: "becomes its end"
     other = JobTerminated(job_id="a", state="FAILED", reason="boom", event_id=new_event_id(),
                           **common)
     sim.append(end_key(NS, "a", other.event_id), encode(other))
-    sim.sync("jm-1")
-    sim.write("jm-1", "clean", "a")  # the leader cleans the result up (a v2 JobCleanedUp)
+    [refused] = [d for d in fold(visible(sim.log), NS).rejected if d.event_id == other.event_id]
+    assert refused.reason == "terminal_job"
+    sim.sync(leader)
+    sim.write(leader, "clean", "a")  # the leader cleans the result up (a v2 JobCleanedUp)
     sim.settle()
     full = fold(visible(sim.log), NS)
     assert (full.jobs["a"].status, full.jobs["a"].reason) == ("CANCELLED", "legacy")
+    assert not full.unsettled
     for c, image in _every_cut(sim.log):
         assert image.answer() == full.answer(), c
 

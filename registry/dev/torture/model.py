@@ -298,6 +298,8 @@ class NamespaceModel:
         self.leader: str | None = None
         self.revoked = False
         self.jobs: dict[str, MJob] = {}
+        # the event id of the end key that holds each ended job's end (rule 5)
+        self.ends: dict[str, str] = {}
         self.seen: dict[str, int] = {}  # event id -> the newest window when it was folded
         self.newest_window: int | None = None
         self.grants: dict[int, tuple[str, int, int | None]] = {}
@@ -368,7 +370,8 @@ class NamespaceModel:
                 return self._note(v)
             absent_on_birth = (ev.TYPE == "JobReasserted" and ev.status == "ABSENT"
                                and key is not None and key.count("/") == 4
-                               and key.startswith(f"{self.ns}/job/{ev.job_id}/birth/"))
+                               and (key.startswith(f"{self.ns}/job/{ev.job_id}/birth/")
+                                    or key.startswith(f"{self.ns}/job/{ev.job_id}/end/")))
             if key not in allowed and not absent_on_birth:
                 raise _Refused("wrong_key")
             if self.births_keyed and key == f"{self.ns}/job/{getattr(ev, 'job_id', '')}" \
@@ -445,6 +448,10 @@ class NamespaceModel:
             job = self.jobs.get(parts[2])
             if job is not None and job.born == parts[4] and v.event_id != job.born:
                 job.born = None
+        if len(parts) == 5 and parts[3] == "end" and parts[0] == self.ns \
+                and v.outcome not in ("ACCEPTED", "DUPLICATE") \
+                and self.ends.get(parts[2]) == parts[4]:
+            del self.ends[parts[2]]  # junk there supersedes the end it held
         self.verdicts.append(v)
         self.by_offset[v.offset] = v
         if v.event_id is not None:
@@ -539,6 +546,12 @@ class NamespaceModel:
             if ev.status not in STATUSES:
                 raise _Refused("bad_state")
             part = self._reasserting_part
+            if self._on_end_key and ev.status == "ABSENT" \
+                    and self._key != f"{self.ns}/job/{job_id}/end/{ev.event_id}":
+                # the leader's removal of a refused end there; never the end the key holds
+                if self.ends.get(job_id) == (self._key or "").rsplit("/", 1)[-1]:
+                    raise _Refused("terminal_job")
+                return None
             own_birth = self._key == f"{self.ns}/job/{job_id}/birth/{ev.event_id}"
             if self._birth_key and (ev.status == "ABSENT" or not own_birth):
                 # removes a refused call's submit; the job only if that was its birth
@@ -630,6 +643,9 @@ class NamespaceModel:
             return why
         if not dry:
             self.jobs[job_id] = new
+            if self._on_end_key and not new.live \
+                    and self._key == f"{self.ns}/job/{job_id}/end/{ev.event_id}":
+                self.ends[job_id] = ev.event_id
             self._changed(job_id, offset, ts)
         return None
 
