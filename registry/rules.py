@@ -68,7 +68,13 @@ Rules, in the order the fold applies them to one record of this namespace:
    accepted, and its key is unsettled until the leader restates the result; and its
    end is due to be restated under an end key (the leader does it, with a reassertion
    there; until then ``unsettled`` holds ``<ns>/job/<id>/end/``). An end under an end key
-   for a job whose end is not under one becomes its end (the result unchanged). A record
+   for a job whose end is not under one becomes its end (the result unchanged) if it states
+   that end; another is refused ``terminal_job`` and its key is unsettled until the leader
+   removes it (an ABSENT reassertion there removes the record it supersedes, never the end
+   the key holds). A restatement under its own birth key of a job the fold knows restates
+   the birth alone (graph and limits); one under an end key of a job whose end lies under
+   one already restates nothing; none makes a clean result dirty (a restatement is re-sent
+   as a fresh event, and the later copy must not undo what the term wrote since). A record
    on the end key holding a job's end that is not that end (junk, a tombstone, a
    misplaced event; not a duplicate) supersedes it: the end is due again, as above.
    Records written before results (schema version 1) leave a clean result
@@ -1084,6 +1090,24 @@ class Delta:
         if job is not None and not job.live and e.status not in JobStatus.TERMINAL:
             raise _Verdict("terminal_job", f"job {e.job_id!r} is {job.status}; a "
                            "reassertion cannot make it live again")
+        if job is not None and job.live and self._aspect == "birth" \
+                and e.status not in JobStatus.TERMINAL:
+            # Under its own birth key, of a job the fold knows: the birth alone (its graph
+            # and limits, which never change; the key now holds it); the lock and the
+            # checkpoints stand where their keys hold them. A restatement re-sent as a
+            # fresh event has two copies the fold accepts, and the later one, planned
+            # before what the term wrote since, must not undo it (only one that brings the
+            # job into existence, the cleaner having removed the rest, carries it whole).
+            self._jobs[e.job_id] = job._replace(
+                graph=e.graph, max_checkpoint_failures=e.max_checkpoint_failures,
+                retained_checkpoints=e.retained_checkpoints,
+                born_by=job.born_by if job.born_by is not None else e.event_id)
+            return
+        if job is not None and not job.live and self._on_end_key and job.ended_by is not None:
+            # A copy of an end whose end lies under an end key already (the later copy of a
+            # restatement re-sent as a fresh event): this key holds the end too, and the
+            # result stands as it is (a cleanup since is not undone).
+            return
         checkpoints = self._restated_checkpoints(e, job)
         if e.status in JobStatus.TERMINAL:
             # A result's checkpoints are the job's when it ended and never grow after (every
@@ -1096,9 +1120,12 @@ class Delta:
             # before ends had keys of their own); elsewhere it keeps the end the fold knows.
             ended_by = e.event_id if self._on_end_key else (
                 job.ended_by if job is not None else None)
+            # A clean result never becomes dirty again (its graph and checkpoints were
+            # deleted): a restatement planned before the cleanup restates it clean.
+            dirty = e.dirty and (job is None or job.live or job.dirty)
             self._end(e.job_id, (
                 JobView(e.job_id, e.status, None, e.graph, checkpoints=checkpoints,
-                        reason=e.reason, dirty=True, ended_by=ended_by) if e.dirty
+                        reason=e.reason, dirty=True, ended_by=ended_by) if dirty
                 else JobView(e.job_id, e.status, None, None, reason=e.reason,
                              ended_by=ended_by)))
         else:
