@@ -114,7 +114,7 @@ from registry.fold import (
     plan_reassertions,
 )
 from registry.image import Decision, Image, LogRecord, Outcome
-from registry.keys import checkpoints_key, job_key, lock_key, record_key
+from registry.keys import birth_key, checkpoints_key, end_key, job_key, lock_key, record_key
 from registry.wire import default_codec
 from registry.writes import _own_key
 
@@ -163,6 +163,8 @@ class Alphabet:
     raw_epochs: tuple[str, ...] = ("current", "stale", "future")
     raw_writers: tuple[str, ...] = ("leader", "other")
     raw_keys: tuple[str, ...] = ("own", "wrong")
+    # garbage and tombstones also over the key that holds a job's birth, or its end
+    junk_keys: tuple[str, ...] = ("birth", "end")
     stale_claims: bool = True
     # raw checkpoint records also from a view without the job's checkpoint records (key
     # "stale" in the op: on the own key, seq and state as the submit left them)
@@ -204,7 +206,8 @@ Op = tuple[Any, ...]
 * ``("write", cmd, job, cp)``: the leader's client write (it settles, as the client does)
 * ``("zombie", cmd, job, cp, settle)``: a deposed leader's write from its own view
 * ``("raw", type, "current"|"stale"|"future", "leader"|"other", job, "own"|"wrong"|"stale",
-  settle)`` (``stale``: a checkpoint record from a view without the job's checkpoint records)
+  settle)`` (``stale``: a checkpoint record from a view without the job's checkpoint records;
+  garbage and tombstones also ``birth``|``end``: over the key that holds the job's birth, end)
 * ``("dup", n, settle)``: a re-send of the n-th client record as the client makes it: a
   record under a key of its own as a fresh event under a fresh key, a call's record with its
   whole call (a call of submits as a fresh call, any other verbatim), any other verbatim
@@ -311,6 +314,8 @@ class _World:
             renumbered = dataclasses.replace(e, **changes)
             if key == record_key(e):  # keys that hold the id (grants, commits) follow it
                 key = record_key(renumbered)
+            elif e.event_id in key:  # a restatement under its own birth or end key
+                key = key.replace(e.event_id, renumbered.event_id)
             value, read = _CODEC.encode_as_read(renumbered)
             self.append(key, value, read, client, last=i == len(pairs) - 1)
 
@@ -481,7 +486,15 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
     writer = leader if writer_rel == "leader" else next(c for c in CONTENDERS if c != leader)
     common = _common(epoch, writer)
     if kind in ("garbage", "tombstone"):
-        key = job_key(NS, job) if key_rel == "own" else lock_key(NS, job)
+        if key_rel in ("birth", "end"):  # over the key that holds the job's birth (end)
+            view = img.jobs.get(job)
+            held = None if view is None else (view.born_by if key_rel == "birth"
+                                              else view.ended_by)
+            if held is None:
+                return False
+            key = (birth_key if key_rel == "birth" else end_key)(NS, job, held)
+        else:
+            key = job_key(NS, job) if key_rel == "own" else lock_key(NS, job)
         value = b"\x00\x00\x00\x00\x63not avro at all" if kind == "garbage" else None
         world.append(key, value, None, False)
         return True
@@ -668,7 +681,8 @@ def _candidates(world: _World, ops: Sequence[Op], alphabet: Alphabet) -> Iterato
         for kind in alphabet.raw_types:
             for j in jobs:
                 for key in alphabet.raw_keys + (("stale",) if kind in _CHECKPOINT_TYPES
-                                                 and alphabet.stale_checkpoints else ()):
+                                                 and alphabet.stale_checkpoints else ()) + (
+                        alphabet.junk_keys if kind in ("garbage", "tombstone") else ()):
                     if kind in ("garbage", "tombstone"):
                         yield ("raw", kind, "-", "-", j, key)
                         continue

@@ -33,6 +33,17 @@ from registry.image import JobView
 CI_DEPTH = 4
 
 KNOWN: dict[tuple[str, str], str] = {
+    ("answer", "JobSubmitted job_exists -> ACCEPTED"):
+        "junk over a job's birth key (the birth superseded, due, restated by the leader): a "
+        "call member refused job_exists, which sinks its call and stands under its own birth "
+        "key, reads as accepted once the cleaner removed the birth, and its call commits",
+    ("refusal_accepted", "CallCommitted call_aborted (sunk by JobSubmitted job_exists)"):
+        "the same call's commit, refused call_aborted, accepted after compaction",
+    ("refusal_accepted", "JobSubmitted job_exists"):
+        "junk over a job's birth key, then a submit of the job refused job_exists before the "
+        "leader restated the birth: its refusal rests on a birth no key holds any more, and "
+        "it reads as accepted in a log cleaned past the junk (the answer is right: the leader "
+        "removes it and restates the birth)",
     ("refusal_accepted", "CheckpointTriggered checkpoint_id_not_increasing"):
         "a trigger of an id not above the newest is accepted once the cleaner removed the "
         "checkpoints key's earlier records (its seq jumps: the carried state is taken)",
@@ -89,7 +100,7 @@ def test_the_ci_bound_explores_what_it_counts(ci) -> None:
     assert kinds == {"claim", "write", "zombie", "raw", "dup", "torn"}
     raws = {(op[1], op[5]) for ops in histories for op in ops if op[0] == "raw"}
     assert {t for t, _ in raws} == set(ALPHABETS["ci"].raw_types)
-    assert {k for _, k in raws} == {"own", "wrong", "stale"}
+    assert {k for _, k in raws} == {"own", "wrong", "stale", "birth", "end"}
     commands = {op[1] for ops in histories for op in ops if op[0] == "write"}
     assert commands == set(ALPHABETS["ci"].commands)
     settles = {op[-1] for ops in histories for op in ops if op[0] != "write"}
