@@ -487,9 +487,9 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
     common = _common(epoch, writer)
     if kind in ("garbage", "tombstone"):
         if key_rel in ("birth", "end"):  # over the key that holds the job's birth (end)
-            view = img.jobs.get(job)
-            held = None if view is None else (view.born_by if key_rel == "birth"
-                                              else view.ended_by)
+            holder = img.jobs.get(job)
+            held = None if holder is None else (holder.born_by if key_rel == "birth"
+                                                else holder.ended_by)
             if held is None:
                 return False
             key = (birth_key if key_rel == "birth" else end_key)(NS, job, held)
