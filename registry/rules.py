@@ -50,8 +50,10 @@ Rules, in the order the fold applies them to one record of this namespace:
    a birth key (a live job) or an end key (an ended one) brings a job into existence; a live
    job born under its job key before (``born_by`` ``None``) is due to have its birth restated
    under a birth key (``unsettled`` holds ``<ns>/job/<id>/birth/``), as is one whose birth
-   key a record that is not its birth superseded. A refused submit under its own birth key
-   stands and is refused in every compacted log: nothing restates it. Cancel and terminate make a
+   key a record that is not its birth superseded. A refused submit of a live job under its own
+   birth key is removed by the leader (an ABSENT reassertion there, which removes that record
+   and nothing else), so that a record superseding the birth it rests on never lets it read
+   as the birth once the cleaner ran. Cancel and terminate make a
    job terminal for ever, whether or not its submit is still in the log
    (compaction may have removed it), and make its result (Flink's job
    result store): dirty, holding the graph and checkpoint state the job
@@ -72,9 +74,9 @@ Rules, in the order the fold applies them to one record of this namespace:
    that end; another is refused ``terminal_job`` and its key is unsettled until the leader
    removes it (an ABSENT reassertion there removes the record it supersedes, never the end
    the key holds). A restatement under its own birth key of a job the fold knows restates
-   the birth alone (graph and limits); one under an end key of a job whose end lies under
-   one already restates nothing; none makes a clean result dirty (a restatement is re-sent
-   as a fresh event, and the later copy must not undo what the term wrote since). A record
+   the birth alone (graph and limits); none makes a clean result dirty (a restatement is
+   re-sent as a fresh event, and the later copy must not undo what the term wrote since; an
+   end's status and reason never change). A record
    on the end key holding a job's end that is not that end (junk, a tombstone, a
    misplaced event; not a duplicate) supersedes it: the end is due again, as above.
    Records written before results (schema version 1) leave a clean result
@@ -706,8 +708,8 @@ class Delta:
             return
         if is_birth_key(key):
             # A birth key holds one record (a submit, or a reassertion restating a birth)
-            # and supersedes nothing: a refused submit there stands for ever and is refused
-            # in every compacted log alike. But a record there that is not the birth it
+            # and supersedes nothing; a refused submit of a live job there is removed by
+            # the leader (below). But a record there that is not the birth it
             # holds supersedes it: the birth is due again (restated under a new birth key).
             # And a refused call's submit of a job that does not exist is removed (ABSENT),
             # so that no commit the cleaner left fewer records of decides it alone (rule 8).
@@ -726,10 +728,15 @@ class Delta:
                     self._jobs[job_id] = job
                 elif key not in self._unsettled and (
                         (job is None and member and decision.outcome == Outcome.REJECTED)
-                        or (job is not None and job.live and job.born_by is None)):
+                        or (job is not None and job.live and (
+                            job.born_by is None
+                            or (not member and decision.reason == "job_exists")))):
                     # A refused call's submit of a job that does not exist, or a refused
-                    # submit of a job whose birth lies under no birth key yet (its job key
-                    # may lose it to the cleaner first): removed (ABSENT) by the leader.
+                    # submit of a live job (it rests on the job's birth, which a record on
+                    # its key, or on the job key for a birth not yet under a birth key, may
+                    # supersede before the cleaner runs; it would then read as the birth):
+                    # removed (ABSENT) by the leader. Not a call's member of a job born
+                    # under a birth key: it is what sinks its call, and must stand (rule 8).
                     self._unsettled[key] = decision.offset
             self._note_birth(job_id)
             return
@@ -1102,11 +1109,6 @@ class Delta:
                 graph=e.graph, max_checkpoint_failures=e.max_checkpoint_failures,
                 retained_checkpoints=e.retained_checkpoints,
                 born_by=job.born_by if job.born_by is not None else e.event_id)
-            return
-        if job is not None and not job.live and self._on_end_key and job.ended_by is not None:
-            # A copy of an end whose end lies under an end key already (the later copy of a
-            # restatement re-sent as a fresh event): this key holds the end too, and the
-            # result stands as it is (a cleanup since is not undone).
             return
         checkpoints = self._restated_checkpoints(e, job)
         if e.status in JobStatus.TERMINAL:

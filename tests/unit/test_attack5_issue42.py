@@ -64,11 +64,6 @@ def _junk(sim, key: str, what: str) -> None:
         sim.append(key, encode(other))
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 42, fifth adversarial read): a refused "
-                   "submit (end) resting on a birth (end) that junk superseded reads as the "
-                   "birth (end) once the cleaner ran; the fix (the leader removing a refused "
-                   "lone submit, an end's restatement whole) made Flink's reactive-mode "
-                   "rescale test time out in a full Maven run and was reverted")
 @pytest.mark.parametrize("what", ["garbage", "tombstone", "wrong_key"])
 @pytest.mark.parametrize("command", ["release", "recfail", "complete", "newterm"])
 def test_a_refused_resubmission_becomes_the_birth_once_junk_superseded_the_birth(
@@ -144,11 +139,6 @@ def test_a_refused_resubmission_becomes_the_birth_once_junk_superseded_the_birth
         assert image.answer() == full.answer(), c
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 42, fifth adversarial read): a refused "
-                   "submit (end) resting on a birth (end) that junk superseded reads as the "
-                   "birth (end) once the cleaner ran; the fix (the leader removing a refused "
-                   "lone submit, an end's restatement whole) made Flink's reactive-mode "
-                   "rescale test time out in a full Maven run and was reverted")
 @pytest.mark.parametrize("what", ["garbage", "tombstone", "wrong_key"])
 def test_a_refused_second_end_becomes_the_end_once_junk_superseded_the_end(what) -> None:
     """History (the model's client writes; junk as in the D1 test):

@@ -183,21 +183,27 @@ def test_finding_1_is_fixed() -> None:
     assert compacted == full
 
 
-def test_a_resubmission_and_a_resent_submit_unsettle_nothing() -> None:
+def test_a_resubmission_and_a_resent_submit_unsettle_only_their_own_keys() -> None:
     """Before submits had keys of their own, a raw resubmission (refused job_exists) on the
     job key unsettled it, and only the lag from that record (README assumption 1; a later
     re-sent copy does not start the clock again) kept the cleaner from cutting past it and
     taking it for the job's submit. Now it lies under its own birth key and the client
-    re-sends a submit under a fresh one: nothing is unsettled, and every cut of every
-    prefix, 1 + 2 + 3 + 4 + 4 of them (the cut at the end included), gives the fold's
-    answer. (The bound by the first unsettling record: test_attack_issue42.)"""
+    re-sends a submit under a fresh one: the refused ones' own keys alone are unsettled (the
+    leader removes them, so that junk superseding the birth later cannot make it read as the
+    birth: test_attack5_issue42), and every cut of the log gives the fold's answer; the
+    checker cuts only up to the first unsettled record (README assumption 1), 11 cuts in
+    all of its 4 prefixes. (The bound by the first unsettling record: test_attack_issue42.)"""
     ops = [("claim", "jm-1", "current", False), ("write", "submit", "a", 1),
            ("raw", "JobSubmitted", "current", "leader", "a", "own", False), ("dup", 0, False)]
     report = check_history(ops)
     assert not report.failures
-    assert report.prefixes == 4 and report.cuts == 14
+    assert report.prefixes == 4 and report.cuts == 11
     log = replay_history(ops)
-    assert not fold(log, "prod").unsettled
+    refused = {r.key.decode() for r in log if r.key is not None and b"/birth/" in r.key
+               and any(d.offset == r.offset and d.reason == "job_exists"
+                       for d in fold(log, "prod").rejected)}
+    assert len(refused) == 2  # the raw resubmission and the fresh re-sent copy
+    assert set(fold(log, "prod").unsettled) == refused
     for cut in range(len(log) + 1):
         kept = compacted_indices([r.key for r in log], [r.value is None for r in log], cut,
                                  len(log))

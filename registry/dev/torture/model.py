@@ -589,7 +589,6 @@ class NamespaceModel:
                     del self.jobs[job_id]
                     self.changes.setdefault(job_id, []).append((offset, ts, False, None))
                 return None
-            own_end = self._key == f"{self.ns}/job/{job_id}/end/{ev.event_id}"
             if own_birth and job is not None and job.live:
                 # the birth alone: the lock and checkpoints stand (a later copy of a
                 # restatement re-sent fresh must not undo what the term wrote since)
@@ -597,8 +596,6 @@ class NamespaceModel:
                               budget=ev.max_checkpoint_failures,
                               retained=ev.retained_checkpoints,
                               born=job.born if job.born is not None else ev.event_id)
-            elif own_end and job is not None and not job.live and job_id in self.ends:
-                return None  # a copy of an end held under an end key: the result stands
             elif ev.status in TERMINAL:
                 dirty = ev.dirty and (job is None or job.live or job.dirty)  # never clean->dirty
                 new = (MJob(ev.status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),

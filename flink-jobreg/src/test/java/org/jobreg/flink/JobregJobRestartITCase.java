@@ -70,6 +70,9 @@ class JobregJobRestartITCase {
 
     private static final Duration TIMEOUT = Duration.ofSeconds(120);
 
+    /** The name of the operator reactive mode rescales. */
+    private static final String RESCALED = "rescaled map";
+
     /** Per test: tells the job's map to throw once; counts its throws. */
     private static final Map<String, AtomicBoolean> FAIL_NOW = new ConcurrentHashMap<>();
 
@@ -170,6 +173,17 @@ class JobregJobRestartITCase {
         StreamGraph graph = env.getStreamGraph();
         graph.setJobId(new JobID());
         return graph;
+    }
+
+    /** Sleeps 2 ms a record. */
+    private static final class Throttle implements MapFunction<Long, Long> {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public Long map(Long value) throws Exception {
+            Thread.sleep(2);
+            return value;
+        }
     }
 
     /** Sleeps 2 ms a record; throws once when the test sets its flag. */
@@ -398,25 +412,38 @@ class JobregJobRestartITCase {
                 new MiniCluster(
                         new MiniClusterConfiguration.Builder()
                                 .setConfiguration(clusterConfiguration)
-                                .setNumTaskManagers(1)
+                                .setNumTaskManagers(2)
                                 .setNumSlotsPerTaskManager(1)
                                 .build());
         cluster.start();
         StreamExecutionEnvironment env = new StreamExecutionEnvironment(new Configuration());
-        env.setMaxParallelism(2);
+        env.setMaxParallelism(3);
         env.enableCheckpointing(200);
+        // The source at most 1 subtask, the map rescaled: a sequence source's splits are made
+        // once, at the parallelism it first runs at, so a new source subtask gets none and
+        // FINISHES at once (the test once waited for it to run, and passed only when its poll
+        // caught the ~30 ms it spent RUNNING). Two TaskManagers from the start: a MiniCluster
+        // started with one has no network between TaskManagers, so the map could not read the
+        // source on a second one. The source throttled to what one map subtask reads (2 ms a
+        // record): a faster one backs up the channels, and the checkpoints' barriers behind them
+        // took seconds.
         env.fromSequence(0, Long.MAX_VALUE)
+                .setMaxParallelism(1)
+                .map(new Throttle())
+                .setMaxParallelism(1)
+                .rebalance()
                 .map(new FailOnce(token))
+                .name(RESCALED)
                 .sinkTo(new DiscardingSink<>());
         StreamGraph job = env.getStreamGraph();
         job.setJobId(new JobID());
         JobID jobId = job.getJobID();
         cluster.submitJob(job).get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
-        awaitParallelism(jobId, 1);
+        awaitParallelism(jobId, 2);
         long before = awaitValue(() -> latestCheckpoint(jobId), "a checkpoint in jobreg");
 
         cluster.startTaskManager();
-        awaitParallelism(jobId, 2);
+        awaitParallelism(jobId, 3);
         assertLive(jobId);
         awaitCheckpointAbove(jobId, before);
         assertLive(jobId);
@@ -444,7 +471,7 @@ class JobregJobRestartITCase {
                 "a checkpoint above " + above);
     }
 
-    /** Every vertex of the job at {@code parallelism}, every task RUNNING. */
+    /** The rescaled vertex (the map and the sink) at {@code parallelism}, every task RUNNING. */
     private void awaitParallelism(JobID jobId, int parallelism) throws Exception {
         awaitCondition(
                 () -> {
@@ -452,10 +479,17 @@ class JobregJobRestartITCase {
                     if (graph.getState() != JobStatus.RUNNING) {
                         return false;
                     }
+                    boolean found = false;
                     for (AccessExecutionJobVertex vertex : graph.getAllVertices().values()) {
-                        if (vertex.getParallelism() != parallelism) {
-                            return false;
+                        if (vertex.getName().contains(RESCALED)) {
+                            found = true;
+                            if (vertex.getParallelism() != parallelism) {
+                                return false;
+                            }
                         }
+                    }
+                    if (!found) {
+                        return false;
                     }
                     for (AccessExecutionVertex vertex : graph.getAllExecutionVertices()) {
                         if (vertex.getExecutionState() != ExecutionState.RUNNING) {
