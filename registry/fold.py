@@ -10,11 +10,13 @@ ids and stamps.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from . import rules
 from .events import (
+    CheckpointState,
     Event,
     JobReasserted,
     JobStatus,
@@ -22,7 +24,7 @@ from .events import (
     new_event_id,
     now_ms,
 )
-from .image import Decision, Image, LogRecord, TermInfo
+from .image import Decision, Image, JobView, LogRecord, TermInfo
 from .keys import birth_key, end_key, parse_key
 from .rules import (
     DUPLICATE_WINDOW_MS,
@@ -139,6 +141,17 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
     return image
 
 
+def _floored(image: Image, job: JobView) -> CheckpointState:
+    """The job's checkpoint state as the leader restates it: its ``seq`` raised to the
+    highest one a record the fold did not take carried (rule 6, ``Image.checkpoint_floors``),
+    so that the restatement wins over such a record in every compacted log."""
+    floor = image.checkpoint_floors.get(job.job_id)
+    state = job.checkpoints
+    if floor is None or floor <= state.seq:
+        return state
+    return dataclasses.replace(state, seq=floor)
+
+
 def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, Event]]:
     """The (key, event) pairs the leader of ``epoch`` must write to settle the log.
 
@@ -200,7 +213,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             out.append((end_key(ns, job.job_id, event_id), JobReasserted(
                 event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
                 created_at=now_ms(), job_id=job.job_id, status=job.status, owner_epoch=None,
-                graph=job.graph, checkpoints=job.checkpoints, reason=job.reason,
+                graph=job.graph, checkpoints=_floored(image, job), reason=job.reason,
                 dirty=job.dirty)))
             continue
         if parsed.kind == "birth" and key.endswith("/"):
@@ -213,7 +226,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
                 created_at=now_ms(), job_id=job.job_id, status=job.status,
                 owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
                 max_checkpoint_failures=job.max_checkpoint_failures,
-                retained_checkpoints=job.retained_checkpoints, checkpoints=job.checkpoints,
+                retained_checkpoints=job.retained_checkpoints, checkpoints=_floored(image, job),
                 reason=job.reason, dirty=job.dirty)))
             continue
         if job is None or parsed.kind == "birth":
@@ -229,7 +242,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             created_at=now_ms(), job_id=job.job_id, status=job.status,
             owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
             max_checkpoint_failures=job.max_checkpoint_failures,
-            retained_checkpoints=job.retained_checkpoints, checkpoints=job.checkpoints,
+            retained_checkpoints=job.retained_checkpoints, checkpoints=_floored(image, job),
             reason=job.reason, dirty=job.dirty,
         )))
     return out

@@ -254,6 +254,12 @@ class Image:
     """A grant of layout 1 (submits under keys of their own) was accepted (fold rule 5):
     from then on a submit or an end under the job's key is refused (``wrong_key``), and only
     a birth or an end key brings a job into existence."""
+    checkpoint_floors: immutables.Map[str, int] = field(default=_EMPTY_MAP)
+    """Job id -> the highest checkpoint ``seq`` a record of the job carried that the fold did
+    not take (refused, ignored, a duplicate, or accepted and to be restated), while it is
+    above the job's own (fold rule 6): after the cleaner such a record can be read as
+    carrying the state (rule 6's jump), so the leader's restatement carries a ``seq`` at
+    least this high, and a restatement with a lower one is stale."""
 
     @classmethod
     def empty(cls, namespace: str) -> Image:

@@ -98,9 +98,11 @@ Rules, in the order the fold applies them to one record of this namespace:
    standing) and sets only that key's part: the lock (status, owner, error) or the
    checkpoint state; one that would remove the job (``job_exists``) or end it
    (``bad_state``) is refused, the rest of what it carries is not taken. No reassertion
-   takes checkpoint ids back: its checkpoint state is taken unless it is older than the
-   fold's both in ``seq`` and in ids, and then the fold keeps its own and the key is
-   restated. A failed recovery marks a live job
+   takes checkpoint ids back or undoes a checkpoint record: its checkpoint state is taken
+   unless it is older than the fold's in ``seq``, and then the fold keeps its own and the
+   key is restated; the leader's restatement carries a ``seq`` at least that of every record
+   of the job the fold did not take (``Image.checkpoint_floors``: after the cleaner such a
+   record can be read as carrying the state, rule 6's jump). A failed recovery marks a live job
    ``RECOVERY_FAILED`` (no owner, the error kept); only an adopt (a retry)
    or a cancel moves it on; it cannot be released.
 6. Checkpoints (Flink's ``CheckpointFailureManager``; :func:`checkpoint_step`):
@@ -534,6 +536,7 @@ class Delta:
         self._jobs = image.jobs.mutate()
         self._term = image.term
         self._unsettled = image.unsettled.mutate()
+        self._floors = image.checkpoint_floors.mutate()
         self._windows = {w: ids.mutate() for w, ids in image.recent_ids.items()}
         self._newest: int | None = max(self._windows, default=None)
         self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
@@ -601,6 +604,7 @@ class Delta:
         decision = self._decide(record, key, event)
         if parsed is not None and key is not None:
             if parsed.job_id is not None:
+                self._note_floor(parsed.job_id, event, decision)
                 self._note_settlement(key, parsed.job_id, decision)
             elif parsed.kind == "leader":
                 self._note_leader_settlement(key, decision)
@@ -639,6 +643,7 @@ class Delta:
             leaders=self._leaders.finish(),
             ends_keyed=self._ends_keyed,
             births_keyed=self._births_keyed,
+            checkpoint_floors=self._floors.finish(),
         )
 
     # -- internals -----------------------------------------------------------
@@ -679,6 +684,24 @@ class Delta:
             unsettled = immutables.Map({k: v for k, v in unsettled.items()
                                         if not k.startswith(prefix)})
         self._unsettled = unsettled.mutate()
+
+    def _note_floor(self, job_id: str, event: Event, decision: Decision) -> None:
+        """Rule 6: a record of the job carrying a checkpoint ``seq`` the fold did not take
+        (refused, ignored, a duplicate, accepted and to be restated) may, once the cleaner
+        removed the records before it, be read as carrying the state (the jump); the
+        leader's restatement must then win on ``seq``, so it carries at least the highest
+        such one (``Image.checkpoint_floors``), kept while it is above the job's own."""
+        state = event.checkpoints if isinstance(event, JobReasserted) \
+            else getattr(event, "state", None)
+        floor = self._floors.get(job_id)
+        if isinstance(state, CheckpointState) and (
+                decision.outcome != Outcome.ACCEPTED or self._restate) and (
+                floor is None or state.seq > floor):
+            floor = self._floors[job_id] = state.seq
+        if floor is not None:
+            job = self._jobs.get(job_id)
+            if job is None or job.checkpoints.seq >= floor:
+                del self._floors[job_id]
 
     def _note_settlement(self, key: str, job_id: str, decision: Decision, *,
                          member: bool = False) -> None:
@@ -1142,17 +1165,17 @@ class Delta:
 
     def _restated_checkpoints(self, e: JobReasserted, job: JobView | None) -> CheckpointState:
         """The checkpoint state after a reassertion: the one it carries, unless it is older
-        than the fold's, both in ``seq`` and in ids (the fold's knows a newer checkpoint id
-        or a newer completed one): a reassertion planned before a checkpoint record that
+        in ``seq`` than the fold's: a reassertion planned before a checkpoint record that
         landed first, a late copy of one, a raw one. Then the fold's, and the key is
-        restated; so a reassertion never takes checkpoint ids back (rule 6). (Either alone
-        is not enough: after the cleaner a refused record whose earlier records are gone is
-        taken with the ``seq`` and the ids its writer computed, and the leader's restatement,
-        newer in one of them, must win.)"""
+        restated: a stale reassertion never undoes an accepted checkpoint record, not even
+        a failure or a discard that adds no id (rule 6). After the cleaner a refused record
+        whose earlier records are gone is taken with the ``seq`` its writer gave it (the
+        jump); the leader's restatement carries a ``seq`` at least that high
+        (``Image.checkpoint_floors``, :func:`registry.fold.plan_reassertions`), so it wins
+        in every compacted log as in the full one. (Until this rule a state older in
+        ``seq`` whose ids were not older was taken: tests/unit/test_stale_restatement_issue42.)"""
         carried, cur = e.checkpoints, job.checkpoints if job is not None else None
-        if cur is None or carried.seq >= cur.seq or (
-                carried.newest_id >= cur.newest_id
-                and carried.last_completed >= cur.last_completed):
+        if cur is None or carried.seq >= cur.seq:
             return carried
         self._restate = True
         return cur

@@ -577,7 +577,7 @@ def _decode_columns(text: bytes, end_head: int, types: Any) -> Image:
 
 # -- checks ----------------------------------------------------------------------
 
-_MAP_FIELDS = ("jobs", "unsettled", "recent_ids", "leaders")
+_MAP_FIELDS = ("jobs", "unsettled", "recent_ids", "leaders", "checkpoint_floors")
 _DECISION_FIELDS = ("rejected", "ignored", "quarantined")
 
 

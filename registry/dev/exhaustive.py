@@ -110,6 +110,7 @@ from registry.fold import (
     checkpoint_step,
     failure_reason_counts,
     fencing_reason,
+    fold,
     fold_batches,
     plan_reassertions,
 )
@@ -167,7 +168,9 @@ class Alphabet:
     junk_keys: tuple[str, ...] = ("birth", "end")
     stale_claims: bool = True
     # raw checkpoint records also from a view without the job's checkpoint records (key
-    # "stale" in the op: on the own key, seq and state as the submit left them)
+    # "stale" in the op: on the own key, seq and state as the submit left them), and a
+    # restatement of a job with the checkpoint state before its newest checkpoint record
+    # (on its checkpoints key)
     stale_checkpoints: bool = True
     duplicates: bool = True
     torn_calls: bool = True
@@ -206,7 +209,8 @@ Op = tuple[Any, ...]
 * ``("write", cmd, job, cp)``: the leader's client write (it settles, as the client does)
 * ``("zombie", cmd, job, cp, settle)``: a deposed leader's write from its own view
 * ``("raw", type, "current"|"stale"|"future", "leader"|"other", job, "own"|"wrong"|"stale",
-  settle)`` (``stale``: a checkpoint record from a view without the job's checkpoint records;
+  settle)`` (``stale``: a checkpoint record from a view without the job's checkpoint records,
+  a ``JobReasserted`` on the checkpoints key with the state before the newest checkpoint record;
   garbage and tombstones also ``birth``|``end``: over the key that holds the job's birth, end)
 * ``("dup", n, settle)``: a re-send of the n-th client record as the client makes it: a
   record under a key of its own as a fresh event under a fresh key, a call's record with its
@@ -513,6 +517,29 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
         ev = JobLockReleased(job_id=job, **common)
     elif kind == "JobRecoveryFailed":
         ev = JobRecoveryFailed(job_id=job, error="raw", **common)
+    elif kind == "JobReasserted" and key_rel == "stale":
+        # A restatement of the job planned before its newest checkpoint record (a group
+        # planned while the one before it was in flight; a raw one), on its checkpoints key:
+        # the job as the fold has it, with the checkpoint state before that record.
+        known = img.jobs.get(job)
+        if known is None or not known.live:
+            return False
+        records = [r.log_record() for r in world.log]
+        before = None
+        for n in range(len(records) - 1, -1, -1):
+            seen = fold(records[:n], NS).jobs.get(job)
+            if seen is not None and seen.checkpoints.seq < known.checkpoints.seq:
+                before = seen.checkpoints
+                break
+        if before is None:
+            return False
+        ev = JobReasserted(job_id=job, status=known.status, owner_epoch=known.owner_epoch,
+                           graph=known.graph, error=known.error,
+                           max_checkpoint_failures=known.max_checkpoint_failures,
+                           retained_checkpoints=known.retained_checkpoints,
+                           checkpoints=before, **common)
+        world.write([(checkpoints_key(NS, job), ev)], client=False)
+        return True
     elif kind == "JobReasserted":
         ev = JobReasserted(job_id=job, status=JobStatus.ACTIVE, owner_epoch=epoch,
                            graph=InlineGraph(b"raw"), **common)
@@ -680,8 +707,9 @@ def _candidates(world: _World, ops: Sequence[Op], alphabet: Alphabet) -> Iterato
     if alphabet.max_raw is None or raws < alphabet.max_raw:
         for kind in alphabet.raw_types:
             for j in jobs:
-                for key in alphabet.raw_keys + (("stale",) if kind in _CHECKPOINT_TYPES
-                                                 and alphabet.stale_checkpoints else ()) + (
+                for key in alphabet.raw_keys + (("stale",) if (
+                        kind in _CHECKPOINT_TYPES or kind == "JobReasserted")
+                        and alphabet.stale_checkpoints else ()) + (
                         alphabet.junk_keys if kind in ("garbage", "tombstone") else ()):
                     if kind in ("garbage", "tombstone"):
                         yield ("raw", kind, "-", "-", j, key)
@@ -778,6 +806,9 @@ def _monotone(prev: Image, cur: Image) -> str | None:
             return "highest_checkpoint_triggered"
         if view.checkpoints.last_completed < old.checkpoints.last_completed:
             return "last_completed_checkpoint"
+        ended = set(old.checkpoints.discarded) | set(old.checkpoints.counted)
+        if ended & set(view.checkpoints.pending):
+            return "a failed or discarded checkpoint pending again"
     return None
 
 

@@ -64,6 +64,11 @@ KNOWN: dict[tuple[str, str], str] = {
     ("monotone", "compacted fold: last_completed_checkpoint"):
         "the same for the last completed checkpoint: a completion refused stale_checkpoint_seq "
         "is accepted after compaction, then undone by the reassertion",
+    ("monotone", "compacted fold: a failed or discarded checkpoint pending again"):
+        "the same for a discard or a failure: one refused stale_checkpoint_seq is accepted "
+        "after compaction (the checkpoint ended), then undone by the reassertion (pending "
+        "again); the checker watches this since the stale restatement of "
+        "test_stale_restatement_issue42, which did it in the full fold",
 }
 """Counterexample classes found on this branch's rules at CI's bound, with why."""
 
@@ -172,6 +177,25 @@ def test_the_checker_finds_finding_1_where_a_compaction_by_hand_shows_it() -> No
     if cx is not None:
         assert cx.ops == tuple(FINDING_1) and cx.cut == right_after
         assert ("refusal_accepted", "JobCleanedUp job_live") in report.failures
+
+
+@pytest.mark.parametrize("command", ["cpfail", "cpskip", "discard", "complete"])
+def test_a_stale_restatement_never_undoes_a_checkpoint_record(command: str) -> None:
+    """A restatement on the checkpoints key with the state before the job's newest checkpoint
+    record (the op ``("raw", "JobReasserted", ..., "stale")``), after a trigger and a
+    failure, a skipped failure, a discard or a completion of it: beyond CI's depth (5 ops).
+    On the rules before test_stale_restatement_issue42's fix the checker reports the full
+    fold taking the failed or discarded checkpoint pending again; now none of it, at any
+    cut."""
+    ops = [("claim", "jm-1", "current", False), ("write", "submit", "a", 1),
+           ("write", "trigger", "a", 1), ("write", command, "a", 1),
+           ("raw", "JobReasserted", "current", "leader", "a", "stale", False)]
+    report = check_history(ops)
+    assert not report.failures, sorted(report.failures)
+    log = replay_history(ops)
+    image = fold(log, "prod")
+    assert "prod/job/a/checkpoints" in image.unsettled  # the leader restates the key
+    assert 1 not in image.jobs["a"].checkpoints.pending
 
 
 def test_finding_1_is_fixed() -> None:

@@ -708,11 +708,12 @@ def unb64(text: str | None) -> bytes | None:
 
 def _restated(job: MJob | None, state: Any) -> Cp:
     """A reassertion's checkpoint state: the carried one unless it is older than the job's
-    both in sequence number and in ids."""
+    in sequence number (the leader's restatement carries one at least as high as any record
+    the rules did not take)."""
     carried = Cp.of(state)
     if job is None:
         return carried
     cur = job.cp
-    if carried.seq >= cur.seq or (carried.newest >= cur.newest and carried.last >= cur.last):
+    if carried.seq >= cur.seq:
         return carried
     return cur
