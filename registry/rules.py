@@ -1128,10 +1128,12 @@ class Delta:
             # fresh event has two copies the fold accepts, and the later one, planned
             # before what the term wrote since, must not undo it (only one that brings the
             # job into existence, the cleaner having removed the rest, carries it whole).
+            # The key holds the birth now, whichever held it before: so every compacted log
+            # names the same birth, also one where a submit the full fold refused reads as
+            # the birth (junk over the birth's key, the cleaner past it) until this lands.
             self._jobs[e.job_id] = job._replace(
                 graph=e.graph, max_checkpoint_failures=e.max_checkpoint_failures,
-                retained_checkpoints=e.retained_checkpoints,
-                born_by=job.born_by if job.born_by is not None else e.event_id)
+                retained_checkpoints=e.retained_checkpoints, born_by=e.event_id)
             return
         checkpoints = self._restated_checkpoints(e, job)
         if e.status in JobStatus.TERMINAL:

@@ -33,12 +33,13 @@ from registry.image import JobView
 CI_DEPTH = 4
 
 KNOWN: dict[tuple[str, str], str] = {
-    ("answer", "JobSubmitted job_exists -> ACCEPTED"):
+    ("refusal_accepted", "CallCommitted call_aborted (sunk by JobSubmitted job_exists)"):
         "junk over a job's birth key (the birth superseded, due, restated by the leader): a "
         "call member refused job_exists, which sinks its call and stands under its own birth "
-        "key, reads as accepted once the cleaner removed the birth, and its call commits",
-    ("refusal_accepted", "CallCommitted call_aborted (sunk by JobSubmitted job_exists)"):
-        "the same call's commit, refused call_aborted, accepted after compaction",
+        "key, reads as accepted once the cleaner removed the birth, and its call commits (the "
+        "answer is right: the leader's restatement of the birth restates the job's graph and "
+        "limits and names itself the birth; until it named itself only when no birth was "
+        "known, and the compacted fold kept the member as the birth: an answer class)",
     ("refusal_accepted", "JobSubmitted job_exists"):
         "junk over a job's birth key, then a submit of the job refused job_exists before the "
         "leader restated the birth: its refusal rests on a birth no key holds any more, and "

@@ -591,11 +591,11 @@ class NamespaceModel:
                 return None
             if own_birth and job is not None and job.live:
                 # the birth alone: the lock and checkpoints stand (a later copy of a
-                # restatement re-sent fresh must not undo what the term wrote since)
+                # restatement re-sent fresh must not undo what the term wrote since); the
+                # key holds the birth now
                 new = replace(job, graph=graph_of(ev.graph),
                               budget=ev.max_checkpoint_failures,
-                              retained=ev.retained_checkpoints,
-                              born=job.born if job.born is not None else ev.event_id)
+                              retained=ev.retained_checkpoints, born=ev.event_id)
             elif ev.status in TERMINAL:
                 dirty = ev.dirty and (job is None or job.live or job.dirty)  # never clean->dirty
                 new = (MJob(ev.status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),
