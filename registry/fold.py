@@ -231,11 +231,13 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             continue
         if job is None or parsed.kind == "birth":
             # The key of a job that does not exist, or a refused call's submit under its own
-            # birth key (rule 8): removed.
+            # birth key (rule 8), or a refused submit of a live job there: removed (the
+            # last naming ``job_exists``: it never removes the job, rule 5).
             out.append((key, JobReasserted(
                 event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
                 created_at=now_ms(), job_id=parsed.job_id, status=JobStatus.ABSENT,
-                owner_epoch=None, graph=None)))
+                owner_epoch=None, graph=None,
+                reason="job_exists" if job is not None and job.live else None)))
             continue
         out.append((key, JobReasserted(
             event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,

@@ -748,8 +748,14 @@ class Delta:
                         and decision.event_id != job.born_by \
                         and key == birth_key(self._ns, job_id, job.born_by):
                     job = job._replace(born_by=None)
-                    self._jobs[job_id] = job
-                elif key not in self._unsettled and (
+                    if job.live or not job.dirty:
+                        self._jobs[job_id] = job
+                    else:
+                        # A dirty result's graph lay under that birth key: its end is due,
+                        # restated whole under a new end key (graph and checkpoints).
+                        self._end(job_id, job._replace(ended_by=None))
+                elif key not in self._unsettled and decision.event_id != (
+                        job.born_by if job is not None else None) and (
                         (job is None and member and decision.outcome == Outcome.REJECTED)
                         or (job is not None and job.live and (
                             job.born_by is None
@@ -760,6 +766,9 @@ class Delta:
                     # supersede before the cleaner runs; it would then read as the birth):
                     # removed (ABSENT) by the leader. Not a call's member of a job born
                     # under a birth key: it is what sinks its call, and must stand (rule 8).
+                    # Never a copy of the birth itself (its event id is the birth's: a
+                    # verbatim copy past the duplicate window is refused job_exists, and the
+                    # key's newest record is still the birth).
                     self._unsettled[key] = decision.offset
             self._note_birth(job_id)
             return
@@ -966,10 +975,16 @@ class Delta:
             # removes the record it supersedes, and the job only if that record is its
             # birth (a reader that decided a call the cleaner left fewer records of took
             # it), never a job born under another key since (a late copy of the removal).
+            # The removal of a refused submit of a job the leader knows to be live (reason
+            # ``job_exists``) never removes the job: where the record it supersedes reads as
+            # the birth (a log cleaned past the birth before it), the birth is due again.
             job = self._jobs.get(e.job_id)
             held = (record.key or b"").rsplit(b"/", 1)[-1].decode("utf-8", "replace")
             if job is not None and job.born_by == held:
-                del self._jobs[e.job_id]
+                if e.reason == "job_exists" and job.live:
+                    self._jobs[e.job_id] = job._replace(born_by=None)
+                else:
+                    del self._jobs[e.job_id]
             return None
         if self._aspect == "end" and not self._on_end_key and e.status == JobStatus.ABSENT:
             # The leader's removal of a refused end under that key (rule 5: one of a job
@@ -1043,16 +1058,25 @@ class Delta:
                 # end that made it so lands here once the cleaner removed the first copy.)
                 # One that states another end is refused, and removed by the leader: once
                 # the cleaner removed the end under the job key, it would read as the end.
-                self._end(e.job_id, job._replace(ended_by=e.event_id))
+                # Only of a dirty result whose graph its birth key holds: read alone this
+                # record makes a dirty one, with the graph the birth gave, so it cannot hold
+                # a clean one (a late first copy of the end after the cleanup and junk over
+                # the end's key) nor one whose birth is gone (junk over the birth key): the
+                # end stays due, restated whole by the leader.
+                if job.dirty and (job.born_by is not None or job.graph is None):
+                    self._end(e.job_id, job._replace(ended_by=e.event_id))
                 return
             raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
         if self._on_end_key:
             # Under a key of its own: the job's records keep its graph and checkpoints
             # (a copy the record carries is not read).
+            # The result's graph stays where the birth key holds it: ``born_by`` is kept,
+            # so that junk over that key makes the end due (restated whole, graph and all).
             self._end(e.job_id, JobView(
                 e.job_id, status, None, job.graph if job is not None else None,
                 checkpoints=job.checkpoints if job is not None else EMPTY_CHECKPOINTS,
-                reason=e.reason or None, dirty=True, ended_by=e.event_id))
+                reason=e.reason or None, dirty=True, ended_by=e.event_id,
+                born_by=job.born_by if job is not None else None))
             return
         if e.schema_version < 2:  # written before results: clean, no graph (as always)
             self._end(e.job_id, JobView(e.job_id, status, None, None,
@@ -1143,13 +1167,15 @@ class Delta:
             # cleaner removed an end under the job's key, a refused checkpoint record there
             # read as accepted; the restatement undoes it.)
             checkpoints = e.checkpoints
-            # Under an end key it is the job's end (rule 5: a restated one, or a job ended
-            # before ends had keys of their own); elsewhere it keeps the end the fold knows.
-            ended_by = e.event_id if self._on_end_key else (
-                job.ended_by if job is not None else None)
             # A clean result never becomes dirty again (its graph and checkpoints were
             # deleted): a restatement planned before the cleanup restates it clean.
             dirty = e.dirty and (job is None or job.live or job.dirty)
+            # Under an end key it is the job's end (rule 5: a restated one, or a job ended
+            # before ends had keys of their own), if read alone it gives the result the fold
+            # has (not a dirty one made clean since: junk over the end that holds the clean
+            # result must make the end due); elsewhere it keeps the end the fold knows.
+            ended_by = e.event_id if self._on_end_key and dirty == e.dirty else (
+                job.ended_by if job is not None else None)
             self._end(e.job_id, (
                 JobView(e.job_id, e.status, None, e.graph, checkpoints=checkpoints,
                         reason=e.reason, dirty=True, ended_by=ended_by) if dirty

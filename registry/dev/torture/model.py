@@ -448,6 +448,8 @@ class NamespaceModel:
             job = self.jobs.get(parts[2])
             if job is not None and job.born == parts[4] and v.event_id != job.born:
                 job.born = None
+                if not job.live and job.dirty:
+                    self.ends.pop(parts[2], None)  # the result's graph lay there: end due
         if len(parts) == 5 and parts[3] == "end" and parts[0] == self.ns \
                 and v.outcome not in ("ACCEPTED", "DUPLICATE") \
                 and self.ends.get(parts[2]) == parts[4]:
@@ -526,8 +528,8 @@ class NamespaceModel:
             if ev.schema_version < 2:  # before results: clean, no graph
                 new = MJob(status, None, None)
             elif self._on_end_key:  # under its own key: its copy is not read
-                new = (MJob(status, None, job.graph, cp=job.cp, dirty=True) if job is not None
-                       else MJob(status, None, None, dirty=True))
+                new = (MJob(status, None, job.graph, cp=job.cp, dirty=True, born=job.born)
+                       if job is not None else MJob(status, None, None, dirty=True))
             elif job is not None:
                 new = MJob(status, None, job.graph, cp=job.cp, dirty=True)
             else:
@@ -554,11 +556,16 @@ class NamespaceModel:
                 return None
             own_birth = self._key == f"{self.ns}/job/{job_id}/birth/{ev.event_id}"
             if self._birth_key and (ev.status == "ABSENT" or not own_birth):
-                # removes a refused call's submit; the job only if that was its birth
+                # removes a refused call's submit; the job only if that was its birth, and
+                # never a live one the removal names as existing (job_exists): then the birth
+                # is due again
                 if not dry and job is not None and self._key is not None \
                         and job.born == self._key.rsplit("/", 1)[-1]:
-                    del self.jobs[job_id]
-                    self.changes.setdefault(job_id, []).append((offset, ts, False, None))
+                    if ev.reason == "job_exists" and job.live:
+                        self.jobs[job_id] = replace(job, born=None)
+                    else:
+                        del self.jobs[job_id]
+                        self.changes.setdefault(job_id, []).append((offset, ts, False, None))
                 return None
             if own_birth and ev.status in TERMINAL:
                 raise _Refused("bad_state")
@@ -652,7 +659,9 @@ class NamespaceModel:
         if not dry:
             self.jobs[job_id] = new
             if self._on_end_key and not new.live \
-                    and self._key == f"{self.ns}/job/{job_id}/end/{ev.event_id}":
+                    and self._key == f"{self.ns}/job/{job_id}/end/{ev.event_id}" \
+                    and not (t == "JobReasserted" and ev.dirty and not new.dirty):
+                # (a restatement of a dirty result made clean since holds not the result)
                 self.ends[job_id] = ev.event_id
             self._changed(job_id, offset, ts)
         return None
