@@ -1525,8 +1525,8 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None)
 
 
 @main.command()
-@click.option("--depth", type=click.IntRange(1, 12), default=4, show_default=True,
-              help="Histories of at most this many ops.")
+@click.option("--depth", type=click.IntRange(1, 40), default=4, show_default=True,
+              help="Histories of at most this many ops (every one up to 12).")
 @click.option("--jobs", type=click.IntRange(1, 2), default=None,
               help="Job names the ops use (default: the alphabet's, 2).")
 @click.option("--alphabet", type=click.Choice(["ci", "wide", "full"]), default="ci",
@@ -1537,24 +1537,38 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None)
 @click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Explore the subtrees below histories of up to three ops in this many "
                    "processes.")
+@click.option("--walks", type=click.IntRange(1, 10_000_000), default=None,
+              help="Instead of every history: this many random histories of --depth ops "
+                   "(beyond the exhaustive bound; --depth up to 40), each prefix checked "
+                   "alike.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="With --walks: the seed of the random histories.")
 @pass_settings
 def exhaustive(settings: Settings, depth: int, jobs: int | None, alphabet: str,
-               processes: int) -> None:
-    """The bounded checker of the fold's rules (no broker): every history up to --depth ops,
-    every compaction cut the lag allows at every prefix, every batch split; checks the
-    answer, that no refusal becomes an acceptance, that epochs and checkpoint ids only
-    increase. Progress on stderr every 10 s; the counts and one reproducer per
+               processes: int, walks: int | None, seed: int) -> None:
+    """The bounded checker of the fold's rules (no broker): every history up to --depth ops
+    (or, with --walks, that many random ones), every compaction cut the lag allows at every
+    prefix, every batch split; checks the answer, that no refusal becomes an acceptance,
+    that epochs and checkpoint ids only increase and that no failed or discarded checkpoint
+    becomes pending again. Progress on stderr every 10 s; the counts and one reproducer per
     counterexample class on stdout (--json: as JSON).
 
     Exits 1 if any counterexample was found.
     """
-    from registry.dev.exhaustive import explore, format_report
+    from registry.dev.exhaustive import explore, format_report, sample
 
     def progress(r: Any) -> None:
         click.echo(f"... {r.histories} histories, {r.prefixes} prefixes, {r.cuts} cuts, "
                    f"{len(r.failures)} counterexample classes", err=True)
 
-    report = explore(depth, alphabet, jobs, progress=progress, processes=processes)
+    if walks is None and depth > 12:
+        raise click.BadParameter(f"{depth} is above 12 for every history (use --walks for "
+                                 "deeper random ones)", param_hint="'--depth'")
+    if walks is not None and processes > 1:
+        raise click.BadParameter("random walks run in one process", param_hint="'--processes'")
+    report = (explore(depth, alphabet, jobs, progress=progress, processes=processes)
+              if walks is None else
+              sample(depth, walks, seed, alphabet, jobs, progress=progress))
     if settings.as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

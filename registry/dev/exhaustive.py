@@ -16,7 +16,9 @@ reproducible to the byte.
 For every history and every prefix of it (record by record) it tries every compaction cut
 ``c`` the cleaner may make: ``c`` runs up to the lag bound of README assumption 1 (a record
 that is the newest of an *unsettled* key is younger than ``min.compaction.lag.ms``, so no
-cut passes it; a cut legal at an earlier prefix stays legal: the cleaner ran then). The
+cut passes it; a cut legal at an earlier prefix stays legal: the cleaner ran then; a stretch
+begun by a verbatim copy the fold took as a duplicate bounds the cut just past the first
+copy, which it followed within the duplicate window, far below the lag). The
 compacted log keeps a record before ``c`` only if it is the newest of its key there
 (tombstones dropped) and everything from ``c`` on. It asserts on each:
 
@@ -303,7 +305,23 @@ class _World:
         self.images.append(image)
         self.made.append(made)
         before = self.since[-1]
-        self.since.append({k: before.get(k, off // 2) for k, off in image.unsettled.items()})
+        self.since.append({k: before.get(k, self._stretch_start(off // 2))
+                           for k, off in image.unsettled.items()})
+
+    def _stretch_start(self, index: int) -> int:
+        """Where the lag bound of an unsettled stretch begun by record ``index`` lies: the
+        record itself, or, for a verbatim copy the fold took as a duplicate, just past the
+        first copy. A duplicate lands within the duplicate window of its first copy
+        (``DUPLICATE_WINDOW_MS``, far below the lag): a cut that removes the first copy
+        (a record after it, older than the lag, superseding it) is made at least the lag
+        after it, when the leader's settling of the second copy, written within moments of
+        it, is in the log. So no cut before that settling separates the two copies."""
+        made = self.made[index]
+        if not made or made[0].outcome != Outcome.DUPLICATE:
+            return index
+        first = next((r.index for r in self.log[:index] if r.event is not None
+                      and r.event.event_id == made[0].event_id), index)
+        return min(index, first + 1)
 
     def write(self, pairs: list[tuple[str, Event]], client: bool = True) -> None:
         """Append events, each with the positional id of its record (a call's members name
@@ -1022,6 +1040,16 @@ class _Checker:
             # legal at an earlier prefix stays legal (the cleaner may have run then).
             bound = max(bound, min([m, *world.since[m].values()]))
             r.cuts += bound + 1
+            # A verbatim copy the fold takes as a duplicate lands within the duplicate window
+            # of its first copy, long before any cut that removed the first copy could be
+            # made (its superseding record must be older than the lag): no such cut has
+            # been made when the copy lands (see _World._stretch_start).
+            for rec in writes:
+                made = world.made[rec.index]
+                if made and made[0].outcome == Outcome.DUPLICATE:
+                    first = world._stretch_start(rec.index) - 1
+                    for removed in [k for k in lineages if first in k]:
+                        del lineages[removed]
             # every compacted fold so far, one write further
             for removed, lin in list(lineages.items()):
                 image, decisions = lin.image, lin.decisions
@@ -1207,6 +1235,46 @@ def check_history(ops: Sequence[Op], alphabet: Alphabet | str = "full") -> Repor
         checker.report.by_depth[i + 1] = 1
         state, _ = checker._check(tuple(tuple(o) for o in ops[:i + 1]), child, state)
         world = child
+    checker.report.seconds = time.monotonic() - start
+    return checker.report
+
+
+def sample(depth: int, walks: int, seed: int = 0, alphabet: Alphabet | str = "full",
+           jobs: int | None = None, progress: Callable[[Report], None] | None = None,
+           every: float = 10.0) -> Report:
+    """Beyond the exhaustive bound: ``walks`` random histories of ``depth`` ops of
+    ``alphabet`` (each op drawn uniformly from the ones the enumeration would try next, so
+    the same ops, held first copies and fresh re-sends, junk and settling included), every
+    prefix of each checked as :func:`explore` checks it (every cut, every batch split).
+    Seeded: the same ``seed`` walks the same histories. A walk stops early where no op
+    writes anything; a class :func:`explore` finds, a walk reproduces with its ops."""
+    import random
+
+    alpha = ALPHABETS[alphabet] if isinstance(alphabet, str) else alphabet
+    if jobs is not None:
+        alpha = alpha.with_jobs(jobs)
+    rng = random.Random(seed)
+    checker = _Checker(alpha, depth, progress, every)
+    start = time.monotonic()
+    for _ in range(walks):
+        world = _World.empty()
+        state = _NodeState(0, 0, immutables.Map(), {}, [Image.empty(NS)], 0)
+        ops: tuple[Op, ...] = ()
+        for _step in range(depth):
+            children = list(_children(world, ops, alpha))
+            if not children:
+                break
+            op, child = children[rng.randrange(len(children))]
+            ops = (*ops, op)
+            checker.report.histories += 1
+            checker.report.by_depth[len(ops)] = checker.report.by_depth.get(len(ops), 0) + 1
+            state, failed = checker._check(ops, child, state)
+            world = child
+            if failed:
+                break  # as explore: a failing prefix is not extended
+        if progress is not None and time.monotonic() - checker.last_progress > every:
+            checker.last_progress = time.monotonic()
+            progress(checker.report)
     checker.report.seconds = time.monotonic() - start
     return checker.report
 
