@@ -406,10 +406,14 @@ def _library_track(run: _Run, out: list[Violation], notes: list[str]) -> None:
             if job is None:
                 continue
             # Records that leave (or keep) the job terminal: its end, a terminal
-            # restatement, and the cleanup of its result.
+            # restatement, and the cleanup of its result. (An ABSENT reassertion the fold
+            # accepts after the end is the leader's removal of a refused record, planned
+            # while the job was live, under a key that holds neither its birth nor its end:
+            # it has no effect, and a terminal id is never made unknown.)
             ends = t in ("JobCancelled", "JobTerminated", "JobCleanedUp") or (
                 t == "JobReasserted" and ev.status in TERMINAL)
-            if job in terminal and not ends:
+            removal = t == "JobReasserted" and ev.status == "ABSENT"
+            if job in terminal and not ends and not removal:
                 out.append(Violation("resurrection", f"job {job!r} became terminal at offset "
                                      f"{terminal[job]}; the fold then accepted {t} at offset "
                                      f"{d['offset']}{zombie}", ns, [terminal[job], d["offset"]]))
