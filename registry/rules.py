@@ -51,9 +51,10 @@ Rules, in the order the fold applies them to one record of this namespace:
    job born under its job key before (``born_by`` ``None``) is due to have its birth restated
    under a birth key (``unsettled`` holds ``<ns>/job/<id>/birth/``), as is one whose birth
    key a record that is not its birth superseded. A refused submit of a live job under its own
-   birth key is removed by the leader (an ABSENT reassertion there, which removes that record
-   and nothing else), so that a record superseding the birth it rests on never lets it read
-   as the birth once the cleaner ran. Cancel and terminate make a
+   birth key (not a copy of the birth itself) is removed by the leader (an ABSENT reassertion
+   there naming ``job_exists``, which removes that record and never the job: where the record
+   reads as the birth, the birth is due again), so that a record superseding the birth it
+   rests on never lets it read as the birth once the cleaner ran. Cancel and terminate make a
    job terminal for ever, whether or not its submit is still in the log
    (compaction may have removed it), and make its result (Flink's job
    result store): dirty, holding the graph and checkpoint state the job
@@ -71,14 +72,16 @@ Rules, in the order the fold applies them to one record of this namespace:
    end is due to be restated under an end key (the leader does it, with a reassertion
    there; until then ``unsettled`` holds ``<ns>/job/<id>/end/``). An end under an end key
    for a job whose end is not under one becomes its end (the result unchanged) if it states
-   that end; another is refused ``terminal_job`` and its key is unsettled until the leader
+   that end and read alone gives that result (a dirty one whose birth key stands); another
+   is refused ``terminal_job`` and its key is unsettled until the leader
    removes it (an ABSENT reassertion there removes the record it supersedes, never the end
    the key holds). A restatement under its own birth key of a job the fold knows restates
-   the birth alone (graph and limits); none makes a clean result dirty (a restatement is
-   re-sent as a fresh event, and the later copy must not undo what the term wrote since; an
-   end's status and reason never change). A record
-   on the end key holding a job's end that is not that end (junk, a tombstone, a
-   misplaced event; not a duplicate) supersedes it: the end is due again, as above.
+   the birth alone (graph and limits) and holds the birth from then on; none makes a clean
+   result dirty (a restatement is re-sent as a fresh event, and the later copy must not undo
+   what the term wrote since), and one that a clean result made so does not hold the end. A
+   record on the end key holding a job's end that is not that end (junk, a tombstone, a
+   misplaced event; not a duplicate) supersedes it: the end is due again, as above; so does
+   one on the birth key of a dirty result (its graph lay there).
    Records written before results (schema version 1) leave a clean result
    with no graph, as they always did. ``JobCleanedUp`` makes a terminal
    job's result clean (no graph, no checkpoints; a second one changes

@@ -24,6 +24,7 @@ that of every record of the job the fold did not take (``Image.checkpoint_floors
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 from support.model import NS, checkpoint_event
@@ -51,8 +52,8 @@ def _common() -> dict:
     return dict(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1", created_at=0)
 
 
-@pytest.mark.parametrize("kind", [CheckpointFailed, CheckpointDiscarded])
-def test_a_stale_restatement_does_not_undo_an_acknowledged_checkpoint_record(kind) -> None:
+def _triggered() -> tuple[list[LogRecord], Callable[..., None]]:
+    """A log: a grant, job a's submit, a trigger of checkpoint 1; and how to append."""
     records: list[LogRecord] = []
 
     def put(event, key: str | None = None) -> None:
@@ -62,6 +63,12 @@ def test_a_stale_restatement_does_not_undo_an_acknowledged_checkpoint_record(kin
     put(LeadershipGranted(prev_epoch=0, saw_renewal=None, layout=1, **_common()))
     put(JobSubmitted(job_id="a", graph=InlineGraph(b"graph-a"), **_common()))
     put(checkpoint_event(fold(records, NS).jobs["a"], CheckpointTriggered, 1, _common()))
+    return records, put
+
+
+@pytest.mark.parametrize("kind", [CheckpointFailed, CheckpointDiscarded])
+def test_a_stale_restatement_does_not_undo_an_acknowledged_checkpoint_record(kind) -> None:
+    records, put = _triggered()
     planned = fold(records, NS).jobs["a"]  # what a restatement planned now carries
     put(checkpoint_event(planned, kind, 1, _common()))
     image = fold(records, NS)
@@ -83,15 +90,7 @@ def test_the_leaders_restatement_carries_the_seq_of_a_refused_record() -> None:
     taken as carrying the state (rule 6's jump). The leader's restatement after it carries
     that ``seq`` (``Image.checkpoint_floors``), so it wins there too; once it landed the
     floor is forgotten and the job continues from it."""
-    records: list[LogRecord] = []
-
-    def put(event, key: str | None = None) -> None:
-        records.append(LogRecord(len(records), (key or record_key(event)).encode(),
-                                 CODEC.encode(event), 1_000_000))
-
-    put(LeadershipGranted(prev_epoch=0, saw_renewal=None, layout=1, **_common()))
-    put(JobSubmitted(job_id="a", graph=InlineGraph(b"graph-a"), **_common()))
-    put(checkpoint_event(fold(records, NS).jobs["a"], CheckpointTriggered, 1, _common()))
+    records, put = _triggered()
     put(checkpoint_event(fold(records, NS).jobs["a"], CheckpointTriggered, 1, _common()))
     image = fold(records, NS)
     assert [d.reason for d in image.rejected] == ["checkpoint_id_not_increasing"]

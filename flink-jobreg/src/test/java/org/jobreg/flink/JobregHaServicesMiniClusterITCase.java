@@ -6,7 +6,6 @@ package org.jobreg.flink;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.JobStatus;
-import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.JobManagerOptions;
 import org.apache.flink.configuration.RestOptions;
@@ -111,22 +110,11 @@ class JobregHaServicesMiniClusterITCase {
         env.setParallelism(1);
         env.enableCheckpointing(200);
         env.fromSequence(0, Long.MAX_VALUE)
-                .map(new Throttle())
+                .map(new JobregTestUtils.Throttle())
                 .sinkTo(new DiscardingSink<>());
         StreamGraph graph = env.getStreamGraph();
         graph.setJobId(new JobID());
         return graph;
-    }
-
-    /** Keeps the source from using a whole core. */
-    private static final class Throttle implements MapFunction<Long, Long> {
-        private static final long serialVersionUID = 1L;
-
-        @Override
-        public Long map(Long value) throws Exception {
-            Thread.sleep(2);
-            return value;
-        }
     }
 
     @Test

@@ -175,17 +175,6 @@ class JobregJobRestartITCase {
         return graph;
     }
 
-    /** Sleeps 2 ms a record. */
-    private static final class Throttle implements MapFunction<Long, Long> {
-        private static final long serialVersionUID = 1L;
-
-        @Override
-        public Long map(Long value) throws Exception {
-            Thread.sleep(2);
-            return value;
-        }
-    }
-
     /** Sleeps 2 ms a record; throws once when the test sets its flag. */
     private static final class FailOnce implements MapFunction<Long, Long> {
         private static final long serialVersionUID = 1L;
@@ -429,7 +418,7 @@ class JobregJobRestartITCase {
         // took seconds.
         env.fromSequence(0, Long.MAX_VALUE)
                 .setMaxParallelism(1)
-                .map(new Throttle())
+                .map(new JobregTestUtils.Throttle())
                 .setMaxParallelism(1)
                 .rebalance()
                 .map(new FailOnce(token))

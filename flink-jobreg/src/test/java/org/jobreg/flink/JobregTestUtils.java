@@ -5,6 +5,7 @@
 package org.jobreg.flink;
 
 import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.DeploymentOptions;
 import org.apache.flink.configuration.HighAvailabilityOptions;
@@ -103,6 +104,17 @@ public final class JobregTestUtils {
         } catch (Exception e) {
             bridge.close();
             throw e;
+        }
+    }
+
+    /** Sleeps 2 ms a record: keeps a sequence source from using a whole core. */
+    public static final class Throttle implements MapFunction<Long, Long> {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public Long map(Long value) throws Exception {
+            Thread.sleep(2);
+            return value;
         }
     }
 }
