@@ -316,12 +316,17 @@ class _World:
         (a record after it, older than the lag, superseding it) is made at least the lag
         after it, when the leader's settling of the second copy, written within moments of
         it, is in the log. So no cut before that settling separates the two copies."""
+        first = self.first_copy(index)
+        return index if first is None else first + 1
+
+    def first_copy(self, index: int) -> int | None:
+        """The index of the first copy of record ``index``, if the fold took it as a
+        duplicate (``None`` otherwise)."""
         made = self.made[index]
         if not made or made[0].outcome != Outcome.DUPLICATE:
-            return index
-        first = next((r.index for r in self.log[:index] if r.event is not None
-                      and r.event.event_id == made[0].event_id), index)
-        return min(index, first + 1)
+            return None
+        return next((r.index for r in self.log[:index] if r.event is not None
+                     and r.event.event_id == made[0].event_id), None)
 
     def write(self, pairs: list[tuple[str, Event]], client: bool = True) -> None:
         """Append events, each with the positional id of its record (a call's members name
@@ -1045,9 +1050,8 @@ class _Checker:
             # made (its superseding record must be older than the lag): no such cut has
             # been made when the copy lands (see _World._stretch_start).
             for rec in writes:
-                made = world.made[rec.index]
-                if made and made[0].outcome == Outcome.DUPLICATE:
-                    first = world._stretch_start(rec.index) - 1
+                first = world.first_copy(rec.index)
+                if first is not None:
                     for removed in [k for k in lineages if first in k]:
                         del lineages[removed]
             # every compacted fold so far, one write further
