@@ -105,6 +105,7 @@ from .fold import (
     fencing_detail,
     fencing_reason,
     leader_information_error,
+    plan_collection,
     plan_reassertions,
 )
 from .folded import FoldedLog
@@ -142,6 +143,12 @@ _log = logging.getLogger("registry")
 
 DEFAULT_INLINE_LIMIT = 256 * 1024
 """Graphs up to this many bytes travel inside the JobSubmitted event."""
+
+COLLECT_BATCH = 64
+"""A term collects (fold rule 6: tombstones of checkpoint records no state stands on,
+:func:`registry.fold.plan_collection`) at the settling after a decided call once it wrote
+this many checkpoint records since its last collection, and at every :meth:`Term.reassert`
+(what is due then, its own and any other writer's)."""
 
 _FENCING_REASONS = frozenset({"stale_epoch", "term_revoked", "not_leader", "future_epoch",
                               "no_leader"})
@@ -676,6 +683,10 @@ class Term:
         self._groups = GroupCommit(self._run_group)  # concurrent calls share a write
         self._planned: dict[str, tuple[object, object]] = {}
         """Job id -> (the group in flight that planned it, the checkpoint state it left)."""
+        # checkpoint records written since the last collection (fold rule 6): each leaves
+        # the record before it superseded, so the next settling collects once this many
+        # are due (COLLECT_BATCH), without planning the collection after every call
+        self._uncollected = 0
         self._in_flight: dict[object, set[str]] = {}
         """A group in flight -> what its records are about: job ids, and ``leader/<component>``
         for leader information (no restatement of them is planned until it is decided)."""
@@ -969,7 +980,8 @@ class Term:
         return self._checkpoint(CheckpointDiscarded, job_id, checkpoint_id, reason=reason)
 
     def reassert(self) -> int:
-        """Catch up, then reassert every key a refused record is the newest record of.
+        """Catch up, then reassert every key a refused record is the newest record of, and
+        collect the checkpoint records no state stands on (fold rule 6).
 
         Returns how many keys were reasserted. Writes do this on their own; a
         leader that may stay idle calls it at least once per
@@ -979,6 +991,8 @@ class Term:
         planned = len(plan_reassertions(image, self.epoch, self.contender))
         if planned:
             self._commit([])
+        self._uncollected = 0
+        self._writes.collect(plan_collection(self.registry.image))
         return planned
 
     def close(self) -> None:
@@ -1063,6 +1077,7 @@ class Term:
 
         event = self._event(kind, job_id, checkpoint_id=checkpoint_id,
                             state=step(view.checkpoints), **payload)
+        self._uncollected += 1
         return self._write([event], restate=restate)[0]
 
     def _known(self, job_id: str) -> str:
@@ -1310,6 +1325,9 @@ class Term:
         as every group does). Best-effort: a refusal or a failure leaves them for the next
         write."""
         reg = self.registry
+        if self._uncollected >= COLLECT_BATCH and self.fenced() is None:
+            self._uncollected = 0
+            self._writes.collect(plan_collection(reg.image))
         if not reg.image.unsettled or self.fenced() is not None \
                 or not plan_reassertions(reg.image, self.epoch, self.contender):
             return

@@ -174,7 +174,7 @@ class Event:
     schema_version: int = field(default=1, compare=False)
 
 
-LAYOUT = 1
+LAYOUT = 2
 """The record layout this jobreg writes (:attr:`LeadershipGranted.layout`)."""
 
 
@@ -199,11 +199,13 @@ class LeadershipGranted(Event):
     renewal of that term with a higher ordinal was accepted before it. ``None``: no compare
     on renewals (an external election's claim, and grants written before this field)."""
     layout: int = 0
-    """The record layout its writer uses (fold rule 5): ``1`` (:data:`LAYOUT`, what this
-    jobreg's election writes), submits under keys of their own
+    """The record layout its writer uses (fold rules 5 and 6): ``2`` (:data:`LAYOUT`, what
+    this jobreg writes), checkpoint records under keys of their own too
+    (:func:`~registry.keys.checkpoint_key`); ``1``, submits under keys of their own
     (:func:`~registry.keys.birth_key`); ``0``, submits (and ends) under the job's key
     (grants written before this field). Once a grant of layout 1 was accepted, the fold
-    refuses a submit or an end under the job's key (``wrong_key``)."""
+    refuses a submit or an end under the job's key (``wrong_key``); once one of layout 2
+    was, a checkpoint record under the job's one checkpoints key."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from . import rules
 from .events import (
+    EMPTY_CHECKPOINTS,
     CheckpointState,
     Event,
     JobReasserted,
@@ -25,7 +26,7 @@ from .events import (
     now_ms,
 )
 from .image import Decision, Image, JobView, LogRecord, TermInfo
-from .keys import birth_key, end_key, parse_key
+from .keys import birth_key, checkpoint_key, end_key, parse_key
 from .rules import (
     DUPLICATE_WINDOW_MS,
     HISTORY_KEPT,
@@ -51,6 +52,7 @@ __all__ = [
     "fold",
     "fold_batches",
     "leader_information_error",
+    "plan_collection",
     "plan_reassertions",
     "replay",
 ]
@@ -141,13 +143,50 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
     return image
 
 
-def _floored(image: Image, job: JobView) -> CheckpointState:
+def plan_collection(image: Image) -> list[str]:
+    """The keys of checkpoint records the leader removes with tombstones (fold rule 6), in
+    the order it writes them: every record no state stands on (refused, a duplicate, junk),
+    then, once no such record lies before the record that holds a job's checkpoint state,
+    the records that state superseded (all of a job's, once it needs none: a clean result,
+    a job that does not exist).
+
+    A refused record's verdict rests on the state of the newest record the fold took before
+    it; removing the refused ones first (their tombstones land earlier, so every cleaning
+    that removes a superseded record removes them too) means no compacted log holds a
+    refused record without the record its verdict rests on. The holder is never removed
+    (junk over it makes the state due, restated by :func:`plan_reassertions`). Pure: the
+    image alone decides; a tombstone planned from an older image removes a record no newer
+    one can make needed again (a key holds one record, its verdict fixed where it lies)."""
+    out: list[str] = []
+    for job_id, rec in sorted(image.checkpoint_records.items()):
+        job = image.jobs.get(job_id)
+        loose = [k for k, held in rec.keys if not held and k != rec.holder]
+        if job is None or not (job.live or job.dirty) or job.checkpoints == EMPTY_CHECKPOINTS:
+            out += loose + [k for k, held in rec.keys if held or k == rec.holder]
+            continue
+        out += loose
+        keys = [k for k, _ in rec.keys]
+        if rec.holder is None or rec.state != job.checkpoints or rec.holder not in keys:
+            continue  # due: restated first (plan_reassertions), then collected
+        before = rec.keys[:keys.index(rec.holder)]
+        if all(held for _, held in before):
+            out += [k for k, _ in before]
+    return out
+
+
+def _floored(image: Image, job: JobView, *, restated: bool = True) -> CheckpointState:
     """The job's checkpoint state as the leader restates it: its ``seq`` raised to the
     highest one a record the fold did not take carried (rule 6, ``Image.checkpoint_floors``),
-    so that the restatement wins over such a record in every compacted log."""
+    so that the restatement wins over such a record in every compacted log. Only where the
+    fold takes the restatement's checkpoint state (``restated``): a birth restatement of a
+    known job (and, once checkpoint records have keys of their own, one under the job's end
+    key) carries the job's own, which the fold does not read, but which is the job's in a log
+    cleaned past the records before it, where the restatement brings the job into existence:
+    a raised ``seq`` there would refuse every checkpoint record after it (the seventh
+    adversarial read, G2)."""
     floor = image.checkpoint_floors.get(job.job_id)
     state = job.checkpoints
-    if floor is None or floor <= state.seq:
+    if not restated or floor is None or floor <= state.seq:
         return state
     return dataclasses.replace(state, seq=floor)
 
@@ -180,6 +219,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             or (parsed.kind != "end" and parsed.job_id not in image.jobs))
         return (0 if absent else 1, key)
 
+    keyed = image.checkpoints_keyed
     for key in sorted(image.unsettled.keys(), key=order):
         parsed = parse_key(key)
         if parsed is not None and parsed.kind == "leader":
@@ -213,8 +253,22 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             out.append((end_key(ns, job.job_id, event_id), JobReasserted(
                 event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
                 created_at=now_ms(), job_id=job.job_id, status=job.status, owner_epoch=None,
-                graph=job.graph, checkpoints=_floored(image, job), reason=job.reason,
-                dirty=job.dirty)))
+                graph=job.graph, checkpoints=_floored(image, job, restated=not keyed),
+                reason=job.reason, dirty=job.dirty)))
+            continue
+        if parsed.kind == "checkpoint":
+            # A job whose checkpoint state no record under a checkpoint record's key holds
+            # (rule 6): restated under a new one.
+            if job is None or not key.endswith("/"):
+                continue
+            event_id = new_event_id()
+            out.append((checkpoint_key(ns, job.job_id, event_id), JobReasserted(
+                event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
+                created_at=now_ms(), job_id=job.job_id, status=job.status,
+                owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
+                max_checkpoint_failures=job.max_checkpoint_failures,
+                retained_checkpoints=job.retained_checkpoints, checkpoints=_floored(image, job),
+                reason=job.reason, dirty=job.dirty)))
             continue
         if parsed.kind == "birth" and key.endswith("/"):
             # A live job whose birth lies under no birth key (rule 5): restated under one.
@@ -226,7 +280,8 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
                 created_at=now_ms(), job_id=job.job_id, status=job.status,
                 owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
                 max_checkpoint_failures=job.max_checkpoint_failures,
-                retained_checkpoints=job.retained_checkpoints, checkpoints=_floored(image, job),
+                retained_checkpoints=job.retained_checkpoints,
+                checkpoints=_floored(image, job, restated=False),
                 reason=job.reason, dirty=job.dirty)))
             continue
         if job is None or parsed.kind == "birth":

@@ -346,7 +346,7 @@ class Forensics:
         terms: dict[int, TermInfo] = {}
 
         def note(d: Decision) -> None:
-            if d.outcome != Outcome.SKIPPED:
+            if d.outcome not in (Outcome.SKIPPED, Outcome.COLLECTED):
                 out[d.offset] = d  # a call's record: its final verdict replaces PENDING
 
         def term(info: TermInfo) -> None:

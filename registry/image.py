@@ -28,6 +28,7 @@ from .events import (
 )
 
 __all__ = [
+    "CheckpointRecords",
     "Decision",
     "Image",
     "JobView",
@@ -119,6 +120,23 @@ class JobView(NamedTuple):
         return self.checkpoints.consecutive_failures > self.max_checkpoint_failures
 
 
+class CheckpointRecords(NamedTuple):
+    """The checkpoint records of one job under keys of their own
+    (:func:`registry.keys.checkpoint_key`) that the log still holds, for fold rule 6's
+    collection (:func:`registry.fold.plan_collection`).
+
+    ``holder``: the key of the record whose carried state (``state``) the job's checkpoint
+    state is (``None``: no record's); the state is due to be restated under a new key when
+    the job's differs from it. ``keys``: every such key the fold saw and no tombstone
+    removed since, in log order, each with whether its record's state was the job's when it
+    landed (``True``: superseded since, unless it is the holder; ``False``: refused, a
+    duplicate or junk: a record no state stands on)."""
+
+    holder: str | None = None
+    state: CheckpointState | None = None
+    keys: tuple[tuple[str, bool], ...] = ()
+
+
 class TermInfo(NamedTuple):
     """One leadership term: who got it, where it began, where it was revoked (if so), its
     lease (``None``: no lease, an external election) and its lease renewals: how many were
@@ -162,6 +180,7 @@ class Outcome:
     REJECTED = "REJECTED"
     DUPLICATE = "DUPLICATE"
     QUARANTINED = "QUARANTINED"
+    COLLECTED = "COLLECTED"  # the leader's tombstone of a checkpoint record no state needs
     SKIPPED = "SKIPPED"  # another namespace's record on the same partition
     PENDING = "PENDING"  # a record of a multi-record call, decided at the call's commit
 
@@ -254,6 +273,12 @@ class Image:
     """A grant of layout 1 (submits under keys of their own) was accepted (fold rule 5):
     from then on a submit or an end under the job's key is refused (``wrong_key``), and only
     a birth or an end key brings a job into existence."""
+    checkpoints_keyed: bool = False
+    """A grant of layout 2 (checkpoint records under keys of their own) was accepted (fold
+    rule 6): from then on a checkpoint record under the job's one checkpoints key is refused
+    (``wrong_key``), and a job's checkpoint state stands only on those keys."""
+    checkpoint_records: immutables.Map[str, CheckpointRecords] = field(default=_EMPTY_MAP)
+    """Job id -> its :class:`CheckpointRecords` (fold rule 6)."""
     checkpoint_floors: immutables.Map[str, int] = field(default=_EMPTY_MAP)
     """Job id -> the highest checkpoint ``seq`` a record of the job carried that the fold did
     not take (refused, ignored, a duplicate, or accepted and to be restated), while it is

@@ -12,8 +12,13 @@ correctness argument (README, "Compaction"):
   its own, so that no later record can supersede it: whether a job ended is a fact the
   cleaner never removes (fold rule 5 decides ``job_live``, ``terminal_job`` on it)
 * ``<ns>/job/<id>/lock``         which term holds the job (adopt, release, recovery failed)
-* ``<ns>/job/<id>/checkpoints``  the job's checkpoint lifecycle (each record carries the
-  job's whole checkpoint state, so the newest one is enough)
+* ``<ns>/job/<id>/checkpoint/<event_id>``  one checkpoint record of the job (each carries
+  the job's whole checkpoint state after it) under a key of its own, so that no later record
+  (a stale one the fold refuses) can supersede the one whose state a verdict rests on; the
+  leader removes the ones no verdict needs any more with tombstones, the refused ones before
+  the accepted ones they rest on (fold rule 6, :func:`registry.fold.plan_collection`)
+* ``<ns>/job/<id>/checkpoints``  the job's checkpoint lifecycle before checkpoint records had
+  keys of their own (layout 1: only the newest record was kept)
 * ``<ns>/term/<epoch>/<event_id>``  every grant and revoke, under a key of its own,
   so the cleaner never removes one
 * ``<ns>/term/<epoch>/lease/<attempts>/<renewal % 2>``  the lease renewals of a term:
@@ -67,9 +72,11 @@ __all__ = [
     "call_key",
     "check_id",
     "birth_key",
+    "checkpoint_key",
     "checkpoints_key",
     "end_key",
     "is_birth_key",
+    "is_checkpoint_key",
     "is_end_key",
     "job_key",
     "leader_key",
@@ -113,6 +120,12 @@ def checkpoints_key(namespace: str, job_id: str) -> str:
     return f"{namespace}/job/{job_id}/checkpoints"
 
 
+def checkpoint_key(namespace: str, job_id: str, event_id: str) -> str:
+    """The key of one checkpoint record of a job (or of a reassertion restating the job's
+    checkpoint state): never shared, so only a tombstone removes it."""
+    return f"{namespace}/job/{job_id}/checkpoint/{event_id}"
+
+
 def end_key(namespace: str, job_id: str, event_id: str) -> str:
     """The key of one end of a job (a cancel or terminate, or a reassertion restating an
     end): never shared, so never compacted away."""
@@ -140,6 +153,13 @@ def is_birth_key(key: str | bytes) -> bool:
     if isinstance(key, str):
         return key.count("/") == 4 and key.split("/")[3] == "birth"
     return key.count(b"/") == 4 and key.split(b"/")[3] == b"birth"
+
+
+def is_checkpoint_key(key: str | bytes) -> bool:
+    """Whether a job key of a namespace is a checkpoint record's key (as :func:`is_end_key`)."""
+    if isinstance(key, str):
+        return key.count("/") == 4 and key.split("/")[3] == "checkpoint"
+    return key.count(b"/") == 4 and key.split(b"/")[3] == b"checkpoint"
 
 
 def term_key(namespace: str, epoch: int, event_id: str) -> str:
@@ -174,7 +194,7 @@ def record_key(event: Event) -> str:
     if isinstance(event, (JobAdopted, JobLockReleased, JobRecoveryFailed)):
         return lock_key(event.namespace, event.job_id)
     if isinstance(event, CheckpointEvent):
-        return checkpoints_key(event.namespace, event.job_id)
+        return checkpoint_key(event.namespace, event.job_id, event.event_id)
     if isinstance(event, (JobCancelled, JobTerminated)):
         return end_key(event.namespace, event.job_id, event.event_id)
     if isinstance(event, JobSubmitted):
@@ -199,18 +219,23 @@ def allowed_keys(event: Event) -> tuple[str, ...]:
         # refused call's submit, which lies under that submit's key)
         ns, job = event.namespace, event.job_id
         return (job_key(ns, job), lock_key(ns, job), checkpoints_key(ns, job),
-                end_key(ns, job, event.event_id), birth_key(ns, job, event.event_id))
+                end_key(ns, job, event.event_id), birth_key(ns, job, event.event_id),
+                checkpoint_key(ns, job, event.event_id))
     if isinstance(event, (JobCancelled, JobTerminated, JobSubmitted)):
         # and the job's key, where a jobreg before ends (submits) had keys of their own
         # wrote them (the fold refuses them there once a grant of layout 1 was accepted)
         return (record_key(event), job_key(event.namespace, event.job_id))
+    if isinstance(event, CheckpointEvent):
+        # and the job's one checkpoints key, where a jobreg before checkpoint records had
+        # keys of their own wrote them (refused there once a grant of layout 2 was accepted)
+        return (record_key(event), checkpoints_key(event.namespace, event.job_id))
     return (record_key(event),)
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     """A record key split into its parts; ``kind`` is ``job``, ``lock``, ``checkpoints``,
-    ``end``, ``birth``, ``term``, ``call``, ``leader`` or ``other``."""
+    ``checkpoint``, ``end``, ``birth``, ``term``, ``call``, ``leader`` or ``other``."""
 
     namespace: str
     kind: str
@@ -227,7 +252,7 @@ def parse_key(key: str) -> ParsedKey | None:
         return ParsedKey(ns, "job", parts[1])
     if len(parts) == 3 and parts[0] == "job" and parts[2] in ("lock", "checkpoints"):
         return ParsedKey(ns, parts[2], parts[1])
-    if len(parts) == 4 and parts[0] == "job" and parts[2] in ("end", "birth"):
+    if len(parts) == 4 and parts[0] == "job" and parts[2] in ("end", "birth", "checkpoint"):
         return ParsedKey(ns, parts[2], parts[1])
     if len(parts) == 3 and parts[0] == "term":
         return ParsedKey(ns, "term")

@@ -59,7 +59,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1273,7 +1273,7 @@ class _Delivery:
         """The offsets the reports gave, in the order the reports came."""
         return [offset for offset, _, _, _ in self.placed]
 
-    def in_order(self, records: list[tuple[str, bytes]], partition: int
+    def in_order(self, records: Sequence[tuple[str, bytes | None]], partition: int
                  ) -> list[LogRecord] | None:
         """The written ``records`` as the log holds them, in the order given (which is the
         log's: one producer, one partition), each with the offset and stamp its own report
@@ -1456,7 +1456,7 @@ class Sending:
 
     producer: Any
     delivery: _Delivery
-    records: list[tuple[str, bytes]]
+    records: list[tuple[str, bytes | None]]
     produced: int = 0
     failure: BaseException | None = None
 
@@ -1534,13 +1534,13 @@ class LeaderWriter:
             self.close()
             raise no_broker(bootstrap, timeout, e.args[0].str()) from e
 
-    def write(self, records: list[tuple[str, bytes]]) -> list[LogRecord]:
+    def write(self, records: list[tuple[str, bytes | None]]) -> list[LogRecord]:
         """Write ``(key, value)`` records in order; return them as the log holds them
         (offset, key, value, the stamp a reader sees). Raises :class:`WriteFailed`
         (:class:`WriteNotAuthorized` for a refusal of the authorizer)."""
         return self.wait(self.start(records))
 
-    def start(self, records: list[tuple[str, bytes]]) -> Sending:
+    def start(self, records: list[tuple[str, bytes | None]]) -> Sending:
         """Hand ``records`` to the producer and send them at once, without waiting for the
         acknowledgement (:meth:`wait`); writes started one after another land in that
         order. Never raises: a failure to hand them over is :meth:`wait`'s to report.

@@ -12,7 +12,7 @@ Rules, in the order the fold applies them to one record of this namespace:
 
 0. Records whose key names another namespace are skipped (namespaces share
    partitions). A record without a value (tombstone) or that does not decode
-   is quarantined.
+   is quarantined (but a tombstone under a checkpoint record's key: rule 6).
 1. A duplicate ``event_id`` has no second effect (outcome ``DUPLICATE``).
    The fold does not remember every id ever folded: broker time is cut into
    windows of :data:`DUPLICATE_WINDOW_MS` (window ``timestamp // W``), and
@@ -134,6 +134,20 @@ Rules, in the order the fold applies them to one record of this namespace:
    before ids were kept computes it (a jobreg before issue 42's finding 5) is accepted too,
    until a grant of schema version 3 (a jobreg that keeps them) is accepted: from then on
    it is ``checkpoint_state_mismatch``.
+   Each checkpoint record lies under a key of its own (``<ns>/job/<id>/checkpoint/<event_id>``,
+   :func:`~registry.keys.checkpoint_key`; a jobreg before layout 2 wrote them all under the
+   job's one checkpoints key, where a refused record superseded the one its refusal rested
+   on), so none supersedes another. ``Image.checkpoint_records`` holds, per job, the keys the
+   log still has and the one the job's state stands on (the newest record whose carried
+   state the fold took); a tombstone under such a key is the leader's collection
+   (``COLLECTED``, :func:`registry.fold.plan_collection`: the records no state stands on
+   first, then the superseded ones), unless it is over the record the state stands on: then,
+   as for any other junk there, the state is due, restated under a new key. Once a grant of
+   layout 2 (:data:`CHECKPOINTS_KEYED_LAYOUT`) is accepted, a checkpoint record (or a
+   restatement of the checkpoint state) under the one checkpoints key is refused
+   ``wrong_key``, every job whose state lay there is due (``unsettled`` holds
+   ``<ns>/job/<id>/checkpoint/``), and a known job's checkpoint state stands on those records
+   alone (a reassertion under its job, birth or end key carries one the fold does not read).
 7. ``LeaseRenewed`` is fenced like any write (and only that: its verdict never depends
    on its ordinal) and counts in the term's ``TermInfo`` (``renewal``: the highest
    ordinal accepted, for rule 3); no clock is read by the fold.
@@ -228,6 +242,7 @@ from .events import (
     LeaseRenewed,
 )
 from .image import (
+    CheckpointRecords,
     Decision,
     Image,
     JobView,
@@ -241,10 +256,13 @@ from .keys import (
     allowed_keys,
     birth_key,
     check_id,
+    checkpoint_key,
+    checkpoints_key,
     end_key,
     is_birth_key,
     is_end_key,
     job_key,
+    lock_key,
     parse_key,
     record_key,
 )
@@ -275,6 +293,12 @@ BIRTHS_KEYED_LAYOUT = 1
 keys of their own (rule 5: once a grant of it is accepted, a submit or an end under the
 job's key is refused ``wrong_key``, and only a birth or an end key brings a job into
 existence)."""
+
+CHECKPOINTS_KEYED_LAYOUT = 2
+"""The :attr:`~registry.events.LeadershipGranted.layout` of a jobreg whose checkpoint
+records have keys of their own (rule 6: once a grant of it is accepted, a checkpoint record
+under the job's one checkpoints key is refused ``wrong_key``, and the job's checkpoint state
+stands only on checkpoint records under keys of their own)."""
 
 DUPLICATE_WINDOW_MS = 60_000
 """Rule 1's window: every copy of an event is assumed to land within this many
@@ -540,6 +564,8 @@ class Delta:
         self._term = image.term
         self._unsettled = image.unsettled.mutate()
         self._floors = image.checkpoint_floors.mutate()
+        self._cp_records = image.checkpoint_records.mutate()
+        self._checkpoints_keyed = image.checkpoints_keyed
         self._windows = {w: ids.mutate() for w, ids in image.recent_ids.items()}
         self._newest: int | None = max(self._windows, default=None)
         self._calls: dict[str, tuple[LogRecord, ...]] = dict(image.calls.items())
@@ -589,6 +615,9 @@ class Delta:
         if parsed is not None and parsed.namespace != self._ns:
             return Decision(record.offset, Outcome.SKIPPED, record.timestamp, key)
         if record.value is None:
+            if parsed is not None and parsed.kind == "checkpoint" and key is not None \
+                    and parsed.job_id is not None:
+                return self._collected(record, key, parsed.job_id)
             return self._quarantine(record, key, "tombstone",
                                     "a record without a value (tombstone): jobreg never writes one")
         event = self._known.get(record.offset)
@@ -608,7 +637,10 @@ class Delta:
         if parsed is not None and key is not None:
             if parsed.job_id is not None:
                 self._note_floor(parsed.job_id, event, decision)
-                self._note_settlement(key, parsed.job_id, decision)
+                if parsed.kind == "checkpoint":
+                    self._note_checkpoint_record(key, parsed.job_id, event, decision)
+                else:
+                    self._note_settlement(key, parsed.job_id, decision)
             elif parsed.kind == "leader":
                 self._note_leader_settlement(key, decision)
         return decision
@@ -647,6 +679,8 @@ class Delta:
             ends_keyed=self._ends_keyed,
             births_keyed=self._births_keyed,
             checkpoint_floors=self._floors.finish(),
+            checkpoints_keyed=self._checkpoints_keyed,
+            checkpoint_records=self._cp_records.finish(),
         )
 
     # -- internals -----------------------------------------------------------
@@ -656,7 +690,10 @@ class Delta:
                      reason=reason, detail=detail)
         self._quarantined.append(d)
         parsed = parse_key(key) if key is not None else None
-        if parsed is not None and parsed.job_id is not None and key is not None:
+        if parsed is not None and parsed.kind == "checkpoint" and key is not None \
+                and parsed.job_id is not None:
+            self._note_checkpoint_record(key, parsed.job_id, None, d)
+        elif parsed is not None and parsed.job_id is not None and key is not None:
             self._note_settlement(key, parsed.job_id, d)
         elif parsed is not None and parsed.kind == "leader" and key is not None:
             self._note_leader_settlement(key, d)
@@ -716,6 +753,7 @@ class Delta:
         # the job's end is no longer under a key the cleaner keeps, and is due to be
         # restated under a new one (rule 5). A duplicate is a copy of what the key held.
         self._note_birth(job_id)
+        self._note_checkpoints_due(job_id)
         if is_end_key(key):
             if decision.outcome == Outcome.ACCEPTED:
                 if key in self._unsettled:  # the leader's removal landed
@@ -755,8 +793,12 @@ class Delta:
                         self._jobs[job_id] = job
                     else:
                         # A dirty result's graph lay under that birth key: its end is due,
-                        # restated whole under a new end key (graph and checkpoints).
+                        # restated whole under a new end key (graph and checkpoints; once
+                        # checkpoint records have keys of their own, the checkpoints under
+                        # one of those, after it).
                         self._end(job_id, job._replace(ended_by=None))
+                        if self._checkpoints_keyed:
+                            self._checkpoints_due(job_id)
                 elif key not in self._unsettled and decision.event_id != (
                         job.born_by if job is not None else None) and (
                         (job is None and member and decision.outcome == Outcome.REJECTED)
@@ -791,11 +833,122 @@ class Delta:
         and its checkpoints key while it is dirty (its end carries no copy of them). A
         result's lock key holds nothing, so a refused record there (a call's sinking adopt
         of an ended job, rule 8) is never restated away."""
+        if key.endswith("/checkpoints") and self._checkpoints_keyed:
+            # (rule 6: the job's checkpoint state stands on records under keys of their own
+            # since a grant of layout 2; this key holds nothing the fold needs)
+            return False
         if job.live:
             return True
         if key.endswith("/lock"):
             return False
         return job.dirty or not key.endswith("/checkpoints")
+
+    # -- rule 6: checkpoint records under keys of their own ------------------------
+
+    def _note_checkpoint_record(self, key: str, job_id: str, event: Event | None,
+                                decision: Decision) -> None:
+        """A record under a checkpoint record's key (``<ns>/job/<id>/checkpoint/<event_id>``):
+        it supersedes nothing but what that key held. It holds the job's checkpoint state
+        if the fold took the state it carries; one that supersedes the holder without
+        holding the state (junk, a tombstone, a misplaced event) makes the state due, to be
+        restated under a new key (:meth:`_note_checkpoints_due`). A duplicate is a copy of
+        what the key held."""
+        rec = self._cp_records.get(job_id) or CheckpointRecords()
+        keys = list(rec.keys)
+        at = next((i for i, (k, _) in enumerate(keys) if k == key), None)
+        if decision.outcome == Outcome.DUPLICATE and at is not None:
+            return
+        job = self._jobs.get(job_id)
+        carried = event.checkpoints if isinstance(event, JobReasserted) \
+            else getattr(event, "state", None)
+        holds = decision.accepted and job is not None and isinstance(carried, CheckpointState) \
+            and carried == job.checkpoints
+        if at is not None:
+            del keys[at]
+        keys.append((key, holds))
+        holder, state = rec.holder, rec.state
+        if holds:
+            holder, state = key, carried
+        elif holder == key:
+            holder, state = None, None
+        self._cp_records[job_id] = CheckpointRecords(holder, state, tuple(keys))
+        self._note_checkpoints_due(job_id)
+
+    def _collected(self, record: LogRecord, key: str, job_id: str) -> Decision:
+        """A tombstone under a checkpoint record's key: the leader's collection of a record
+        no state stands on (:func:`registry.fold.plan_collection`), or junk over the one
+        that holds the job's checkpoint state, which is then due."""
+        rec = self._cp_records.get(job_id)
+        if rec is not None and rec.holder == key and self._needs_checkpoints(job_id):
+            return self._quarantine(record, key, "tombstone", "a record without a value "
+                                    "(tombstone) over the record that holds the checkpoint "
+                                    f"state of job {job_id!r}: due to be restated")
+        if rec is not None:
+            keys = tuple(e for e in rec.keys if e[0] != key)
+            if not keys and rec.holder in (None, key):
+                del self._cp_records[job_id]
+            else:
+                self._cp_records[job_id] = rec._replace(keys=keys) if rec.holder != key \
+                    else CheckpointRecords(None, None, keys)
+        self._note_checkpoints_due(job_id)
+        return Decision(record.offset, Outcome.COLLECTED, record.timestamp, key, None, None,
+                        job_id, None, None, "collected", "a tombstone of a checkpoint record "
+                        "no state stands on (the leader's collection)")
+
+    def _needs_checkpoints(self, job_id: str) -> bool:
+        """Whether the job has a checkpoint state the fold must keep: a live job's or a
+        dirty result's that is not the empty one."""
+        job = self._jobs.get(job_id)
+        return job is not None and (job.live or job.dirty) \
+            and job.checkpoints != EMPTY_CHECKPOINTS
+
+    def _note_checkpoints_due(self, job_id: str) -> None:
+        """Rule 6: once a grant of layout 2 was accepted, a job whose checkpoint state no
+        record under a checkpoint record's key holds (a job whose state lay under its one
+        checkpoints key before, or whose holder junk superseded) is due to have it restated
+        under one: the key ``<ns>/job/<id>/checkpoint/`` stands for that in
+        ``unsettled``."""
+        if not self._checkpoints_keyed:
+            return
+        due = f"{self._prefix}job/{job_id}/checkpoint/"
+        rec = self._cp_records.get(job_id)
+        if self._needs_checkpoints(job_id) and (
+                rec is None or rec.holder is None
+                or rec.state != self._jobs[job_id].checkpoints):
+            if due not in self._unsettled:
+                self._unsettled[due] = self._last_offset
+        elif due in self._unsettled:
+            del self._unsettled[due]
+
+    def _parts_due(self, job: JobView) -> None:
+        """Rule 5: the record that holds a live job's birth is now a later one (a
+        restatement of it, or a fresh copy of that). In a log cleaned past what removed the
+        earlier one (junk over its key), the lock and checkpoint records written before the
+        new one are refused ``unknown_job``, and the job exists from this record or from an
+        earlier one that read as the birth there (a refused re-send of the submit): so the
+        leader restates the job's lock and its checkpoint state after it, whatever the
+        restatement carried. (Until this rule a lock record or a completed checkpoint between
+        the two births was lost in such a log: the sixth adversarial read's open case and
+        the seventh's G1.)"""
+        key = lock_key(self._ns, job.job_id)
+        if key not in self._unsettled:
+            self._unsettled[key] = self._last_offset
+        if job.checkpoints == EMPTY_CHECKPOINTS:
+            return
+        if self._checkpoints_keyed:
+            self._checkpoints_due(job.job_id)
+        elif (key := checkpoints_key(self._ns, job.job_id)) not in self._unsettled:
+            self._unsettled[key] = self._last_offset
+
+    def _checkpoints_due(self, job_id: str) -> None:
+        """Rule 6: the job's checkpoint state is to be restated under a new checkpoint
+        record's key, after the record that now brings the job into existence in a log
+        cleaned past junk over its birth (the records it stands on lie before that record,
+        and are refused ``unknown_job`` there)."""
+        rec = self._cp_records.get(job_id)
+        if rec is not None and rec.holder is not None:
+            self._cp_records[job_id] = rec._replace(holder=None, state=None)
+        self._note_checkpoints_due(job_id)
 
     def _note_birth(self, job_id: str) -> None:
         """Rule 5: a live job whose birth is under no birth key (born under its job key by a
@@ -917,6 +1070,18 @@ class Delta:
             self._jobs = jobs.mutate()
             for job_id in sorted(jobs.keys()):
                 self._note_birth(job_id)
+        if e.layout >= CHECKPOINTS_KEYED_LAYOUT and not self._checkpoints_keyed:
+            # rule 6: from here on a job's checkpoint state stands on records under keys of
+            # their own; the jobs whose state lay under their one checkpoints key are due to
+            # have it restated there (and that key is never restated again)
+            self._checkpoints_keyed = True
+            unsettled = self._unsettled.finish()
+            self._unsettled = immutables.Map(
+                {k: v for k, v in unsettled.items() if not k.endswith("/checkpoints")}).mutate()
+            jobs = self._jobs.finish()
+            self._jobs = jobs.mutate()
+            for job_id in sorted(jobs.keys()):
+                self._note_checkpoints_due(job_id)
         self._leaders = immutables.Map().mutate()  # rule 9: the new leader published nothing
         self._forget_leader_keys()
         self._set_term(TermInfo(e.epoch, e.writer, record.offset, lease_ms=e.lease_ms))
@@ -973,6 +1138,16 @@ class Delta:
         parsed = parse_key(_key(record) or "")
         self._aspect = "end" if self._on_end_key else (
             parsed.kind if parsed is not None else "job")
+        if self._aspect == "checkpoint" and record.key != checkpoint_key(
+                self._ns, e.job_id, e.event_id).encode("utf-8"):
+            raise _Verdict("wrong_key", f"a reassertion under a checkpoint record's key "
+                           f"restates the checkpoint state under its own, "
+                           f"{checkpoint_key(self._ns, e.job_id, e.event_id)!r}, not "
+                           f"{_key(record)!r}")
+        if self._aspect == "checkpoints" and self._checkpoints_keyed:
+            raise _Verdict("wrong_key", f"a grant of layout {CHECKPOINTS_KEYED_LAYOUT} was "
+                           "accepted: the checkpoint state is restated under a checkpoint "
+                           f"record's key, not {_key(record)!r}")
         if self._aspect == "birth" and (e.status == JobStatus.ABSENT or not on_birth_key):
             # Rule 8's removal of a refused call's submit, under that submit's key: it
             # removes the record it supersedes, and the job only if that record is its
@@ -1023,6 +1198,11 @@ class Delta:
             raise _Verdict("wrong_key", f"a {e.TYPE} must be keyed {record_key(e)!r} (a grant "
                            f"of layout {BIRTHS_KEYED_LAYOUT} was accepted: the job's key "
                            f"holds no submit or end any more), not {_key(record)!r}")
+        if self._checkpoints_keyed and isinstance(e, CheckpointEvent) \
+                and record.key != record_key(e).encode("utf-8"):
+            raise _Verdict("wrong_key", f"a {e.TYPE} must be keyed {record_key(e)!r} (a grant "
+                           f"of layout {CHECKPOINTS_KEYED_LAYOUT} was accepted: checkpoint "
+                           f"records have keys of their own), not {_key(record)!r}")
         self._record_key = record.key
         self._on_end_key = record.key is not None and is_end_key(record.key)
         call_id = getattr(e, "call_id", None)
@@ -1128,7 +1308,7 @@ class Delta:
 
     def _reasserted(self, e: JobReasserted, job: JobView | None) -> None:
         aspect = self._aspect
-        if aspect in ("lock", "checkpoints") and job is not None:
+        if aspect in ("lock", "checkpoints", "checkpoint") and job is not None:
             # Off the job's own key a reassertion restates that key's part of a job the
             # fold knows and nothing else: it cannot remove the job, end it or change what
             # the job is (the cleaner keeps each key's newest record, so every other part
@@ -1161,15 +1341,22 @@ class Delta:
             self._jobs[e.job_id] = job._replace(
                 graph=e.graph, max_checkpoint_failures=e.max_checkpoint_failures,
                 retained_checkpoints=e.retained_checkpoints, born_by=e.event_id)
+            if job.born_by != e.event_id:
+                self._parts_due(job)
             return
-        checkpoints = self._restated_checkpoints(e, job)
+        keyed = self._checkpoints_keyed and job is not None
+        # (rule 6: once checkpoint records have keys of their own, a known job's checkpoint
+        # state stands on them alone; a restatement elsewhere carries it and is not read)
+        checkpoints = job.checkpoints if keyed and job is not None \
+            else self._restated_checkpoints(e, job)
         if e.status in JobStatus.TERMINAL:
             # A result's checkpoints are the job's when it ended and never grow after (every
             # checkpoint record of an ended job is refused): a reassertion restating a result
             # carries them as its writer's fold has them, and they are taken. (After the
             # cleaner removed an end under the job's key, a refused checkpoint record there
             # read as accepted; the restatement undoes it.)
-            checkpoints = e.checkpoints
+            if not keyed:
+                checkpoints = e.checkpoints
             # A clean result never becomes dirty again (its graph and checkpoints were
             # deleted): a restatement planned before the cleanup restates it clean.
             dirty = e.dirty and (job is None or job.live or job.dirty)
@@ -1230,6 +1417,11 @@ class Delta:
                 # (under an end key) carries no copy of: they stand where the checkpoints
                 # key holds them, restated there when a refused record lands on it.
                 self._jobs[e.job_id] = job._replace(checkpoints=e.checkpoints)
+            elif aspect == "checkpoint" and job.dirty:
+                # (the same under a checkpoint record's key: restated there when the record
+                # that held them is gone; never older than the fold's)
+                self._jobs[e.job_id] = job._replace(
+                    checkpoints=self._restated_checkpoints(e, job))
             return  # the rest of a terminal job's result lies under its end and birth keys
         if e.status in JobStatus.TERMINAL:
             raise _Verdict("bad_state", f"job {e.job_id!r} is {job.status}: a reassertion on "

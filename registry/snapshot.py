@@ -97,6 +97,7 @@ from .events import (
 from .files import atomic_write
 from .fold import bulk
 from .image import (
+    CheckpointRecords,
     Decision,
     Image,
     JobView,
@@ -150,6 +151,7 @@ _RECORD_TYPES: tuple[type, ...] = (
     CompletedCheckpoint,
     LogRecord,  # the records of calls waiting for their commit (Image.calls)
     LeaderInfo,  # the current term's leader information (Image.leaders)
+    CheckpointRecords,  # the checkpoint records under keys of their own (fold rule 6)
 )
 _PRIMITIVES = frozenset({str, int, type(None), bool, float})
 
@@ -577,7 +579,8 @@ def _decode_columns(text: bytes, end_head: int, types: Any) -> Image:
 
 # -- checks ----------------------------------------------------------------------
 
-_MAP_FIELDS = ("jobs", "unsettled", "recent_ids", "leaders", "checkpoint_floors")
+_MAP_FIELDS = ("jobs", "unsettled", "recent_ids", "leaders", "checkpoint_floors",
+               "checkpoint_records")
 _DECISION_FIELDS = ("rejected", "ignored", "quarantined")
 
 

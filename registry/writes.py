@@ -183,7 +183,7 @@ class TermWrites:
         try:
             for attempt in range(self.MAX_RESENDS + 1):
                 unsent = False
-                todo: list[tuple[str, bytes]] = []
+                todo: list[tuple[str, bytes | None]] = []
                 events: list[Event] = []
                 renewed = _renewed_calls(slots, waiting) if attempt else {}
                 for copies in slots:
@@ -313,6 +313,27 @@ class TermWrites:
             for copies in slots:
                 for _, sent_event in copies:
                     waiting.pop(sent_event.event_id, None)
+
+    def collect(self, keys: list[str]) -> int:
+        """Fold rule 6's collection: one write of a tombstone per key (in that order, as
+        :func:`registry.fold.plan_collection` planned them), then fold them. Best effort:
+        a tombstone that never lands leaves a record no state stands on in the log, and
+        the next collection plans it again; one that lands removes a record no verdict
+        needs, whoever wrote it and whenever (a tombstone has no epoch: nothing of a term
+        to fence). Returns how many were written (0 on any failure, also a term known to
+        be over: it leaves them to the next leader)."""
+        if not keys or self._fenced() is not None:
+            return 0
+        try:
+            self.open()
+            writer = self.writer
+            if writer is None:
+                return 0
+            written = writer.write([(key, None) for key in keys])
+            self._log.read_back(written, {}, self.timeout)
+        except BrokerError:
+            return 0
+        return len(written)
 
     def term_end(self) -> int | None:
         """The offset of the record that ended this term in the image (the newer grant, or

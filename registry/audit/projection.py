@@ -176,7 +176,7 @@ class AuditProjection:
                         functools.partial(_note_term, state.terms, ns),
                         members=state.members.setdefault(ns, {}))
                 d = delta.replay(r)
-                if d.outcome == Outcome.SKIPPED:
+                if d.outcome in (Outcome.SKIPPED, Outcome.COLLECTED):
                     continue
                 # A call's records get their rows when the fold decides them (rule 8): at
                 # the commit, or when the term ends without one; a waiting one has none yet.

@@ -512,7 +512,8 @@ def _check(url: str, topic: str, stream: str,
                     on_decision=functools.partial(_keep_decision, final),
                     on_term=functools.partial(_keep_term, terms))
                 decisions = [d for _, d in sorted(final.items())
-                             if d.outcome not in (Outcome.SKIPPED, Outcome.PENDING)]
+                             if d.outcome not in (Outcome.SKIPPED, Outcome.PENDING,
+                                                       Outcome.COLLECTED)]
                 waiting.setdefault(partition, set()).update(
                     r.offset for records in image.calls.values() for r in records)
                 folded.append((ns, partition, Scan(image, decisions,

@@ -5,9 +5,11 @@ It enumerates *every* history up to a bound over a small, explicit alphabet of o
 client writes (single records and calls of several), a deposed leader's (zombie's) writes,
 raw records of every event type at every epoch that exists (current, stale, future) under
 the leader's or another writer's name, on the type's own key or a wrong key of the same job,
-garbage and tombstones, verbatim re-sends of earlier client records, calls without their
-commit; after each op that is not the leader's own write, the leader settles (reasserts, as
-``Term.reassert()``) or does not (a leaderless stretch). Every write is built by the same
+garbage and tombstones (also over the key that holds a job's birth, its end, or the record its
+checkpoint state stands on), verbatim re-sends of earlier client records, calls without their
+commit; after each op that is not the leader's own write, the leader settles (reasserts and
+collects the checkpoint records no state stands on, as ``Term.reassert()``) or does not (a
+leaderless stretch). Every write is built by the same
 pure code the client uses (the event classes, :func:`registry.events.as_call`,
 :func:`registry.fold.checkpoint_step`, :func:`registry.fold.plan_reassertions`) and encoded
 by the codec; event ids are positional (the record's index in the log), so a run is
@@ -114,10 +116,19 @@ from registry.fold import (
     fencing_reason,
     fold,
     fold_batches,
+    plan_collection,
     plan_reassertions,
 )
 from registry.image import Decision, Image, LogRecord, Outcome
-from registry.keys import birth_key, checkpoints_key, end_key, job_key, lock_key, record_key
+from registry.keys import (
+    birth_key,
+    checkpoint_key,
+    checkpoints_key,
+    end_key,
+    job_key,
+    lock_key,
+    record_key,
+)
 from registry.wire import default_codec
 from registry.writes import _own_key
 
@@ -166,8 +177,9 @@ class Alphabet:
     raw_epochs: tuple[str, ...] = ("current", "stale", "future")
     raw_writers: tuple[str, ...] = ("leader", "other")
     raw_keys: tuple[str, ...] = ("own", "wrong")
-    # garbage and tombstones also over the key that holds a job's birth, or its end
-    junk_keys: tuple[str, ...] = ("birth", "end")
+    # garbage and tombstones also over the key that holds a job's birth, its end, or its
+    # checkpoint state
+    junk_keys: tuple[str, ...] = ("birth", "end", "checkpoint")
     stale_claims: bool = True
     # raw checkpoint records also from a view without the job's checkpoint records (key
     # "stale" in the op: on the own key, seq and state as the submit left them), and a
@@ -363,7 +375,10 @@ class _World:
     # -- the client's writes ----------------------------------------------------------------
     def settle(self, who: _Actor) -> None:
         """``Term.reassert()`` and the settling after a write: plan from the image, send,
-        at most twice (``Term._settle_once``)."""
+        at most twice (``Term._settle_once``); then the collection (fold rule 6: every
+        tombstone :func:`registry.fold.plan_collection` plans, as ``Term.reassert()``
+        writes them; a write collects only once many are due, which leaves records longer,
+        as a settling that collected nothing)."""
         for _ in range(2):
             img = self.image
             if who.term is None or fencing_reason(img.epoch, img.leader, img.revoked,
@@ -371,9 +386,13 @@ class _World:
                 return
             pairs = plan_reassertions(img, who.term, who.name)
             if not pairs:
-                return
+                break
             self.write(list(pairs))
             who.seen = len(self.log)
+        keys = plan_collection(self.image)
+        for i, key in enumerate(keys):
+            self.append(key, None, None, True, last=i == len(keys) - 1)
+        who.seen = len(self.log)
 
     def claim(self, who: _Actor, stale: bool) -> None:
         if not stale:
@@ -513,7 +532,12 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
     writer = leader if writer_rel == "leader" else next(c for c in CONTENDERS if c != leader)
     common = _common(epoch, writer)
     if kind in ("garbage", "tombstone"):
-        if key_rel in ("birth", "end"):  # over the key that holds the job's birth (end)
+        if key_rel == "checkpoint":  # over the key that holds the job's checkpoint state
+            rec = img.checkpoint_records.get(job)
+            if rec is None or rec.holder is None:
+                return False
+            key = rec.holder
+        elif key_rel in ("birth", "end"):  # over the key that holds the job's birth (end)
             holder = img.jobs.get(job)
             held = None if holder is None else (holder.born_by if key_rel == "birth"
                                                 else holder.ended_by)
@@ -561,7 +585,7 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
                            max_checkpoint_failures=known.max_checkpoint_failures,
                            retained_checkpoints=known.retained_checkpoints,
                            checkpoints=before, **common)
-        world.write([(checkpoints_key(NS, job), ev)], client=False)
+        world.write([(checkpoint_key(NS, job, ev.event_id), ev)], client=False)
         return True
     elif kind == "JobReasserted":
         ev = JobReasserted(job_id=job, status=JobStatus.ACTIVE, owner_epoch=epoch,

@@ -39,12 +39,14 @@ op = st.sampled_from([write] * 6 + [claim] * 2 + [sync] * 2 + [raw, raw, dup, ti
     lambda s: s)
 
 
-def build(ops, reassert: bool = True, settle: bool = True, sim: Sim | None = None) -> Sim:
-    """Interpret ``ops`` on ``sim``: by default a fresh :class:`Sim` (``reassert`` is for that
-    one), or one given, such as :class:`.kafka_cleaner.BrokerSim`, which also records how each
-    write reaches the broker."""
+def build(ops, reassert: bool = True, settle: bool = True, sim: Sim | None = None,
+          layout: int | None = None) -> Sim:
+    """Interpret ``ops`` on ``sim``: by default a fresh :class:`Sim` (``reassert`` and
+    ``layout``, the clients' record layout, this jobreg's by default, are for that one), or
+    one given, such as :class:`.kafka_cleaner.BrokerSim`, which also records how each write
+    reaches the broker."""
     if sim is None:
-        sim = Sim(reassert=reassert)
+        sim = Sim(reassert=reassert, layout=layout)
     for o in ops:
         kind = o[0]
         if kind == "sync":

@@ -33,6 +33,7 @@ from registry.events import (
     CallCommitted,
     CheckpointCompleted,
     CheckpointDiscarded,
+    CheckpointEvent,
     CheckpointFailed,
     CheckpointTriggered,
     InlineGraph,
@@ -59,10 +60,11 @@ from registry.fold import (
     failure_reason_counts,
     fencing_reason,
     fold,
+    plan_collection,
     plan_reassertions,
 )
 from registry.image import Image, LogRecord
-from registry.keys import job_key, lock_key, record_key, term_key
+from registry.keys import checkpoints_key, job_key, lock_key, record_key, term_key
 from registry.log import TopicConfig
 from registry.wire import default_codec, encode
 from registry.wire.mapping import to_avro
@@ -183,7 +185,20 @@ class Sim:
     next_offset: int = 0
     actors: dict[str, Actor] = field(default_factory=lambda: {c: Actor(c) for c in CONTENDERS})
     reassert: bool = True  # switch off to show the hazard the reassertions prevent
+    # the record layout its clients write (their grants say it; None: this module's LAYOUT
+    # when they write): 1 writes checkpoint records under the job's one checkpoints key, as
+    # a jobreg before layout 2 did
+    layout: int | None = None
     client_records: list[int] = field(default_factory=list)  # indices of job records clients wrote
+
+    def layout_now(self) -> int:
+        return LAYOUT if self.layout is None else self.layout
+
+    def key(self, event) -> str:
+        """The key a client of this layout writes ``event`` under."""
+        if self.layout_now() < 2 and isinstance(event, CheckpointEvent):
+            return checkpoints_key(NS, event.job_id)
+        return record_key(event)
 
     def image(self, upto: int | None = None) -> Image:
         return fold(visible(self.log[:upto]), NS)
@@ -214,7 +229,7 @@ class Sim:
         saw = None if external else (view.term.renewal if view.term is not None else 0)
         g = LeadershipGranted(event_id=new_event_id(), namespace=NS, epoch=view.epoch + 1,
                               writer=who, created_at=0, prev_epoch=view.epoch,
-                              saw_renewal=saw, layout=LAYOUT)
+                              saw_renewal=saw, layout=self.layout_now())
         self.append(record_key(g), encode(g))
         a.seen = len(self.log)
         img = self.image()
@@ -268,7 +283,7 @@ class Sim:
                 names = [n for n in names if n in view.jobs]  # the client refuses unknown ids
                 events = [JobAdopted(job_id=n, **{**common, "event_id": new_event_id()})
                           for n in names]
-            pairs += [(record_key(e), e) for e in as_call(events)]
+            pairs += [(self.key(e), e) for e in as_call(events)]
         elif cmd is not None and (view.jobs if cmd != "clean" else view.results()):
             # commands on known jobs (the client refuses unknown ids before writing);
             # the drawn name picks one of the jobs this client knows
@@ -295,7 +310,7 @@ class Sim:
                       "recfail": lambda: JobRecoveryFailed(job_id=job, error="boom", **common),
                       }[cmd]()
         if ev is not None:
-            pairs.append((record_key(ev), ev))
+            pairs.append((self.key(ev), ev))
         for key, e in pairs:
             self.append(key, encode(e), aborted)
             if not aborted and isinstance(e, (JobEvent, LeaderInformationPublished)):
@@ -307,6 +322,11 @@ class Sim:
             if img.epoch == a.term and img.leader == who and not img.revoked and img.unsettled \
                     and plan_reassertions(img, a.term, who):
                 self.write(who, None, None)  # the client settles after a refusal
+                return
+            if img.epoch == a.term and img.leader == who and not img.revoked:
+                for key in plan_collection(img):  # fold rule 6's collection (Term.reassert)
+                    self.append(key, None)
+                a.seen = len(self.log)
 
     def raw(self, kind: str, epoch: int, writer: str, job: str, key_choice: int) -> None:
         """A zombie that ignores fencing: any event, any epoch, on some job key (choice 0: the

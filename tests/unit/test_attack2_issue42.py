@@ -69,7 +69,7 @@ def test_a_late_copy_of_a_checkpoints_reassertion_never_undoes_a_counted_failure
                  ("write", "jm-1", "trigger", "a", False, 1),
                  ("write", "jm-1", "trigger", "a", False, 2),
                  ("write", "jm-1", "cpfail", "a", False, 5),
-                 ("write", "jm-1", "cpfail", "a", False, 2)], settle=False)
+                 ("write", "jm-1", "cpfail", "a", False, 2)], settle=False, layout=1)
     acknowledged = fold(visible(sim.log), NS).jobs["a"].checkpoints
     assert (acknowledged.seq, acknowledged.pending, acknowledged.counted) == (4, (1,), (2,))
     r = _the_reassertion_on(sim, checkpoints_key(NS, "a"))
@@ -242,7 +242,7 @@ def test_the_torture_judge_follows_the_new_rule_5() -> None:
     from registry.events import JobReasserted
     from registry.fold import Delta
     from registry.image import Image
-    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False, layout=1)
     common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0, job_id="a",
                   owner_epoch=None)
     sim.append(checkpoints_key(NS, "a"), encode(JobReasserted(

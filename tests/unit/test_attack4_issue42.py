@@ -239,7 +239,14 @@ def test_a_late_first_copy_of_a_restated_birth_undoes_an_acknowledged_write(
     acknowledged = log.image.jobs["a"]
     producer.deliver()  # the held request lands now (same term, seconds later)
     log.sync(1.0)
-    assert not plan_reassertions(log.image, 2, "jm-2"), "nothing for the leader to repair"
+    # The late copy holds the birth now (a later record than R'): the leader restates the
+    # lock and the checkpoint state after it (rule 5, ``Delta._parts_due``) as they stand,
+    # which undoes nothing; no restatement of the birth itself.
+    repairs = plan_reassertions(log.image, 2, "jm-2")
+    assert {k.rsplit("/", 1)[-1] for k, _ in repairs} <= {"lock", "checkpoints"}, repairs
+    assert all((e.status, e.owner_epoch, e.error) == (
+        log.image.jobs["a"].status, log.image.jobs["a"].owner_epoch, log.image.jobs["a"].error)
+        for _, e in repairs)
     now = fold(part.records, NS).jobs["a"]
     assert (now.status, now.owner_epoch, now.error, now.checkpoints) == (
         acknowledged.status, acknowledged.owner_epoch, acknowledged.error,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
 from support.model import NS
 
 from registry.dev.exhaustive import compacted_indices
@@ -203,10 +202,11 @@ def test_f5_junk_over_a_dirty_results_birth_makes_its_end_due() -> None:
     assert not _differing_cuts(log.records)
 
 
-@pytest.mark.xfail(strict=True, reason="open: junk over a live job's birth; in a log cleaned "
-                   "past it the job is born after its lock record, which is refused "
-                   "unknown_job, and the birth's restatement restates the birth alone")
 def test_junk_over_a_live_birth_keeps_the_lock_in_every_compacted_log() -> None:
+    """Junk over a live job's birth with a lock record before the births that stand: in a
+    log cleaned past the junk the job is born after its lock record, which is refused
+    ``unknown_job`` there. Open until the birth's restatement made the lock due (rule 5,
+    ``Delta._parts_due``): the leader's next settling restates it after the birth."""
     log, birth = _start()
     log.put(JobRecoveryFailed(job_id="a", error="x", **_common()))
     for _ in range(2):  # two re-sends of the submit, each refused and removed
@@ -215,5 +215,8 @@ def test_junk_over_a_live_birth_keeps_the_lock_in_every_compacted_log() -> None:
     log.records.pop()  # the second removal not yet written
     log.raw(log.records[1].key, b"\x00\x00\x00\x00\x63junk")  # junk over the birth key
     log.settle()  # the second removal, and the birth restated
-    assert fold(log.records, NS).jobs["a"].status == "RECOVERY_FAILED"
+    assert f"{NS}/job/a/lock" in fold(log.records, NS).unsettled  # due after the new birth
+    log.settle()  # the lock restated after it (Term._settle_once settles twice)
+    full = fold(log.records, NS)
+    assert full.jobs["a"].status == "RECOVERY_FAILED" and not full.unsettled
     assert not _differing_cuts(log.records)

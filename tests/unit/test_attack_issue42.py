@@ -95,7 +95,7 @@ def test_an_end_key_record_adopted_as_a_legacy_jobs_end_keeps_its_status_after_c
 
 
 def test_the_old_rule_cannot_take_a_checkpoint_id_back() -> None:
-    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False)], settle=False)
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False)], settle=False, layout=1)
     common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0)
     key = checkpoints_key(NS, "a")
 
@@ -208,7 +208,7 @@ def test_terminal_job_rests_only_on_ends_under_end_keys() -> None:
     compacted log.) Off the job's own key a reassertion cannot end a job: refused."""
     from registry.events import JobReasserted
     from registry.keys import lock_key
-    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False, layout=1)
     for key in (lock_key(NS, "a"), checkpoints_key(NS, "a")):
         ended = JobReasserted(event_id=new_event_id(), namespace=NS, epoch=1, writer="jm-1",
                               created_at=0, job_id="a", status="CANCELLED", owner_epoch=None,
@@ -287,7 +287,7 @@ def test_a_late_copy_of_a_reassertion_never_undoes_an_acknowledged_checkpoint() 
                  # and the leader's write reasserts the checkpoints key
                  ("write", "jm-1", "cpfail", "a", False, 5),
                  ("write", "jm-1", "trigger", "a", False, 2),
-                 ("write", "jm-1", "complete", "a", False, 2)], settle=False)
+                 ("write", "jm-1", "complete", "a", False, 2)], settle=False, layout=1)
     assert fold(visible(sim.log), NS).jobs["a"].checkpoints.last_completed == 2  # acknowledged
     key = checkpoints_key(NS, "a").encode()
     (reassertion,) = [r for r in sim.log if r.key == key
@@ -324,7 +324,7 @@ def test_an_absent_reassertion_off_the_job_key_never_hides_a_job_from_the_cleane
     unsettled, superseded it, and the compacted fold accepted it.) Off the job's own key a
     reassertion can neither remove nor end a job: both are refused and the key restated."""
     from registry.events import JobReasserted
-    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False)
+    sim = build([("claim", "jm-1"), ("write", "jm-1", "submit", "a", False, 1)], settle=False, layout=1)
     common = dict(namespace=NS, epoch=1, writer="jm-1", created_at=0, job_id="a",
                   owner_epoch=None, graph=None)
     for status in ("ABSENT", "CANCELLED"):  # raw writes of the current term

@@ -32,6 +32,7 @@ from support.model import NS, checkpoint_event
 from registry.dev.exhaustive import compacted_indices
 from registry.events import (
     CheckpointDiscarded,
+    CheckpointEvent,
     CheckpointFailed,
     CheckpointTriggered,
     InlineGraph,
@@ -53,12 +54,15 @@ def _common() -> dict:
 
 
 def _triggered() -> tuple[list[LogRecord], Callable[..., None]]:
-    """A log: a grant, job a's submit, a trigger of checkpoint 1; and how to append."""
+    """A log of a jobreg of layout 1 (checkpoint records under the job's one checkpoints
+    key, where a stale restatement could supersede an accepted record): a grant, job a's
+    submit, a trigger of checkpoint 1; and how to append."""
     records: list[LogRecord] = []
 
     def put(event, key: str | None = None) -> None:
-        records.append(LogRecord(len(records), (key or record_key(event)).encode(),
-                                 CODEC.encode(event), 1_000_000))
+        key = key or (checkpoints_key(NS, event.job_id) if isinstance(event, CheckpointEvent)
+                      else record_key(event))
+        records.append(LogRecord(len(records), key.encode(), CODEC.encode(event), 1_000_000))
 
     put(LeadershipGranted(prev_epoch=0, saw_renewal=None, layout=1, **_common()))
     put(JobSubmitted(job_id="a", graph=InlineGraph(b"graph-a"), **_common()))

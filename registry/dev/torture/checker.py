@@ -443,7 +443,8 @@ def _library_track(run: _Run, out: list[Violation], notes: list[str]) -> None:
                 continue
             found = lib.get(v.offset)
             if found is None:
-                diffs.append((v, None))
+                if v.outcome != "COLLECTED":  # (a collection has no verdict to read back)
+                    diffs.append((v, None))
                 continue
             theirs = bool(found.get("accepted"))
             quarantine_differs = (found.get("outcome") == "QUARANTINED") != \

@@ -195,10 +195,12 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
     if t in ("JobAdopted", "JobLockReleased", "JobRecoveryFailed"):
         return (f"{ns}/job/{job}/lock",)
     if t.startswith("Checkpoint") or t == "JobRestarted":
-        return (f"{ns}/job/{job}/checkpoints",)
+        # its own key, or the job's one checkpoints key (older jobregs)
+        return (f"{ns}/job/{job}/checkpoint/{ev.event_id}", f"{ns}/job/{job}/checkpoints")
     if t == "JobReasserted":
         return (f"{ns}/job/{job}", f"{ns}/job/{job}/lock", f"{ns}/job/{job}/checkpoints",
-                f"{ns}/job/{job}/end/{ev.event_id}", f"{ns}/job/{job}/birth/{ev.event_id}")
+                f"{ns}/job/{job}/end/{ev.event_id}", f"{ns}/job/{job}/birth/{ev.event_id}",
+                f"{ns}/job/{job}/checkpoint/{ev.event_id}")
     if t == "LeaseRenewed":
         if ev.renewal is None or ev.attempts is None:
             return (f"{ns}/term/{ev.epoch}/lease",)
@@ -292,6 +294,10 @@ class NamespaceModel:
         self._reasserting_part: str | None = None  # lock or checkpoints: its key, if so
         self.ends_keyed = False  # a grant of a jobreg whose ends have keys of their own
         self.births_keyed = False  # a grant of layout 1: submits under birth keys
+        # a grant of layout 2: checkpoint records under keys of their own
+        self.checkpoints_keyed = False
+        # rule 6: job -> the key of the checkpoint record whose state the job's is
+        self.cp_holder: dict[str, str] = {}
         self._key: str | None = None  # the key of the record being decided
         self._birth_key = False  # it is a birth key
         self.epoch = 0
@@ -334,6 +340,18 @@ class NamespaceModel:
         if key_ns is not None and key_ns != self.ns:
             return self._note(Verdict(offset, "SKIPPED", key=key, timestamp=timestamp))
         if value is None:
+            parts = key.split("/") if key is not None else []
+            if len(parts) == 5 and parts[1] == "job" and parts[3] == "checkpoint":
+                # rule 6: the leader's collection of a record no state stands on, or junk
+                # over the one the job's checkpoint state stands on
+                job = self.jobs.get(parts[2])
+                if self.cp_holder.get(parts[2]) == key and job is not None \
+                        and (job.live or job.dirty) and job.cp != Cp():
+                    del self.cp_holder[parts[2]]
+                    return self._note(Verdict(offset, "QUARANTINED", "tombstone", key,
+                                              timestamp=timestamp))
+                return self._note(Verdict(offset, "COLLECTED", "collected", key,
+                                          timestamp=timestamp))
             return self._note(Verdict(offset, "QUARANTINED", "tombstone", key,
                                       timestamp=timestamp))
 
@@ -378,6 +396,12 @@ class NamespaceModel:
                     and ev.TYPE in ("JobSubmitted", "JobCancelled", "JobTerminated"):
                 self._fence(ev)
                 raise _Refused("wrong_key")  # the job key holds no submit or end any more
+            if self.checkpoints_keyed \
+                    and key == f"{self.ns}/job/{getattr(ev, 'job_id', '')}/checkpoints" \
+                    and (ev.TYPE.startswith("Checkpoint") or ev.TYPE in (
+                        "JobRestarted", "JobReasserted")):
+                self._fence(ev)
+                raise _Refused("wrong_key")  # checkpoint records have keys of their own
             if getattr(ev, "call_id", None) and ev.TYPE != "CallCommitted":
                 self._fence(ev)
                 v.outcome, v.reason = "PENDING", "waits for its call's commit"
@@ -437,12 +461,26 @@ class NamespaceModel:
         self._on_end_key = len(parts) == 5 and parts[3] == "end"
         self._birth_key = len(parts) == 5 and parts[3] == "birth"
         tail = parts[-1] if len(parts) == 4 else None
-        self._reasserting_part = tail if tail in ("lock", "checkpoints") else None
+        self._reasserting_part = tail if tail in ("lock", "checkpoints") else (
+            "checkpoints" if len(parts) == 5 and parts[3] == "checkpoint" else None)
 
     def _note(self, v: Verdict) -> Verdict:
         # A birth key holds one record: one there that is not accepted (nor a copy of the
         # birth) supersedes the birth it holds, which the job then no longer rests on.
         parts = v.key.split("/") if v.key is not None else []
+        if len(parts) == 5 and parts[3] == "checkpoint" and parts[0] == self.ns \
+                and v.outcome not in ("DUPLICATE", "COLLECTED"):
+            # Rule 6: the job's checkpoint state stands on the record whose carried state
+            # it is; a record there that does not carry it (junk, a refusal) takes its place.
+            job = self.jobs.get(parts[2])
+            ev = v.event
+            carried = getattr(ev, "checkpoints", None) if getattr(ev, "TYPE", "") == \
+                "JobReasserted" else getattr(ev, "state", None)
+            if v.outcome in ("ACCEPTED", "IGNORED") and job is not None \
+                    and carried is not None and Cp.of(carried) == job.cp:
+                self.cp_holder[parts[2]] = v.key or ""
+            elif self.cp_holder.get(parts[2]) == v.key:
+                del self.cp_holder[parts[2]]
         if len(parts) == 5 and parts[3] == "birth" and parts[0] == self.ns \
                 and v.outcome not in ("ACCEPTED", "DUPLICATE"):
             job = self.jobs.get(parts[2])
@@ -487,6 +525,8 @@ class NamespaceModel:
                 self.renewed = 0
                 self.ends_keyed = self.ends_keyed or ev.schema_version >= 3
                 self.births_keyed = self.births_keyed or getattr(ev, "layout", 0) >= 1
+                self.checkpoints_keyed = self.checkpoints_keyed \
+                    or getattr(ev, "layout", 0) >= 2
                 self.grants[ev.epoch] = (ev.writer, offset, ts)
                 self.leaders = {}
             return None
@@ -576,8 +616,11 @@ class NamespaceModel:
                     if ev.status not in TERMINAL:
                         raise _Refused("terminal_job")
                     if part == "checkpoints" and job.dirty and not dry:
-                        # a dirty result's checkpoints stand under the checkpoints key
-                        self.jobs[job_id] = replace(job, cp=Cp.of(ev.checkpoints))
+                        # a dirty result's checkpoints stand under the checkpoints key (under
+                        # keys of their own: never older than the job's)
+                        self.jobs[job_id] = replace(job, cp=_restated(job, ev.checkpoints)
+                                                    if self.checkpoints_keyed
+                                                    else Cp.of(ev.checkpoints))
                     return None
                 if ev.status in TERMINAL:
                     raise _Refused("bad_state")
@@ -605,12 +648,17 @@ class NamespaceModel:
                               retained=ev.retained_checkpoints, born=ev.event_id)
             elif ev.status in TERMINAL:
                 dirty = ev.dirty and (job is None or job.live or job.dirty)  # never clean->dirty
-                new = (MJob(ev.status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),
+                # (once checkpoint records have keys of their own a known job's checkpoint
+                # state stands on them alone: a restatement elsewhere is not read for it)
+                cp = job.cp if self.checkpoints_keyed and job is not None \
+                    else Cp.of(ev.checkpoints)
+                new = (MJob(ev.status, None, graph_of(ev.graph), cp=cp,
                             dirty=True) if dirty else MJob(ev.status, None, None))
             else:
                 new = MJob(ev.status, ev.owner_epoch, graph_of(ev.graph), ev.error,
                            ev.max_checkpoint_failures, ev.retained_checkpoints,
-                           _restated(job, ev.checkpoints),
+                           job.cp if self.checkpoints_keyed and job is not None
+                           else _restated(job, ev.checkpoints),
                            born=ev.event_id if own_birth else (
                                job.born if job is not None else None))
         else:
