@@ -84,6 +84,10 @@ class BrokerSim(Sim):
         self._within(Unit("txn", aborted),
                      lambda: super(BrokerSim, self).write(who, cmd, job, aborted, cp))
 
+    def collect(self, who: str, keys: list[str]) -> None:
+        # the leader's tombstones: a write of its idempotent producer, no transaction
+        self._within(Unit("idempotent"), lambda: super(BrokerSim, self).collect(who, keys))
+
     def raw(self, kind, epoch, writer, job, key_choice) -> None:
         self._within(Unit("plain"),
                      lambda: super(BrokerSim, self).raw(kind, epoch, writer, job, key_choice))

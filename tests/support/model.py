@@ -324,9 +324,14 @@ class Sim:
                 self.write(who, None, None)  # the client settles after a refusal
                 return
             if img.epoch == a.term and img.leader == who and not img.revoked:
-                for key in plan_collection(img):  # fold rule 6's collection (Term.reassert)
-                    self.append(key, None)
-                a.seen = len(self.log)
+                self.collect(who, plan_collection(img))
+
+    def collect(self, who: str, keys: list[str]) -> None:
+        """Fold rule 6's collection (``TermWrites.collect``: one plain write of the
+        idempotent producer, no transaction): a tombstone per key, in order."""
+        for key in keys:
+            self.append(key, None)
+        self.actors[who].seen = len(self.log)
 
     def raw(self, kind: str, epoch: int, writer: str, job: str, key_choice: int) -> None:
         """A zombie that ignores fencing: any event, any epoch, on some job key (choice 0: the
