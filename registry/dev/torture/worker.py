@@ -696,6 +696,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{code_fingerprint()}, the run's {wanted}); not starting", file=sys.stderr)
         return 3
     worker = Worker(Path(run_dir), process, int(incarnation))
+    # Fold rule 6's collection after every second checkpoint record (64 in production), so
+    # that the campaign's terms write tombstones under faults as often as it can check them.
+    from registry import client
+    client.COLLECT_BATCH = 2
     # The nemesis of threads: each thread of this worker may be held at the write path's
     # and the election's stall points (registry.stalls), drawn from the run's seed.
     chance = float(worker.cfg.get("stalls", 0.0))
