@@ -220,6 +220,17 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
         return (0 if absent else 1, key)
 
     keyed = image.checkpoints_keyed
+
+    def whole(job: JobView, event_id: str, checkpoints: CheckpointState) -> JobReasserted:
+        # The job's whole accepted state, with the checkpoint state given.
+        return JobReasserted(
+            event_id=event_id, namespace=ns, epoch=epoch, writer=writer, created_at=now_ms(),
+            job_id=job.job_id, status=job.status, owner_epoch=job.owner_epoch,
+            graph=job.graph, error=job.error,
+            max_checkpoint_failures=job.max_checkpoint_failures,
+            retained_checkpoints=job.retained_checkpoints, checkpoints=checkpoints,
+            reason=job.reason, dirty=job.dirty)
+
     for key in sorted(image.unsettled.keys(), key=order):
         parsed = parse_key(key)
         if parsed is not None and parsed.kind == "leader":
@@ -262,27 +273,16 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             if job is None or not key.endswith("/"):
                 continue
             event_id = new_event_id()
-            out.append((checkpoint_key(ns, job.job_id, event_id), JobReasserted(
-                event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
-                created_at=now_ms(), job_id=job.job_id, status=job.status,
-                owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
-                max_checkpoint_failures=job.max_checkpoint_failures,
-                retained_checkpoints=job.retained_checkpoints, checkpoints=_floored(image, job),
-                reason=job.reason, dirty=job.dirty)))
+            out.append((checkpoint_key(ns, job.job_id, event_id),
+                        whole(job, event_id, _floored(image, job))))
             continue
         if parsed.kind == "birth" and key.endswith("/"):
             # A live job whose birth lies under no birth key (rule 5): restated under one.
             if job is None or not job.live or job.born_by is not None:
                 continue
             event_id = new_event_id()
-            out.append((birth_key(ns, job.job_id, event_id), JobReasserted(
-                event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
-                created_at=now_ms(), job_id=job.job_id, status=job.status,
-                owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
-                max_checkpoint_failures=job.max_checkpoint_failures,
-                retained_checkpoints=job.retained_checkpoints,
-                checkpoints=_floored(image, job, restated=False),
-                reason=job.reason, dirty=job.dirty)))
+            out.append((birth_key(ns, job.job_id, event_id),
+                        whole(job, event_id, _floored(image, job, restated=False))))
             continue
         if job is None or parsed.kind == "birth":
             # The key of a job that does not exist, or a refused call's submit under its own
@@ -294,12 +294,5 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
                 owner_epoch=None, graph=None,
                 reason="job_exists" if job is not None and job.live else None)))
             continue
-        out.append((key, JobReasserted(
-            event_id=new_event_id(), namespace=ns, epoch=epoch, writer=writer,
-            created_at=now_ms(), job_id=job.job_id, status=job.status,
-            owner_epoch=job.owner_epoch, graph=job.graph, error=job.error,
-            max_checkpoint_failures=job.max_checkpoint_failures,
-            retained_checkpoints=job.retained_checkpoints, checkpoints=_floored(image, job),
-            reason=job.reason, dirty=job.dirty,
-        )))
+        out.append((key, whole(job, new_event_id(), _floored(image, job))))
     return out
