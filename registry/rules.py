@@ -1076,8 +1076,11 @@ class Delta:
             # have it restated there (and that key is never restated again)
             self._checkpoints_keyed = True
             unsettled = self._unsettled.finish()
+            # (an unsettled checkpoints key's stretch goes on as its job's due state: the
+            # lag runs from the refused record that began it)
             self._unsettled = immutables.Map(
-                {k: v for k, v in unsettled.items() if not k.endswith("/checkpoints")}).mutate()
+                {(k[:-len("checkpoints")] + "checkpoint/" if k.endswith("/checkpoints")
+                  else k): v for k, v in unsettled.items()}).mutate()
             jobs = self._jobs.finish()
             self._jobs = jobs.mutate()
             for job_id in sorted(jobs.keys()):
