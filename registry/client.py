@@ -988,7 +988,8 @@ class Term:
         ``min.compaction.lag.ms``.
         """
         image = self.registry.sync()
-        planned = len(plan_reassertions(image, self.epoch, self.contender))
+        self._writes.collect(plan_collection(image, first=True))
+        planned = len(plan_reassertions(self.registry.image, self.epoch, self.contender))
         if planned:
             self._commit([])
         self._uncollected = 0
@@ -1097,6 +1098,8 @@ class Term:
         # after a read here.
         if self.fenced() is None:
             self._writes.open()
+            # (a job's records no state stands on go before anything of it is restated)
+            self._writes.collect(plan_collection(self.registry.image, first=True))
             if plan_reassertions(self.registry.image, self.epoch, self.contender):
                 self._commit([])
 
@@ -1328,6 +1331,9 @@ class Term:
         if self._uncollected >= COLLECT_BATCH and self.fenced() is None:
             self._uncollected = 0
             self._writes.collect(plan_collection(reg.image))
+        elif reg.image.unsettled and self.fenced() is None:
+            # a job's records no state stands on go before anything of it is restated
+            self._writes.collect(plan_collection(reg.image, first=True))
         if not reg.image.unsettled or self.fenced() is not None \
                 or not plan_reassertions(reg.image, self.epoch, self.contender):
             return

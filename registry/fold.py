@@ -143,7 +143,7 @@ def fold_batches(batches: Iterable[list[LogRecord]], image: Image, codec: Codec 
     return image
 
 
-def plan_collection(image: Image) -> list[str]:
+def plan_collection(image: Image, *, first: bool = False) -> list[str]:
     """The keys of checkpoint records the leader removes with tombstones (fold rule 6), in
     the order it writes them: every record no state stands on (refused, a duplicate, junk),
     then, once no such record lies before the record that holds a job's checkpoint state,
@@ -156,8 +156,20 @@ def plan_collection(image: Image) -> list[str]:
     refused record without the record its verdict rests on. The holder is never removed
     (junk over it makes the state due, restated by :func:`plan_reassertions`). Pure: the
     image alone decides; a tombstone planned from an older image removes a record no newer
-    one can make needed again (a key holds one record, its verdict fixed where it lies)."""
+    one can make needed again (a key holds one record, its verdict fixed where it lies).
+
+    ``first``: only what must go before :func:`plan_reassertions` restates anything of a job
+    (the records no state stands on of the jobs an unsettled key names); cheap, as the
+    settling after every write asks it."""
     out: list[str] = []
+    if first:
+        named = {p.job_id for k in image.unsettled
+                 if (p := parse_key(k)) is not None and p.job_id is not None}
+        for job_id in sorted(named):
+            rec = image.checkpoint_records.get(job_id)
+            if rec is not None:
+                out += [k for k, held in rec.keys if not held and k != rec.holder]
+        return out
     for job_id, rec in sorted(image.checkpoint_records.items()):
         job = image.jobs.get(job_id)
         loose = [k for k, held in rec.keys if not held and k != rec.holder]
@@ -179,11 +191,10 @@ def _floored(image: Image, job: JobView, *, restated: bool = True) -> Checkpoint
     highest one a record the fold did not take carried (rule 6, ``Image.checkpoint_floors``),
     so that the restatement wins over such a record in every compacted log. Only where the
     fold takes the restatement's checkpoint state (``restated``): a birth restatement of a
-    known job (and, once checkpoint records have keys of their own, one under the job's end
-    key) carries the job's own, which the fold does not read, but which is the job's in a log
-    cleaned past the records before it, where the restatement brings the job into existence:
-    a raised ``seq`` there would refuse every checkpoint record after it (the seventh
-    adversarial read, G2)."""
+    known job carries the job's own, which the fold does not read, but which is the job's in a
+    log cleaned past the records before it, where the restatement brings the job into
+    existence: a raised ``seq`` there would refuse every checkpoint record after it (the
+    seventh adversarial read, G2)."""
     floor = image.checkpoint_floors.get(job.job_id)
     state = job.checkpoints
     if not restated or floor is None or floor <= state.seq:
@@ -202,7 +213,8 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
     that the leader removes, one with status ``ABSENT``, these first. For an unsettled
     key of this term's leader information (rule 9), a
     :class:`~registry.events.LeaderInformationPublished` restating the component's
-    information (a deletion if it has none). What it plans
+    information (a deletion if it has none). Nothing of a job that has checkpoint records no
+    state stands on: :func:`plan_collection`'s tombstones of them come first. What it plans
     depends on the image alone; each event gets a fresh id and creation stamp (the only
     things not derived from the image). The client and the model-based tests both call it.
     """
@@ -219,7 +231,16 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             or (parsed.kind != "end" and parsed.job_id not in image.jobs))
         return (0 if absent else 1, key)
 
-    keyed = image.checkpoints_keyed
+    # Rule 6: nothing of a job is restated while it has checkpoint records no state stands on
+    # (refused, junk): the leader collects those first (plan_collection), so that their
+    # tombstones lie before the restatement and every log cleaned past the restatement is
+    # cleaned of them too. (Junk over a fact their verdict rests on, the record a job's state
+    # stands on, its birth or its end, would otherwise let a log cleaned past the junk read
+    # one as accepted: the eighth adversarial read, H1 and H2.)
+
+    def loose(job_id: str) -> bool:
+        rec = image.checkpoint_records.get(job_id)
+        return rec is not None and any(not held and k != rec.holder for k, held in rec.keys)
 
     def whole(job: JobView, event_id: str, checkpoints: CheckpointState) -> JobReasserted:
         # The job's whole accepted state, with the checkpoint state given.
@@ -244,7 +265,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
                 session=info.session if info is not None else "",
                 address=info.address if info is not None else None)))
             continue
-        if parsed is None or parsed.job_id is None:
+        if parsed is None or parsed.job_id is None or loose(parsed.job_id):
             continue
         job = image.jobs.get(parsed.job_id)
         if parsed.kind == "end" and not key.endswith("/"):
@@ -264,7 +285,7 @@ def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, 
             out.append((end_key(ns, job.job_id, event_id), JobReasserted(
                 event_id=event_id, namespace=ns, epoch=epoch, writer=writer,
                 created_at=now_ms(), job_id=job.job_id, status=job.status, owner_epoch=None,
-                graph=job.graph, checkpoints=_floored(image, job, restated=not keyed),
+                graph=job.graph, checkpoints=_floored(image, job),
                 reason=job.reason, dirty=job.dirty)))
             continue
         if parsed.kind == "checkpoint":

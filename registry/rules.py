@@ -791,6 +791,10 @@ class Delta:
                     job = job._replace(born_by=None)
                     if job.live or not job.dirty:
                         self._jobs[job_id] = job
+                        if job.live:
+                            # its lock and checkpoint records lie after the birth that is
+                            # gone: due from here, restated after the new birth
+                            self._parts_due(job)
                     else:
                         # A dirty result's graph lay under that birth key: its end is due,
                         # restated whole under a new end key (graph and checkpoints; once
@@ -857,6 +861,11 @@ class Delta:
         keys = list(rec.keys)
         at = next((i for i, (k, _) in enumerate(keys) if k == key), None)
         if decision.outcome == Outcome.DUPLICATE and at is not None:
+            return
+        if getattr(event, "call_id", None) is not None:
+            # A call's member (a raw writer's: the client writes none) is never collected:
+            # its verdict may sink its call (rule 8). Taken at the commit, the state is due.
+            self._note_checkpoints_due(job_id)
             return
         job = self._jobs.get(job_id)
         carried = event.checkpoints if isinstance(event, JobReasserted) \
@@ -1358,8 +1367,12 @@ class Delta:
             # carries them as its writer's fold has them, and they are taken. (After the
             # cleaner removed an end under the job's key, a refused checkpoint record there
             # read as accepted; the restatement undoes it.)
-            if not keyed:
-                checkpoints = e.checkpoints
+            # (So also once checkpoint records have keys of their own: a result's state
+            # never changes, so every honest restatement carries the fold's, and where junk
+            # removed the end in a log cleaned past it, a checkpoint record the full fold
+            # refused terminal_job may have been taken for a live job: this undoes it. The
+            # eighth adversarial read, H2.)
+            checkpoints = e.checkpoints
             # A clean result never becomes dirty again (its graph and checkpoints were
             # deleted): a restatement planned before the cleanup restates it clean.
             dirty = e.dirty and (job is None or job.live or job.dirty)

@@ -375,24 +375,33 @@ class _World:
     # -- the client's writes ----------------------------------------------------------------
     def settle(self, who: _Actor) -> None:
         """``Term.reassert()`` and the settling after a write: plan from the image, send,
-        at most twice (``Term._settle_once``); then the collection (fold rule 6: every
-        tombstone :func:`registry.fold.plan_collection` plans, as ``Term.reassert()``
-        writes them; a write collects only once many are due, which leaves records longer,
-        as a settling that collected nothing)."""
+        at most twice (``Term._settle_once``), the collection (fold rule 6) around it: first
+        the records no state stands on of the jobs it restates, then every tombstone
+        :func:`registry.fold.plan_collection` plans, as ``Term.reassert()`` writes them (a
+        write collects the rest only once many are due, which leaves records longer, as a
+        settling that collected nothing)."""
+        img = self.image
+        if who.term is None or fencing_reason(img.epoch, img.leader, img.revoked,
+                                              who.term, who.name) is not None:
+            return
+        self.collect(plan_collection(img, first=True))
         for _ in range(2):
             img = self.image
-            if who.term is None or fencing_reason(img.epoch, img.leader, img.revoked,
-                                                  who.term, who.name) is not None:
+            if fencing_reason(img.epoch, img.leader, img.revoked, who.term,
+                              who.name) is not None:
                 return
             pairs = plan_reassertions(img, who.term, who.name)
             if not pairs:
                 break
             self.write(list(pairs))
             who.seen = len(self.log)
-        keys = plan_collection(self.image)
+        self.collect(plan_collection(self.image))
+        who.seen = len(self.log)
+
+    def collect(self, keys: list[str]) -> None:
+        """The leader's tombstones (``TermWrites.collect``: one write)."""
         for i, key in enumerate(keys):
             self.append(key, None, None, True, last=i == len(keys) - 1)
-        who.seen = len(self.log)
 
     def claim(self, who: _Actor, stale: bool) -> None:
         if not stale:

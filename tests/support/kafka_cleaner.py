@@ -80,9 +80,9 @@ class BrokerSim(Sim):
     def claim(self, who: str, external: bool = False) -> None:
         self._within(Unit("idempotent"), lambda: super(BrokerSim, self).claim(who, external))
 
-    def write(self, who, cmd, job, aborted: bool = False, cp: int = 1) -> None:
+    def command(self, who, cmd, job, aborted: bool = False, cp: int = 1) -> None:
         self._within(Unit("txn", aborted),
-                     lambda: super(BrokerSim, self).write(who, cmd, job, aborted, cp))
+                     lambda: super(BrokerSim, self).command(who, cmd, job, aborted, cp))
 
     def collect(self, who: str, keys: list[str]) -> None:
         # the leader's tombstones: a write of its idempotent producer, no transaction

@@ -239,7 +239,22 @@ class Sim:
 
     def write(self, who: str, cmd: str | None, job: str | None, aborted: bool = False,
               cp: int = 1) -> None:
-        """A Term command by ``who`` (with the epoch it believes it holds)."""
+        """A Term command by ``who`` (with the epoch it believes it holds): the leader first
+        collects the records no state stands on of the jobs it will restate (fold rule 6),
+        then the command (:meth:`command`)."""
+        a = self.actors[who]
+        if a.term is None:
+            return
+        if self.reassert and not aborted:
+            img = self.image()
+            first = plan_collection(img, first=True)
+            if first and img.epoch == a.term and img.leader == who and not img.revoked:
+                self.collect(who, first)
+        self.command(who, cmd, job, aborted, cp)
+
+    def command(self, who: str, cmd: str | None, job: str | None, aborted: bool = False,
+                cp: int = 1) -> None:
+        """The command's write: the reassertions its view plans, its records, the settling."""
         a = self.actors[who]
         if a.term is None:
             return

@@ -23,7 +23,7 @@ from registry.events import (
     LeadershipGranted,
     new_event_id,
 )
-from registry.fold import fold, plan_reassertions
+from registry.fold import fold, plan_collection, plan_reassertions
 from registry.image import Outcome
 from registry.keys import job_key, record_key
 
@@ -144,6 +144,8 @@ def _grant(epoch, writer, layout):
 def _settle(sim: Sim, epoch, writer):
     """The leader reads everything and writes what plan_reassertions plans (Term.reassert)."""
     for _ in range(5):
+        for key in plan_collection(fold(visible(sim.log), NS), first=True):
+            sim.append(key, None)  # fold rule 6: collected before anything is restated
         pairs = plan_reassertions(fold(visible(sim.log), NS), epoch, writer)
         if not pairs:
             return

@@ -45,7 +45,7 @@ from registry.events import (
     LeadershipGranted,
     new_event_id,
 )
-from registry.fold import DUPLICATE_WINDOW_MS, fold, plan_reassertions
+from registry.fold import DUPLICATE_WINDOW_MS, fold, plan_collection, plan_reassertions
 from registry.image import Image, LogRecord
 from registry.keys import end_key, record_key
 from registry.wire import default_codec
@@ -75,9 +75,16 @@ class Log:
         return self.raw(key if key is not None else record_key(event), CODEC.encode(event))
 
     def settle(self, image: Image | None = None) -> list:
-        """The leader's settling (term 1, jm-1) from ``image`` (default: the full fold)."""
-        pairs = plan_reassertions(image if image is not None else fold(self.records, NS),
-                                  1, "jm-1")
+        """The leader's settling (term 1, jm-1) from ``image`` (default: the full fold): the
+        checkpoint records no state stands on of the jobs it restates first (fold rule 6's
+        collection, ``plan_collection(first=True)``), then the restatements. Returns those."""
+        image = image if image is not None else fold(self.records, NS)
+        first = plan_collection(image, first=True)
+        for key in first:
+            self.raw(key, None)
+        if first:
+            image = fold(self.records, NS)
+        pairs = plan_reassertions(image, 1, "jm-1")
         for key, event in pairs:
             self.put(event, key)
         return pairs
@@ -214,9 +221,10 @@ def test_junk_over_a_live_birth_keeps_the_lock_in_every_compacted_log() -> None:
         log.settle()
     log.records.pop()  # the second removal not yet written
     log.raw(log.records[1].key, b"\x00\x00\x00\x00\x63junk")  # junk over the birth key
-    log.settle()  # the second removal, and the birth restated
-    assert f"{NS}/job/a/lock" in fold(log.records, NS).unsettled  # due after the new birth
-    log.settle()  # the lock restated after it (Term._settle_once settles twice)
+    # the lock is due from the junk on; the leader restates it after the new birth
+    assert f"{NS}/job/a/lock" in fold(log.records, NS).unsettled
+    log.settle()  # the second removal, the birth restated, the lock after it
+    log.settle()  # (Term._settle_once settles twice: nothing left)
     full = fold(log.records, NS)
     assert full.jobs["a"].status == "RECOVERY_FAILED" and not full.unsettled
     assert not _differing_cuts(log.records)

@@ -97,7 +97,9 @@ def test_g1_junk_over_an_earlier_copy_of_a_birth_restatement_keeps_the_job() -> 
     unsettled in the compacted fold either, so no leader repairs it."""
     log, _ = _start()
     log.raw(log.records[1].key, None)  # 2: junk over birth/B
-    ((key, restated),) = plan_reassertions(fold(log.records, NS), 1, "jm-1")
+    # the birth restated (and, since the lock is due with it, the lock after it)
+    ((key, restated), *_) = plan_reassertions(fold(log.records, NS), 1, "jm-1")
+    assert "/birth/" in key
     log.put(restated, key)  # 3: R
     _complete_checkpoint_1(log)  # 4, 5
     log.put(JobRecoveryFailed(job_id="a", error="x", **_common()))  # 6
@@ -150,10 +152,10 @@ def test_g2_a_floored_birth_restatement_never_undoes_later_checkpoints() -> None
     log.settle()  # 3
     assert fold(log.records, NS).checkpoint_floors.get("a") == 5
     log.raw(log.records[1].key, None)  # 4: junk over birth/B
-    ((_, restated),) = log.settle()  # 5: R
+    ((key, restated), *_) = log.settle()  # 5: R (and the lock after it)
+    assert "/birth/" in key
     # (it carried seq 5, the floor, until the fix: now the job's own, seq 0)
-    assert restated.checkpoints == fold(log.records[:-1], NS).jobs["a"].checkpoints
-    log.settle()  # 5': the lock restated after the new birth (rule 5, Delta._parts_due)
+    assert restated.checkpoints == fold(log.records, NS).jobs["a"].checkpoints
     _complete_checkpoint_1(log)  # 6, 7
     full = fold(log.records, NS)
     assert full.jobs["a"].checkpoints.last_completed == 1 and not full.unsettled

@@ -648,11 +648,9 @@ class NamespaceModel:
                               retained=ev.retained_checkpoints, born=ev.event_id)
             elif ev.status in TERMINAL:
                 dirty = ev.dirty and (job is None or job.live or job.dirty)  # never clean->dirty
-                # (once checkpoint records have keys of their own a known job's checkpoint
-                # state stands on them alone: a restatement elsewhere is not read for it)
-                cp = job.cp if self.checkpoints_keyed and job is not None \
-                    else Cp.of(ev.checkpoints)
-                new = (MJob(ev.status, None, graph_of(ev.graph), cp=cp,
+                # (a result's checkpoints never change: a restatement carries them, also
+                # once checkpoint records have keys of their own)
+                new = (MJob(ev.status, None, graph_of(ev.graph), cp=Cp.of(ev.checkpoints),
                             dirty=True) if dirty else MJob(ev.status, None, None))
             else:
                 new = MJob(ev.status, ev.owner_epoch, graph_of(ev.graph), ev.error,
