@@ -939,17 +939,21 @@ class Delta:
         restatement carried. (Until this rule a lock record or a completed checkpoint between
         the two births was lost in such a log: the sixth adversarial read's open case and
         the seventh's G1.)"""
+        # The stretch runs from where the birth became due (the junk over the birth that is
+        # gone), if it did: the records the new birth comes after lie since then.
+        since = self._unsettled.get(f"{self._prefix}job/{job.job_id}/birth/",
+                                    self._last_offset)
         key = lock_key(self._ns, job.job_id)
-        if key not in self._unsettled:
-            self._unsettled[key] = self._last_offset
+        self._unsettled[key] = min(self._unsettled.get(key, since), since)
         if job.checkpoints == EMPTY_CHECKPOINTS:
             return
         if self._checkpoints_keyed:
-            self._checkpoints_due(job.job_id)
-        elif (key := checkpoints_key(self._ns, job.job_id)) not in self._unsettled:
-            self._unsettled[key] = self._last_offset
+            self._checkpoints_due(job.job_id, since)
+        else:
+            key = checkpoints_key(self._ns, job.job_id)
+            self._unsettled[key] = min(self._unsettled.get(key, since), since)
 
-    def _checkpoints_due(self, job_id: str) -> None:
+    def _checkpoints_due(self, job_id: str, since: int | None = None) -> None:
         """Rule 6: the job's checkpoint state is to be restated under a new checkpoint
         record's key, after the record that now brings the job into existence in a log
         cleaned past junk over its birth (the records it stands on lie before that record,
@@ -957,6 +961,9 @@ class Delta:
         rec = self._cp_records.get(job_id)
         if rec is not None and rec.holder is not None:
             self._cp_records[job_id] = rec._replace(holder=None, state=None)
+        due = f"{self._prefix}job/{job_id}/checkpoint/"
+        if since is not None and self._needs_checkpoints(job_id):
+            self._unsettled[due] = min(self._unsettled.get(due, since), since)
         self._note_checkpoints_due(job_id)
 
     def _note_birth(self, job_id: str) -> None:

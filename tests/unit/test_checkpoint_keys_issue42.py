@@ -180,3 +180,25 @@ def test_a_layout_1_log_moves_over_and_keeps_its_stretch() -> None:
     refusal = fold(log.records, NS).rejected[-1]
     assert (refusal.offset, refusal.reason) == (after.offset, "wrong_key")
     assert fold(log.records, NS).jobs["a"] == full.jobs["a"]  # refused: no effect
+
+
+def test_a_checkpoint_record_while_the_birth_is_due_is_restated_after_the_new_birth() -> None:
+    """Junk over a live job's birth (its birth due), then a checkpoint record of it (accepted:
+    the fold knows the job), then the client's fresh re-send of the submit and the leader's
+    settling: in a log cleaned past the junk the job exists only from a later record and the
+    checkpoint record is refused ``unknown_job`` there. The job's checkpoint state is due from
+    the junk on (where the birth's stretch began), so no cut passes the junk until the leader
+    restated it after the new birth (found by the eighth read's narrow alphabet at depth 5:
+    the cut fell after the birth's restatement, before the state's)."""
+    from registry.dev.exhaustive import Alphabet
+
+    alphabet = Alphabet("narrow", jobs=1, commands=("submit", "discard"), zombie_commands=(),
+                        raw_types=("CheckpointDiscarded", "garbage"), raw_epochs=("current",),
+                        raw_writers=("leader",), raw_keys=("own",), max_raw=2, max_claims=1)
+    ops = [("claim", "jm-1", "current", False), ("write", "submit", "a", 1),
+           ("raw", "garbage", "-", "-", "a", "birth", False),
+           ("raw", "CheckpointDiscarded", "current", "leader", "a", "own", False),
+           ("dup", 0, True)]
+    report = check_history(ops, alphabet)
+    assert not [k for k in report.failures if k[0] in ("answer", "monotone")], \
+        sorted(report.failures)
