@@ -153,9 +153,10 @@ class TopicConfig:
       cleaned, so the forensics window sees every record and a leader has that
       long to reassert a key after a refused write landed on it. An existing topic must
       have at least this much; a deployment that accepts a shorter window says so here.
-    * ``delete.retention.ms`` (1 day): how long a tombstone stays readable.
-      jobreg writes no tombstones; a reader whose position is older than this
-      must rebuild from the start.
+    * ``delete.retention.ms`` (1 day): how long a tombstone stays readable. The
+      only tombstones jobreg writes are the leader's collection of checkpoint records no
+      state stands on (fold rule 6), which a reader may miss without harm; a reader whose
+      position is older than this must rebuild from the start.
     * ``message.timestamp.type=LogAppendTime``: the broker stamps records, so a
       writer with a skewed clock cannot make a fresh record look old to the
       cleaner's lag check, nor move fold rule 1's windows.

@@ -619,7 +619,8 @@ class Delta:
                     and parsed.job_id is not None:
                 return self._collected(record, key, parsed.job_id)
             return self._quarantine(record, key, "tombstone",
-                                    "a record without a value (tombstone): jobreg never writes one")
+                                    "a record without a value (tombstone): jobreg writes one "
+                                    "only under a checkpoint record's key")
         event = self._known.get(record.offset)
         if event is None:
             try:
