@@ -47,12 +47,16 @@ demo: $(BIN)/.installed
 # Flink's contract tests against it (flink-jobreg/; its jar is what the Flink failover tests put
 # on JobManager classpaths, so it is built before pytest; Maven's repository stays in ~/.m2),
 # the whole suite on the embedded broker
-# (with the tests of Apache Kafka itself, marker `kafka`, which start their own nodes), then
-# the integration suite again on one Apache Kafka node (JOBREG_TEST_BROKER=kafka; tests
-# marked embedded_only are skipped there, each with its reason). Kafka's jars are fetched
-# once from Maven Central into ~/.cache/jobreg (registry/dev/kafka.py), and so is Spark's
-# Kafka connector by the first Spark test (tests/support/sparkfixture.py; on CI a connector
-# that cannot be had fails those tests instead of skipping them).
+# (with the tests of Apache Kafka itself, marker `kafka`, which start their own nodes) and,
+# beside it in a second process, the integration suite again on one Apache Kafka node
+# (JOBREG_TEST_BROKER=kafka; tests marked embedded_only are skipped there, each with its
+# reason; its output is printed when the embedded pass ends). The two passes share no broker,
+# database or port (every fixture takes free loopback ports) and spend much of their time
+# waiting on leases, brokers and JVMs, so side by side they take about as long as the longer
+# one. The jars both passes need are fetched first (tests/support/fetch.py), so that they
+# never fetch into the cache at once: Kafka's jars and Spark's Kafka connector from Maven
+# Central into ~/.cache/jobreg (registry/dev/kafka.py), Flink's through Maven's repository
+# (registry/dev/flink.py); a connector that cannot be had stops the run here.
 TIMED = $(PYTHON) -c 'import subprocess, sys, time; t = time.monotonic(); rc = subprocess.call(sys.argv[2:]); print(f"== {sys.argv[1]}: {time.monotonic() - t:.0f} s, exit {rc}", flush=True); sys.exit(rc)'
 
 test: $(BIN)/.installed system
@@ -61,8 +65,12 @@ test: $(BIN)/.installed system
 	@$(TIMED) "mypy" $(BIN)/mypy
 	@$(TIMED) "schema catalog" $(BIN)/jobreg catalog --check
 	@$(TIMED) "maven, flink-jobreg" mvn -B -q -f flink-jobreg/pom.xml verify -Djobreg.python=$(abspath $(BIN))/python
-	@$(TIMED) "pytest, embedded broker" $(BIN)/pytest -q
-	@JOBREG_TEST_BROKER=kafka $(TIMED) "pytest, Apache Kafka" $(BIN)/pytest -q -m "not kafka" tests/integration
+	@$(TIMED) "jars" $(BIN)/python -m tests.support.fetch
+	@log=$$(mktemp); JOBREG_TEST_BROKER=kafka $(TIMED) "pytest, Apache Kafka" $(BIN)/pytest -q -m "not kafka" \
+	    tests/integration > "$$log" 2>&1 & kafka=$$!; \
+	  $(TIMED) "pytest, embedded broker" $(BIN)/pytest -q; embedded=$$?; \
+	  wait $$kafka; rc=$$?; echo "== the Apache Kafka pass, which ran beside it:"; \
+	  cat "$$log"; rm -f "$$log"; [ $$embedded = 0 ] && [ $$rc = 0 ]
 
 bench: $(BIN)/.installed
 	$(BIN)/jobreg bench core
