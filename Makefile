@@ -53,10 +53,11 @@ demo: $(BIN)/.installed
 # reason; its output is printed when the embedded pass ends). The two passes share no broker,
 # database or port (every fixture takes free loopback ports) and spend much of their time
 # waiting on leases, brokers and JVMs: side by side on 2 cores both took about 39 min against
-# 51 min one after the other (the embedded pass about 20 % slower while the other runs). The jars both passes need are fetched first (tests/support/fetch.py), so that they
-# never fetch into the cache at once: Kafka's jars and Spark's Kafka connector from Maven
+# 51 min one after the other (the embedded pass about 20 % slower while the other runs).
+# The jars both passes need are fetched first (tests/support/fetch.py), so that they never
+# fetch into the cache at once: Kafka's jars and Spark's Kafka connector from Maven
 # Central into ~/.cache/jobreg (registry/dev/kafka.py), Flink's through Maven's repository
-# (registry/dev/flink.py); a connector that cannot be had stops the run here.
+# (registry/dev/flink.py); on CI a connector that cannot be had stops the run here.
 TIMED = $(PYTHON) -c 'import subprocess, sys, time; t = time.monotonic(); rc = subprocess.call(sys.argv[2:]); print(f"== {sys.argv[1]}: {time.monotonic() - t:.0f} s, exit {rc}", flush=True); sys.exit(rc)'
 
 test: $(BIN)/.installed system
