@@ -101,6 +101,7 @@ from .fold import (
     CheckpointRuleViolation,
     bulk,
     checkpoint_step,
+    checkpoints_retained,
     failure_reason_counts,
     fencing_detail,
     fencing_reason,
@@ -940,9 +941,17 @@ class Term:
         """Checkpoint ``checkpoint_id`` of the job started (ids increase per job)."""
         return self._checkpoint(CheckpointTriggered, job_id, checkpoint_id)
 
-    def checkpoint_completed(self, job_id: str, checkpoint_id: int, location: str) -> Receipt:
-        """Checkpoint ``checkpoint_id`` completed at ``location``: the failure count resets."""
-        return self._checkpoint(CheckpointCompleted, job_id, checkpoint_id, location=location)
+    def checkpoint_completed(self, job_id: str, checkpoint_id: int, location: str, *,
+                             retained: int = 0) -> Receipt:
+        """Checkpoint ``checkpoint_id`` completed at ``location``: the failure count resets.
+        ``retained``: how many completed checkpoints the job keeps with this one, the newest
+        (Flink's ``state.checkpoints.num-retained``); 0: the job's ``retained_checkpoints``,
+        from its submit."""
+        if type(retained) is not int or retained < 0:
+            raise ConfigError(f"retained is a count of checkpoints (0: the job's), not "
+                              f"{retained!r}")
+        return self._checkpoint(CheckpointCompleted, job_id, checkpoint_id, location=location,
+                                retained=retained)
 
     def checkpoint_failed(self, job_id: str, checkpoint_id: int, reason: str,
                           task: str | None = None, *,
@@ -1052,13 +1061,15 @@ class Term:
             raise ConfigError(f"checkpoint ids are integers, not {checkpoint_id!r}")
         view = self.registry.image.jobs.get(self._known(job_id)) or self.registry.job(job_id)
 
+        retained = checkpoints_retained(payload.get("retained", 0), view.retained_checkpoints)
+
         def step(before: CheckpointState) -> CheckpointState:
             # The record carries the state after it, computed with the fold's own rule
             # (the fold recomputes it and refuses a record whose state differs).
             try:
                 state, _ = checkpoint_step(before, kind, checkpoint_id,
                                            location=str(payload.get("location", "")),
-                                           retained=view.retained_checkpoints,
+                                           retained=retained,
                                            failure_reason=str(payload.get("failure_reason",
                                                                           "UNSPECIFIED")),
                                            counts=payload.get("reason_counts"))  # type: ignore[arg-type]

@@ -351,11 +351,16 @@ class CheckpointTriggered(CheckpointEvent):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointCompleted(CheckpointEvent):
-    """Checkpoint ``checkpoint_id`` completed and is stored at ``location``."""
+    """Checkpoint ``checkpoint_id`` completed and is stored at ``location``. ``retained``: how
+    many completed checkpoints the job keeps with this one (the newest, by id): Flink's
+    ``state.checkpoints.num-retained`` as its checkpoint store was built with it; 0 (and
+    every record before schema version 3): the job's ``retained_checkpoints``, from its
+    submit."""
 
     TYPE: ClassVar[str] = "CheckpointCompleted"
 
     location: str
+    retained: int = 0
 
 
 UNKNOWN_CHECKPOINT = -1

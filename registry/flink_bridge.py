@@ -20,8 +20,8 @@ How Flink's stores map onto the registry (README "The Flink bridge"):
   one terminates it (``FINISHED``) and marks its result clean.
 * ``checkpoints/<job>`` (Flink's ``CompletedCheckpointStore``): the job's retained
   completed checkpoints (fold rule 6); ``store_add`` is ``checkpoint_completed(job, id,
-  location=pointer)`` (the fold needs no trigger before a completion, only ids newer than
-  the last completed). ``counter_next`` (Flink's ``getAndIncrement`` before each checkpoint)
+  location=pointer, retained=N)``, N the store's ``state.checkpoints.num-retained`` (the
+  fold needs no trigger before a completion, only ids newer than the last completed). ``counter_next`` (Flink's ``getAndIncrement`` before each checkpoint)
   writes ``checkpoint_triggered``; the counter is read from the fold's checkpoint state.
 * results (Flink's ``JobResultStore``, fold rule 5): ``cancel`` / ``terminate`` make the
   dirty result, ``mark_clean`` cleans it; ``job_terminal`` records the job's end at once.
@@ -126,13 +126,13 @@ class BridgeError(Exception):
 
 # -- parsing ------------------------------------------------------------------------------
 
-_STR, _INT, _OPT_STR = "str", "int", "str|null"
+_STR, _INT, _OPT_STR, _MAYBE_INT = "str", "int", "str|null", "int, optional"
 
 _OPS: Final[dict[str, dict[str, str]]] = {
     "contend": {}, "withdraw": {},
     "publish": {"component": _STR, "session": _STR, "address": _OPT_STR},
     "watch": {"component": _STR}, "unwatch": {"component": _STR}, "leaders": {},
-    "store_add": {"store": _STR, "name": _STR, "pointer": _STR},
+    "store_add": {"store": _STR, "name": _STR, "pointer": _STR, "retained": _MAYBE_INT},
     "store_replace": {"store": _STR, "name": _STR, "version": _INT, "pointer": _STR},
     "store_get": {"store": _STR, "name": _STR},
     "store_exists": {"store": _STR, "name": _STR},
@@ -145,7 +145,8 @@ _OPS: Final[dict[str, dict[str, str]]] = {
     "result_create": {"job": _STR, "status": _STR}, "result_clean": {"job": _STR},
     "result_has": {"job": _STR}, "results_dirty": {},
 }
-"""Every op with an id, and its arguments (all required; ``str|null``: a string or null).
+"""Every op with an id, and its arguments (required unless ``optional``; ``str|null``: a
+string or null).
 Arguments an op does not name are ignored, so a newer Java side may add some."""
 
 
@@ -165,7 +166,7 @@ def _is_int(value: object) -> bool:
 
 
 def _type_ok(kind: str, value: object) -> bool:
-    if kind == _INT:
+    if kind in (_INT, _MAYBE_INT):
         return _is_int(value)
     if kind == _OPT_STR:
         return value is None or isinstance(value, str)
@@ -202,6 +203,8 @@ def parse_request(line: str | bytes) -> Request:
     args: dict[str, Any] = {}
     for name, kind in _OPS[op].items():
         if name not in message:
+            if kind == _MAYBE_INT:
+                continue
             return Request(ident, op, error=f"{op} needs {name!r} ({kind})")
         value = message[name]
         if not _type_ok(kind, value):
@@ -639,7 +642,11 @@ class Bridge:
         kind, _ = self._store(store)
         return checkpoint_name(checkpoint_id_of(name)) if kind == "checkpoints" else name
 
-    def op_store_add(self, store: str, name: str, pointer: str) -> dict[str, Any]:
+    def op_store_add(self, store: str, name: str, pointer: str,
+                     retained: int = 0) -> dict[str, Any]:
+        """Add an entry. For a completed checkpoint, ``retained`` is how many completed
+        checkpoints Flink's store keeps (``state.checkpoints.num-retained``, as its store was
+        built): the record carries it and the fold keeps that many, the newest (rule 6)."""
         kind, job = self._store(store)
         if job is None:
             job_id = self._job_of(kind, name)
@@ -656,7 +663,10 @@ class Bridge:
             raise BridgeError("Invalid", f"job {job!r} is {view.status}: no checkpoint is "
                                          "added to an ended job")
         self._check_new_checkpoint(view, cp)
-        receipt = lead.term.checkpoint_completed(job, cp, location=pointer)
+        if retained < 0:
+            raise BridgeError("Invalid", f"checkpoint {cp} of {job!r}: retained must be a "
+                                         f"count of checkpoints, not {retained}")
+        receipt = lead.term.checkpoint_completed(job, cp, location=pointer, retained=retained)
         if receipt.ignored is not None:  # a completion of the same id got in first
             self._check_new_checkpoint(self._job(job), cp)
             raise BridgeError("Invalid", f"checkpoint {cp} of {job!r}: {receipt.ignored}")

@@ -120,7 +120,8 @@ Rules, in the order the fold applies them to one record of this namespace:
    of its time (:func:`recorded_counts`). Other failures
    count once per checkpoint id, a failure in the trigger phase (checkpoint
    id -1) each time; a completion resets the count and keeps the newest
-   ``retained_checkpoints``; a ``JobRestarted`` resets the count, discards
+   :func:`checkpoints_retained` (its own ``retained``, else the job's
+   ``retained_checkpoints``); a ``JobRestarted`` resets the count, discards
    the pending checkpoints and keeps the retained ones. Each record carries the job's
    checkpoint state after it and its sequence number ``seq``: the fold
    computes the state itself and refuses a record whose state differs
@@ -425,6 +426,15 @@ def recorded_counts(event: CheckpointFailed) -> bool:
     if event.reason_counts is not None:
         return event.reason_counts
     return event.failure_reason in COUNTED_BEFORE_RECORDED
+
+
+def checkpoints_retained(own: object, job_retained: int) -> int:
+    """How many completed checkpoints a job keeps after a checkpoint record (rule 6): a
+    completion's ``own`` ``retained`` (the count Flink's checkpoint store was built with,
+    which a job may change between runs), else the job's ``retained_checkpoints`` from its
+    submit. The fold and the writer both ask this, so the state a record carries is the one
+    the fold computes."""
+    return own if type(own) is int and own > 0 else job_retained
 
 
 def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
@@ -1511,7 +1521,9 @@ class Delta:
             failed = e if isinstance(e, CheckpointFailed) else None
             step = functools.partial(
                 checkpoint_step, cur, type(e), e.checkpoint_id,
-                location=getattr(e, "location", ""), retained=job.retained_checkpoints,
+                location=getattr(e, "location", ""),
+                retained=checkpoints_retained(getattr(e, "retained", 0),
+                                             job.retained_checkpoints),
                 failure_reason=getattr(e, "failure_reason", "UNSPECIFIED"),
                 counts=recorded_counts(failed) if failed else None,
                 legacy=failed is not None and e.schema_version < 2)

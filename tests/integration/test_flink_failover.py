@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import pathlib
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -70,6 +71,7 @@ pytestmark = [
 
 LEASE = 3.0  # seconds: the backend's lease; (b) pauses the leader past it
 RESTART_DELAY = "2 s"  # Flink's wait before a restart; (f) cancels within it
+RETAINED = 3  # state.checkpoints.num-retained: a new leader recovers as many (issue 43)
 
 
 @pytest.fixture(scope="module", params=["default", "adaptive"])
@@ -84,7 +86,8 @@ def flink(request, broker, tmp_path_factory) -> Iterator[FlinkCluster]:
     cluster = FlinkCluster(ha="jobreg", bootstrap=broker.bootstrap, backend_jar=jar,
                            lease=LEASE, directory=tmp_path_factory.mktemp(f"flink-{scheduler}"),
                            startup_timeout=90, scheduler=scheduler,
-                           config={"restart-strategy.fixed-delay.delay": RESTART_DELAY})
+                           config={"restart-strategy.fixed-delay.delay": RESTART_DELAY,
+                                   "state.checkpoints.num-retained": str(RETAINED)})
     print(f"Flink cluster with jobmanager.scheduler {scheduler}")
     with cluster:
         yield cluster
@@ -172,6 +175,19 @@ def test_a_killed_leader_hands_over_and_checkpoints_go_on(flink, registry) -> No
                                f"completed before the kill was {run.last_before_kill}")
     assert flink.job_status(flink.leader(), job) == "RUNNING"
     _agrees(flink, registry, job, above=run.last_before_kill)
+    # num-retained: the new leader's store recovered what the killed one's held (at least
+    # the two completed before the kill, at most RETAINED), and the registry keeps the newest
+    # RETAINED (DefaultCompletedCheckpointStoreUtils logs "Found N checkpoints in <store>").
+    new = next(jm for jm in flink.jobmanagers if jm.name == run.new_leader)
+    found = [int(m.group(1)) for _, line in new.log_lines(rf"Found \d+ checkpoints in .*{job}")
+             if (m := re.search(r"Found (\d+) checkpoints", line))]
+    print(f"num-retained {RETAINED}: the new leader found {found} checkpoints of {job}")
+    assert found and 2 <= found[-1] <= RETAINED, found
+    kept = flink.wait_for(
+        f"the registry retaining {RETAINED} checkpoints of {job}",
+        lambda: len(r := registry.job(job).checkpoints.retained) == RETAINED and r)
+    ids = [c.checkpoint_id for c in kept]
+    assert ids == sorted(ids) and ids[-1] == registry.job(job).checkpoints.last_completed, ids
     story = _story(registry, job)
     assert any(s.startswith("JobSubmitted/") for s in story)
     assert any("Checkpoint" in s and "ACCEPTED" in s for s in story)

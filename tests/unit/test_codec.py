@@ -150,6 +150,7 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "checkpoint_id": longs,
         "state": checkpoint_states,
         "location": texts,
+        "retained": ints,
     },
     CheckpointFailed: {
         "job_id": texts,

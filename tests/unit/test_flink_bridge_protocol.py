@@ -48,6 +48,10 @@ def test_a_request_parses_with_its_arguments() -> None:
     assert parse_request(b'{"op": "alive"}').id is None
     assert parse_request('{"id": 1, "op": "publish", "component": "c", "session": "s", '
                          '"address": null}').args["address"] is None
+    # an optional argument: absent, it is left to the op's default; present, it is checked
+    r = parse_request('{"id": 8, "op": "store_add", "store": "checkpoints/j", "name": "n", '
+                      '"pointer": "p", "retained": 3}')
+    assert r.error is None and r.args["retained"] == 3
 
 
 @pytest.mark.parametrize("line, why", [
@@ -56,6 +60,8 @@ def test_a_request_parses_with_its_arguments() -> None:
     ('{"id": 1, "op": "store_get", "store": "plans"}', "needs 'name'"),
     ('{"id": 1, "op": "counter_set", "job": "j", "value": "3"}', "'value' must be int"),
     ('{"id": 1, "op": "counter_set", "job": "j", "value": true}', "'value' must be int"),
+    ('{"id": 1, "op": "store_add", "store": "s", "name": "n", "pointer": "p", "retained": "3"}',
+     "'retained' must be int, optional"),
     ('{"id": 1, "op": "publish", "component": "c", "session": 3, "address": null}',
      "'session' must be str"),
 ])

@@ -684,7 +684,9 @@ class NamespaceModel:
                     raise _Refused("stale_checkpoint_seq")
                 else:
                     args = (job.cp, t, ev.checkpoint_id, getattr(ev, "location", ""),
-                            job.retained, getattr(ev, "failure_reason", "UNSPECIFIED"),
+                            # a completion's own count, else the job's (README, rule 6)
+                            getattr(ev, "retained", 0) or job.retained,
+                            getattr(ev, "failure_reason", "UNSPECIFIED"),
                             ev.schema_version, getattr(ev, "reason_counts", None))
                     cp, why = _cp_step(*args)
                     if cp != carried and not self.ends_keyed:  # as an older jobreg did

@@ -24,7 +24,9 @@ import java.util.concurrent.Executor;
  * Completed-checkpoint stores and checkpoint ID counters over jobreg, built as Flink's {@code
  * ZooKeeperUtils.createCompletedCheckpoints} builds ZooKeeper's: checkpoint metadata in files under
  * {@code high-availability.storageDir}, their pointers in jobreg's {@code checkpoints/<job>}
- * store, Flink's {@link DefaultCompletedCheckpointStore} on top.
+ * store, Flink's {@link DefaultCompletedCheckpointStore} on top. Each completed checkpoint's
+ * record carries the count the store keeps ({@code state.checkpoints.num-retained}), so the
+ * newest that many are what the next leader recovers, as Flink's store held them.
  */
 public class JobregCheckpointRecoveryFactory implements CheckpointRecoveryFactory {
 
@@ -51,7 +53,8 @@ public class JobregCheckpointRecoveryFactory implements CheckpointRecoveryFactor
                 ZooKeeperUtils.createFileSystemStateStorage(
                         configuration, ZooKeeperUtils.HA_STORAGE_COMPLETED_CHECKPOINT);
         JobregStateHandleStore<CompletedCheckpoint> store =
-                new JobregStateHandleStore<>(bridge, checkpointStoreName(jobId), storage);
+                new JobregStateHandleStore<>(
+                        bridge, checkpointStoreName(jobId), storage, maxNumberOfCheckpointsToRetain);
         Collection<CompletedCheckpoint> checkpoints =
                 DefaultCompletedCheckpointStoreUtils.retrieveCompletedCheckpoints(
                         store, JobregStoreUtils.CHECKPOINTS);

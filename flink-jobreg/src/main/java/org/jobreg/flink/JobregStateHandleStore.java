@@ -45,12 +45,32 @@ public class JobregStateHandleStore<T extends Serializable>
     private final JobregBridge bridge;
     private final String store;
     private final RetrievableStateStorageHelper<T> storage;
+    private final int retained;
 
     public JobregStateHandleStore(
             JobregBridge bridge, String store, RetrievableStateStorageHelper<T> storage) {
+        this(bridge, store, storage, 0);
+    }
+
+    /**
+     * A store whose adds name how many entries the store above keeps ({@code retained}, sent
+     * with each {@code store_add}): for a job's completed checkpoints, the {@code
+     * maxNumberOfCheckpointsToRetain} Flink built its checkpoint store with ({@code
+     * state.checkpoints.num-retained}), which jobreg's fold then keeps across failover and
+     * compaction. 0: jobreg's own count for the store.
+     */
+    public JobregStateHandleStore(
+            JobregBridge bridge,
+            String store,
+            RetrievableStateStorageHelper<T> storage,
+            int retained) {
+        if (retained < 0) {
+            throw new IllegalArgumentException("retained must be >= 0, not " + retained);
+        }
         this.bridge = bridge;
         this.store = store;
         this.storage = storage;
+        this.retained = retained;
     }
 
     public String getStoreName() {
@@ -72,6 +92,9 @@ public class JobregStateHandleStore<T extends Serializable>
         RetrievableStateHandle<T> handle = storage.store(state);
         ObjectNode request = request("store_add", name);
         request.put("pointer", pointerOf(handle));
+        if (retained > 0) {
+            request.put("retained", retained);
+        }
         try {
             bridge.call(request);
             return handle;
