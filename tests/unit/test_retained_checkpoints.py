@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from support.model import encode_with
+from test_checkpoint_keys_issue42 import Log as KeysLog
 
-from registry.dev.exhaustive import compacted_indices
 from registry.errors import ConfigError
 from registry.events import (
     LAYOUT,
@@ -41,8 +41,6 @@ from registry.fold import (
     checkpoint_step,
     checkpoints_retained,
     fold,
-    plan_collection,
-    plan_reassertions,
 )
 from registry.image import LogRecord
 from registry.keys import record_key
@@ -74,27 +72,22 @@ def _common(epoch: int = 1) -> dict:
                 created_at=0)
 
 
-class Log:
-    def __init__(self) -> None:
-        self.records: list[LogRecord] = []
+class Log(KeysLog):
+    """The checkpoint-keys tests' log (its leader's settling, its legal cuts), with records
+    written as the leader writes them."""
 
-    def put(self, event, key: str | None = None, value: bytes | None = None) -> None:
-        self.records.append(LogRecord(2 * len(self.records),
-                                      (key or record_key(event)).encode(),
-                                      value or CODEC.encode(event),
-                                      1_000_000 + len(self.records)))
-
-    def tomb(self, key: str) -> None:
-        self.records.append(LogRecord(2 * len(self.records), key.encode(), None,
-                                      1_000_000 + len(self.records)))
+    def put(self, event, key: str | None = None, value: bytes | None = None) -> LogRecord:
+        r = LogRecord(2 * len(self.records), (key or record_key(event)).encode(),
+                      value or CODEC.encode(event), 1_000_000 + len(self.records))
+        self.records.append(r)
+        return r
 
     def state(self, job: str = "a"):
         return fold(self.records, NS).jobs[job].checkpoints
 
     def write(self, kind, cp: int, **payload) -> None:
         """A record as the leader writes it: the state after it by the fold's own rule."""
-        image = fold(self.records, NS)
-        view = image.jobs["a"]
+        view = fold(self.records, NS).jobs["a"]
         state, _ = checkpoint_step(view.checkpoints, kind, cp,
                                    location=payload.get("location", ""),
                                    retained=checkpoints_retained(payload.get("retained", 0),
@@ -102,24 +95,6 @@ class Log:
                                    failure_reason=payload.get("failure_reason",
                                                               "UNSPECIFIED"))
         self.put(kind(job_id="a", checkpoint_id=cp, state=state, **payload, **_common()))
-
-    def settle(self) -> None:
-        for key in plan_collection(fold(self.records, NS), first=True):
-            self.tomb(key)
-        for key, event in plan_reassertions(fold(self.records, NS), 1, "jm-1"):
-            self.put(event, key)
-        for key in plan_collection(fold(self.records, NS)):
-            self.tomb(key)
-
-    def cuts(self) -> list[list[LogRecord]]:
-        """The compacted log at every cut README assumption 1 allows."""
-        unsettled = set(fold(self.records, NS).unsettled.values())
-        bound = min([i for i, r in enumerate(self.records) if r.offset in unsettled],
-                    default=len(self.records))
-        keys = [r.key for r in self.records]
-        tombs = [r.value is None for r in self.records]
-        return [[self.records[i] for i in compacted_indices(keys, tombs, c, len(keys))]
-                for c in range(bound + 1)]
 
 
 def _submitted(retained: int = 1) -> Log:
