@@ -71,8 +71,10 @@ Rules, in the order the fold applies them to one record of this namespace:
    accepted, and its key is unsettled until the leader restates the result; and its
    end is due to be restated under an end key (the leader does it, with a reassertion
    there; until then ``unsettled`` holds ``<ns>/job/<id>/end/``). An end under an end key
-   for a job whose end is not under one becomes its end (the result unchanged) if it states
-   that end and read alone gives that result (a dirty one whose birth key stands); another
+   for a job whose end is due (not under an end key, or junk over the one that held it) is
+   accepted if it states that end, and changes nothing: it never settles the end, only the
+   leader's restatement does (a late first copy of the end read as the end would leave the
+   records refused against it unrestated); another
    is refused ``terminal_job`` and its key is unsettled until the leader
    removes it (an ABSENT reassertion there removes the record it supersedes, never the end
    the key holds). A restatement under its own birth key of a job the fold knows restates
@@ -1265,19 +1267,18 @@ class Delta:
         if job is not None and not job.live:
             if self._on_end_key and job.ended_by is None \
                     and (status, e.reason or None) == (job.status, job.reason):
-                # The job's end lies under its job key (a jobreg before ends had keys of
-                # their own, or a reassertion there): this record under an end key, if it
-                # states that end, becomes its end, the result unchanged. (A copy of the
-                # end that made it so lands here once the cleaner removed the first copy.)
-                # One that states another end is refused, and removed by the leader: once
-                # the cleaner removed the end under the job key, it would read as the end.
-                # Only of a dirty result whose graph its birth key holds: read alone this
-                # record makes a dirty one, with the graph the birth gave, so it cannot hold
-                # a clean one (a late first copy of the end after the cleanup and junk over
-                # the end's key) nor one whose birth is gone (junk over the birth key): the
-                # end stays due, restated whole by the leader.
-                if job.dirty and (job.born_by is not None or job.graph is None):
-                    self._end(e.job_id, job._replace(ended_by=e.event_id))
+                # The job's end is due (it lies under the job key, written by a jobreg
+                # before ends had keys of their own, or junk lies over the end key that
+                # held it): a record under an end key that states that end is accepted, and
+                # changes nothing. It never becomes the end, nor settles it: only the
+                # leader's restatement does, whole. Read as the end, a late first copy of
+                # the end (the client re-sends an end as a fresh event) would leave the
+                # records refused against the end the junk destroyed unrestated, and a log
+                # cleaned past the junk reads them as accepted: a refused second end as
+                # the end, a refused completion in the result, a restated checkpoint state
+                # lost (issue 42, the tenth read's J1-J3). One that states another end is
+                # refused, and removed by the leader: once the cleaner removed the end
+                # under the job key, it would read as the end.
                 return
             raise _Verdict("terminal_job", f"job {e.job_id!r} is already {job.status}")
         if self._on_end_key:
@@ -1397,14 +1398,20 @@ class Delta:
             # Under an end key it is the job's end (rule 5: a restated one, or a job ended
             # before ends had keys of their own), if read alone it gives the result the fold
             # has (not a dirty one made clean since: junk over the end that holds the clean
-            # result must make the end due); elsewhere it keeps the end the fold knows.
-            ended_by = e.event_id if self._on_end_key and dirty == e.dirty else (
-                job.ended_by if job is not None else None)
-            self._end(e.job_id, (
-                JobView(e.job_id, e.status, None, e.graph, checkpoints=checkpoints,
-                        reason=e.reason, dirty=True, ended_by=ended_by) if dirty
-                else JobView(e.job_id, e.status, None, None, reason=e.reason,
-                             ended_by=ended_by)))
+            # result must make the end due), and the end is due (no end key holds it) or
+            # another result than the one an end key holds is restated; elsewhere it keeps
+            # the end the fold knows. (A late copy of a restatement, re-sent as a fresh
+            # event, never takes the end from the first: a log cleaned past the cleanup
+            # reads the copy, dirty, as giving the result there, and would name another
+            # record as holding the end than the full fold does.)
+            result = JobView(e.job_id, e.status, None, e.graph, checkpoints=checkpoints,
+                             reason=e.reason, dirty=True) if dirty \
+                else JobView(e.job_id, e.status, None, None, reason=e.reason)
+            takes = self._on_end_key and dirty == e.dirty and (
+                job is None or job.ended_by is None
+                or job._replace(ended_by=None, born_by=None) != result)
+            self._end(e.job_id, result._replace(
+                ended_by=e.event_id if takes else (job.ended_by if job is not None else None)))
         else:
             # Under its own birth key it is the job's birth (a restated one); elsewhere it
             # keeps the birth the fold knows.

@@ -1,10 +1,10 @@
 """Tenth adversarial read against issue 42: junk over a job's END key, then a late first copy
 of the acknowledged end (the client re-sends an end as a fresh event under a fresh key, so the
 stalled first copy may land after its re-send, within the duplicate window: README assumption
-5). In the full fold the late copy *becomes the end* (``Delta._ended``: on an end key, the job's
-``ended_by`` gone with the junk, same status and reason), which settles the due end, so the
-leader restates nothing. A log cleaned past the junk reads whatever was refused between the
-end and the late copy as if the job had no end yet, and nothing is ever restated:
+5). Until this fix, in the full fold the late copy *became the end* (``Delta._ended``: on an end
+key, the job's ``ended_by`` gone with the junk, same status and reason), which settled the due
+end, so the leader restated nothing. A log cleaned past the junk read whatever was refused
+between the end and the late copy as if the job had no end yet, and nothing was ever restated:
 
 J1 (ANSWER): a refused second end (terminate FAILED after cancel, refused terminal_job) reads
    as the end: an acknowledged CANCELLED job reads FAILED/'boom' for ever.
@@ -16,16 +16,15 @@ J3 (ANSWER): a checkpoint record refused terminal_job (the leader's completion l
    the cancel) is accepted for a live job in the compacted log and the late copy ends the job
    with it: the result holds a completed checkpoint the full fold never accepted.
 
-Open (strict expected failures until fixed): each is junk over an end key meeting a late first
-copy of the end the junk destroyed; the root is ``Delta._ended`` taking a late copy as the end
-where the compacted log has already read the refused records between as accepted.
+Fixed at the root: a copy of a due end is accepted and changes nothing; it never settles the
+end, only the leader's restatement does, whole (``Delta._ended``), so every refused record
+between is restated over in every compacted log. Each test checks every legal cut.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import pytest
 from support.model import NS
 from test_attack6_issue42 import Log, _common, _compacted, _legal_cuts, _start
 
@@ -40,9 +39,6 @@ from registry.events import (
 from registry.fold import fold
 from registry.keys import end_key
 from registry.rules import checkpoint_step
-
-pytestmark = pytest.mark.xfail(strict=True, reason="open: the tenth adversarial read's J1-J3 "
-                               "(junk over an end key, then a late first copy of the end)")
 
 GARBAGE = b"\x00\x00\x00\x00\x63not avro at all"
 
@@ -81,9 +77,10 @@ def test_j1_a_refused_second_end_becomes_the_end_after_junk_and_a_late_first_cop
                           checkpoints=img.checkpoints, **_common()))
     log.raw(end_key(NS, "a", resent.event_id), GARBAGE)  # a foreign writer's junk
     log.put(first)  # the stalled first copy of the cancel lands (within the window)
-    log.settle()  # today: writes nothing, the late copy being the end
+    assert fold(log.records, NS).jobs["a"].ended_by is None  # accepted; the end still due
+    log.settle()  # the end is still due: the leader restates it whole
     full = fold(log.records, NS)
-    assert full.jobs["a"].status == JobStatus.CANCELLED
+    assert full.jobs["a"].status == JobStatus.CANCELLED and not full.unsettled
     wrong = _wrong_cuts(log)
     assert not wrong, [(c, comp.status, comp.reason) for c, _, comp in wrong]
 
@@ -97,7 +94,7 @@ def test_j2_a_dirty_results_restated_checkpoints_are_lost_after_junk_over_its_en
     log.settle()  # the leader restates the result's checkpoint state under a new key
     log.raw(end_key(NS, "a", resent.event_id), GARBAGE)  # junk over the end
     log.put(first)  # the stalled first copy of the cancel
-    log.settle()  # today: writes nothing
+    log.settle()  # the end is still due: the leader restates it whole
     full = fold(log.records, NS)
     assert full.jobs["a"].checkpoints.pending == (1,)
     wrong = _wrong_cuts(log)
