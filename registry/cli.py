@@ -1529,11 +1529,15 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None)
               help="Histories of at most this many ops (every one up to 12).")
 @click.option("--jobs", type=click.IntRange(1, 2), default=None,
               help="Job names the ops use (default: the alphabet's, 2).")
-@click.option("--alphabet", type=click.Choice(["ci", "wide", "full"]), default="ci",
+@click.option("--alphabet", type=click.Choice(["ci", "wide", "full", "ends"]), default="ci",
               show_default=True,
               help="ci: CI's (raw records at the current epoch under the leader's name, one "
                    "per history); wide: raw records at every epoch under either name, one per "
-                   "history; full: everything, without limits.")
+                   "history; full: everything, without limits; ends: one job, junk over its "
+                   "keys and re-sends, for going deep with --below.")
+@click.option("--below", default=None, metavar="OPS_JSON",
+              help="Only the histories that start with these ops (a JSON list, as a "
+                   "reproducer prints them), e.g. an ended job, to go deeper there.")
 @click.option("--processes", type=click.IntRange(1, 64), default=1, show_default=True,
               help="Explore the subtrees below histories of up to three ops in this many "
                    "processes.")
@@ -1545,7 +1549,7 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None)
               help="With --walks: the seed of the random histories.")
 @pass_settings
 def exhaustive(settings: Settings, depth: int, jobs: int | None, alphabet: str,
-               processes: int, walks: int | None, seed: int) -> None:
+               below: str | None, processes: int, walks: int | None, seed: int) -> None:
     """The bounded checker of the fold's rules (no broker): every history up to --depth ops
     (or, with --walks, that many random ones), every compaction cut the lag allows at every
     prefix, every batch split; checks the answer, that no refusal becomes an acceptance,
@@ -1566,9 +1570,27 @@ def exhaustive(settings: Settings, depth: int, jobs: int | None, alphabet: str,
                                  "deeper random ones)", param_hint="'--depth'")
     if walks is not None and processes > 1:
         raise click.BadParameter("random walks run in one process", param_hint="'--processes'")
-    report = (explore(depth, alphabet, jobs, progress=progress, processes=processes)
-              if walks is None else
-              sample(depth, walks, seed, alphabet, jobs, progress=progress))
+    prefix: list[Any] = []
+    if below is not None:
+        if walks is not None:
+            raise click.BadParameter("random walks start from the empty history",
+                                     param_hint="'--below'")
+        try:
+            prefix = json.loads(below)
+        except ValueError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="'--below'") from None
+        if not isinstance(prefix, list) or not all(isinstance(op, list) and op
+                                                    for op in prefix):
+            raise click.BadParameter("a JSON list of ops (lists), as a reproducer prints "
+                                     "them", param_hint="'--below'")
+    if walks is not None:
+        report = sample(depth, walks, seed, alphabet, jobs, progress=progress)
+    else:
+        try:
+            report = explore(depth, alphabet, jobs, progress=progress, processes=processes,
+                             below=prefix)
+        except ValueError as exc:  # an op of --below the enumeration does not try there
+            raise click.BadParameter(str(exc), param_hint="'--below'") from None
     if settings.as_json:
         click.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -1398,20 +1398,14 @@ class Delta:
             # Under an end key it is the job's end (rule 5: a restated one, or a job ended
             # before ends had keys of their own), if read alone it gives the result the fold
             # has (not a dirty one made clean since: junk over the end that holds the clean
-            # result must make the end due), and the end is due (no end key holds it) or
-            # another result than the one an end key holds is restated; elsewhere it keeps
-            # the end the fold knows. (A late copy of a restatement, re-sent as a fresh
-            # event, never takes the end from the first: a log cleaned past the cleanup
-            # reads the copy, dirty, as giving the result there, and would name another
-            # record as holding the end than the full fold does.)
-            result = JobView(e.job_id, e.status, None, e.graph, checkpoints=checkpoints,
-                             reason=e.reason, dirty=True) if dirty \
-                else JobView(e.job_id, e.status, None, None, reason=e.reason)
-            takes = self._on_end_key and dirty == e.dirty and (
-                job is None or job.ended_by is None
-                or job._replace(ended_by=None, born_by=None) != result)
-            self._end(e.job_id, result._replace(
-                ended_by=e.event_id if takes else (job.ended_by if job is not None else None)))
+            # result must make the end due); elsewhere it keeps the end the fold knows.
+            ended_by = e.event_id if self._on_end_key and dirty == e.dirty else (
+                job.ended_by if job is not None else None)
+            self._end(e.job_id, (
+                JobView(e.job_id, e.status, None, e.graph, checkpoints=checkpoints,
+                        reason=e.reason, dirty=True, ended_by=ended_by) if dirty
+                else JobView(e.job_id, e.status, None, None, reason=e.reason,
+                             ended_by=ended_by)))
         else:
             # Under its own birth key it is the job's birth (a restated one); elsewhere it
             # keeps the birth the fold knows.

@@ -213,6 +213,24 @@ ALPHABETS: dict[str, Alphabet] = {
     "full": Alphabet("full"),
     # Between the two: all raw epochs and writers, one raw record per history.
     "wide": Alphabet("wide", checkpoint_ids=(1, 2), max_raw=1, max_claims=2),
+    # Narrow and deep, for the subtree below an ended job (``--below``): one job, the
+    # commands that meet an end, junk over its birth, end and checkpoint keys, two raw
+    # records, re-sends (late first copies). The tenth adversarial read's alphabet: a late
+    # first copy of an end after junk over the end needs six ops (issue 42, J1-J3).
+    "ends": Alphabet("ends", jobs=1,
+                     commands=("submit", "cancel", "finish", "fail", "clean", "adopt",
+                               "release", "recfail", "trigger", "complete", "cpfail",
+                               "discard", "restart"),
+                     zombie_commands=("cancel", "trigger", "complete", "adopt"),
+                     checkpoint_ids=(1, 2),
+                     raw_types=("garbage", "tombstone", "CheckpointDiscarded", "JobReasserted",
+                                "JobCancelled", "JobTerminated", "CheckpointTriggered",
+                                "CheckpointCompleted", "JobCleanedUp", "JobSubmitted",
+                                "JobAdopted"),
+                     raw_epochs=("current",), raw_writers=("leader",), raw_keys=("own", "wrong"),
+                     junk_keys=("birth", "end", "checkpoint"), stale_claims=True,
+                     stale_checkpoints=True, duplicates=True, torn_calls=False, max_raw=2,
+                     max_claims=2),
 }
 """The named alphabets (``jobreg exhaustive --alphabet NAME``)."""
 
@@ -996,10 +1014,13 @@ class _Checker:
         counted = self.report
         for op in below:  # walk down to ``below`` (checks of a scratch report)
             self.report = Report(counted.alphabet, counted.depth, counted.jobs)
-            child = next(w for o, w in _children(world, (), self.alphabet) if o == tuple(op)) \
-                if not self._path else next(w for o, w in _children(world, self._path,
-                                                                       self.alphabet)
-                                            if o == tuple(op))
+            child = next((w for o, w in _children(world, self._path, self.alphabet)
+                          if o == tuple(op)), None)
+            if child is None:
+                raise ValueError(f"after {len(self._path)} ops the enumeration of alphabet "
+                                 f"{self.alphabet.name!r} does not try {list(op)!r} (not in "
+                                 "its canonical form, not in the alphabet, or it writes "
+                                 "nothing there)")
             self._path = (*self._path, tuple(op))
             state, _ = self._check(self._path, child, state)
             world = child
@@ -1224,25 +1245,32 @@ class _NodeState:
 def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None,
             progress: Callable[[Report], None] | None = None,
             every: float = 10.0, processes: int = 1,
-            on_history: Callable[[tuple[Op, ...], int, int], None] | None = None) -> Report:
+            on_history: Callable[[tuple[Op, ...], int, int], None] | None = None,
+            below: Sequence[Op] = ()) -> Report:
     """Check every history of at most ``depth`` ops of ``alphabet`` (``jobs``: how many job
     names, default the alphabet's); ``progress`` is called every ``every`` seconds with the
     counts so far. ``processes`` > 1 explores the subtrees below the histories of up to three
     ops in that many processes (the counts and the reproducers are the same as in one).
     ``on_history(ops, records, bound)`` sees every history checked, its log's length and the
-    largest cut the lag allowed (one process only)."""
+    largest cut the lag allowed (one process only). ``below``: only the histories that start
+    with these ops (in the enumeration's canonical form; their own prefixes are not counted),
+    to go deeper where a class lives: a ``ValueError`` names the first op the enumeration
+    would not try there."""
     alpha = ALPHABETS[alphabet] if isinstance(alphabet, str) else alphabet
     if jobs is not None:
         alpha = alpha.with_jobs(jobs)
-    if processes <= 1 or depth <= 1:
+    below = tuple(tuple(op) for op in below)
+    if len(below) >= depth:
+        raise ValueError(f"--below has {len(below)} ops: the depth must be above that")
+    if processes <= 1 or depth - len(below) <= 1:
         checker = _Checker(alpha, depth, progress, every)
         checker.on_history = on_history
-        return checker.run()
+        return checker.run(below)
     import multiprocessing
 
     start = time.monotonic()
     top = _Checker(alpha, depth, None, every)
-    report = top.run(frontier=max(1, min(3, depth - 2)))
+    report = top.run(below, frontier=len(below) + max(1, min(3, depth - len(below) - 2)))
     with multiprocessing.get_context("fork").Pool(processes) as pool:
         for part in pool.imap_unordered(_explore_below, [(alpha, depth, f) for f in top.frontier]):
             _merge(report, part)
