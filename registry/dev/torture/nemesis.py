@@ -37,7 +37,8 @@ Faults (``kind`` in ``nemesis.jsonl`` and the counts of ``summary.json``):
   ``revoked_term``, ``forged_grant``): a job event or a grant written straight to the
   topic with a plain producer, bypassing the client, that the fold must refuse;
 * ``garbage``: bytes that are not an event (random, a valid header with a random body,
-  a truncated record, a tombstone) on a job key or a term key;
+  a truncated record, a tombstone) on a job key, a lock key or a term key, or over the
+  record that holds a job's birth, end or checkpoint state;
 * ``duplicate``: a record already in the namespace's log, re-sent verbatim.
 
 Every fault is one line of ``nemesis.jsonl`` (pauses two: ``phase`` start and end), with
@@ -568,16 +569,31 @@ class Nemesis:
         return sub
 
     def _garbage(self) -> bool:
+        from registry.keys import birth_key, end_key
         from registry.wire import default_codec
 
         ns = self.rng.choice(sorted(self.namespaces))
         image = self._reg(ns).sync()
         jobs = sorted(image.jobs)
-        where = self.rng.choice(["job", "lock", "term"])
+        where = self.rng.choice(["job", "lock", "term", "birth", "end", "checkpoint"])
+        key: str | None = None
         if where != "term" and jobs:
             job = self.rng.choice(jobs)
-            key = f"{ns}/job/{job}" + ("/lock" if where == "lock" else "")
-        else:
+            view, records = image.jobs[job], image.checkpoint_records.get(job)
+            # birth, end, checkpoint: over the record that holds the job's birth, its end or
+            # its checkpoint state (keys of their own; the fold makes that
+            # part due and the leader restates it)
+            if where == "birth":
+                key = birth_key(ns, job, view.born_by) if view.born_by else None
+            elif where == "end":
+                key = end_key(ns, job, view.ended_by) if view.ended_by else None
+            elif where == "checkpoint":
+                key = records.holder if records is not None else None
+            else:
+                key = f"{ns}/job/{job}" + ("/lock" if where == "lock" else "")
+            if key is None:  # the job has no such record: its job key
+                where, key = "job", f"{ns}/job/{job}"
+        if key is None:
             where = "term"
             key = f"{ns}/term/{image.epoch}/{uuid.uuid4()}"
         shape = self.rng.choices(["random", "header", "truncated", "tombstone"],
