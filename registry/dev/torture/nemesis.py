@@ -57,7 +57,10 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from registry.image import Image
 
 __all__ = ["ZOMBIE_KINDS", "Nemesis"]
 
@@ -568,8 +571,22 @@ class Nemesis:
                      job=getattr(event, "job_id", None), current_epoch=epoch)
         return sub
 
-    def _garbage(self) -> bool:
+    @staticmethod
+    def _held_key(ns: str, image: Image, job: str, where: str) -> str | None:
+        """The key of the record holding ``job``'s birth, end or checkpoint state (``where``),
+        ``None`` if it has none; for ``job`` and ``lock`` those keys."""
         from registry.keys import birth_key, end_key
+
+        view, records = image.jobs[job], image.checkpoint_records.get(job)
+        if where == "birth":
+            return birth_key(ns, job, view.born_by) if view.born_by else None
+        if where == "end":
+            return end_key(ns, job, view.ended_by) if view.ended_by else None
+        if where == "checkpoint":
+            return records.holder if records is not None else None
+        return f"{ns}/job/{job}" + ("/lock" if where == "lock" else "")
+
+    def _garbage(self) -> bool:
         from registry.wire import default_codec
 
         ns = self.rng.choice(sorted(self.namespaces))
@@ -578,21 +595,15 @@ class Nemesis:
         where = self.rng.choice(["job", "lock", "term", "birth", "end", "checkpoint"])
         key: str | None = None
         if where != "term" and jobs:
-            job = self.rng.choice(jobs)
-            view, records = image.jobs[job], image.checkpoint_records.get(job)
-            # birth, end, checkpoint: over the record that holds the job's birth, its end or
-            # its checkpoint state (keys of their own; the fold makes that
-            # part due and the leader restates it)
-            if where == "birth":
-                key = birth_key(ns, job, view.born_by) if view.born_by else None
-            elif where == "end":
-                key = end_key(ns, job, view.ended_by) if view.ended_by else None
-            elif where == "checkpoint":
-                key = records.holder if records is not None else None
-            else:
-                key = f"{ns}/job/{job}" + ("/lock" if where == "lock" else "")
-            if key is None:  # the job has no such record: its job key
-                where, key = "job", f"{ns}/job/{job}"
+            # birth, end, checkpoint: over the record that holds a job's birth, its end or
+            # its checkpoint state (keys of their own; the fold makes that part due and the
+            # leader restates it), of a job that has one; else a job's own or lock key
+            held = {j: self._held_key(ns, image, j, where) for j in jobs}
+            having = [j for j in jobs if held[j] is not None]
+            if having:
+                key = held[self.rng.choice(having)]
+            else:  # no job has such a record: a job's own key
+                where, key = "job", f"{ns}/job/{self.rng.choice(jobs)}"
         if key is None:
             where = "term"
             key = f"{ns}/term/{image.epoch}/{uuid.uuid4()}"
