@@ -54,7 +54,7 @@ from prometheus_client import CollectorRegistry
 
 from . import stalls
 from .blobs import BlobStore, CollectionReport, collect, open_blob_store
-from .election import Election
+from .election import Election, lease_clock
 from .errors import (
     BrokerError,
     ClaimRejected,
@@ -619,7 +619,7 @@ class Registry:
               on_revoked: Callable[[Term], object] | None = None,
               on_renewed: Callable[[Term], object] | None = None,
               keep_alive: Callable[[], bool] | None = None,
-              clock: Callable[[], float] = time.monotonic) -> Election:
+              clock: Callable[[], float] | None = None) -> Election:
         """Built-in lease election: ``with reg.elect("jm-1", lease=5.0) as term: ...``.
 
         Blocks on entry until ``contender`` leads, renews the lease (seconds)
@@ -627,11 +627,13 @@ class Registry:
         and revokes the term on exit. See :mod:`registry.election`. The
         registry's ``timeout`` must be at most half the lease. ``on_renewed(term)`` after
         each successful renewal; ``keep_alive()``, asked before every claim and renewal,
-        lets a contender lead only while the process it leads for is alive.
+        lets a contender lead only while the process it leads for is alive. ``clock``: the
+        lease clock, :func:`registry.election.lease_clock` by default (it counts a host's
+        suspend); injectable for tests.
         """
         check_id("contender", contender)
         return Election(self, contender, lease, on_revoked=on_revoked, on_renewed=on_renewed,
-                        keep_alive=keep_alive, clock=clock)
+                        keep_alive=keep_alive, clock=clock or lease_clock)
 
     def close(self) -> None:
         """Release every broker connection of this client and of the terms it granted.

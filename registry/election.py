@@ -107,11 +107,24 @@ if TYPE_CHECKING:
     from .client import Registry, Term
     from .image import Image
 
-__all__ = ["Election", "next_look"]
+__all__ = ["Election", "lease_clock", "next_look"]
 
 _log = logging.getLogger("registry")
 
 _SAFETY = 0.9  # the leader stops writing at 90% of its lease (clock rate drift, scheduling)
+
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def lease_clock() -> float:
+    """The clock leases run on, in seconds: ``CLOCK_BOOTTIME`` where the system has one
+    (Linux), which counts the time the host was suspended (``CLOCK_MONOTONIC``, Python's
+    :func:`time.monotonic`, stops then: a leader resumed from a suspend longer than its
+    lease would still say it certainly leads while a standby does), else
+    :func:`time.monotonic`. Both run through a SIGSTOP and ignore steps of the wall clock."""
+    if _BOOTTIME is None:
+        return time.monotonic()
+    return time.clock_gettime(_BOOTTIME)
 
 
 def next_look(lease: float, lease_ms: int | None, silent: float) -> float:
@@ -134,7 +147,7 @@ class Election:
                  on_revoked: Callable[[Term], object] | None = None,
                  on_renewed: Callable[[Term], object] | None = None,
                  keep_alive: Callable[[], bool] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = lease_clock) -> None:
         if lease <= 0:
             raise ConfigError(f"a lease must be positive, not {lease}")
         if registry.timeout > lease / 2:
@@ -309,6 +322,17 @@ class Election:
         wait, failures = period, 0
         while not self._cancelled.wait(wait):
             wait = retry  # until this round renews
+            if term.resigned:
+                # The term is being given up (Term.revoke() was called), whether or not the
+                # revoke landed: it is never renewed again, so a revoke that failed (a
+                # lapsed lease, an unknown outcome) still hands the leadership on after a
+                # silent lease, as a dead leader's does.
+                if not self.lease_valid():
+                    self._lose(term, Fenced(
+                        "resigned", f"term {term.epoch} of {self.contender!r} was given up "
+                        "(Term.revoke()); its lease ran out unrenewed", actual_epoch=term.epoch))
+                    return
+                continue
             if not self._owner_alive():
                 # The process this contender leads for is not alive: no renewal. Once the
                 # lease has run out the term is given up (a contender takes over after a

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
 from .client import Receipt, Registry, Term
-from .election import Election
+from .election import Election, lease_clock
 from .errors import (
     BlobError,
     BrokerError,
@@ -274,6 +274,20 @@ class _Lead:
     over: bool = False
 
 
+def lease_deadlines(election: Election) -> dict[str, int]:
+    """How long ``election``'s lease is certainly valid, as a ``granted`` or ``lease`` line
+    says it: ``valid_for_ms`` from now, and the same end as absolute deadlines the JVM checks
+    too, so that a line delayed on its way (a full pipe, this process descheduled or stopped)
+    never extends the JVM's belief: ``deadline_mono_ns`` on ``CLOCK_MONOTONIC``, which the
+    JVM's ``System.nanoTime()`` reads on the same host, and ``deadline_wall_ms`` on the wall
+    clock, which counts a suspend of the host (``CLOCK_MONOTONIC`` does not). The clocks are
+    read before the lease, so each deadline is at or before the lease's end."""
+    mono, wall = time.monotonic_ns(), time.time_ns() // 1_000_000
+    valid_ms = int(election.valid_for() * 1000)
+    return {"valid_for_ms": valid_ms, "deadline_mono_ns": mono + valid_ms * 1_000_000,
+            "deadline_wall_ms": wall + valid_ms}
+
+
 class Bridge:
     """The bridge of one Flink process: :meth:`run` reads requests from ``stdin`` until EOF.
 
@@ -284,7 +298,7 @@ class Bridge:
 
     def __init__(self, registry: Registry, contender: str, lease: float, *,
                  out: IO[str] | None = None, poll_ms: int = 100, workers: int = 8,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = lease_clock) -> None:
         self.registry = registry
         self.namespace = registry.namespace
         self.contender = contender
@@ -461,7 +475,7 @@ class Bridge:
             self._lead = lead
             lead.announced = True
             self.emit({"event": "granted", "epoch": term.epoch, "session": lead.session,
-                       "valid_for_ms": round(election.valid_for() * 1000)})
+                       **lease_deadlines(election)})
             early = self._lost_early.pop(term.epoch, None)
             if early is not None or self._withdrawn.is_set():
                 lead.reason = early or "withdrawn"
@@ -494,8 +508,7 @@ class Bridge:
             if lead is None or lead.term is not term or not lead.announced or lead.over \
                     or lead.lost.is_set():
                 return
-            self.emit({"event": "lease", "epoch": term.epoch,
-                       "valid_for_ms": round(lead.election.valid_for() * 1000)})
+            self.emit({"event": "lease", "epoch": term.epoch, **lease_deadlines(lead.election)})
 
     def _fenced(self, error: Fenced) -> None:
         # A write of the current term was fenced: the term is certainly over.

@@ -68,6 +68,7 @@ public class JobregLeaderElectionDriver
     private long epoch = -1;
     private UUID session;
     private long leaseDeadlineNanos;
+    private long leaseDeadlineWallMillis = Long.MAX_VALUE;
     private volatile long lastTickNanos = System.nanoTime();
 
     public JobregLeaderElectionDriver(JobregBridge bridge, Listener listener) throws Exception {
@@ -101,7 +102,45 @@ public class JobregLeaderElectionDriver
         return running
                 && granted
                 && now - leaseDeadlineNanos < 0
+                && System.currentTimeMillis() < leaseDeadlineWallMillis
                 && now - lastTickNanos < leaseNanos / 2;
+    }
+
+    /**
+     * Takes the lease a {@code granted} or {@code lease} line states (under {@link #lock}): valid
+     * for {@code valid_for_ms} from its receipt, but never past the absolute deadlines the bridge
+     * computed when it read the lease, so a line that was delayed on its way (a full pipe, the
+     * bridge descheduled or stopped) does not extend the belief by the delay: {@code
+     * deadline_mono_ns} on CLOCK_MONOTONIC, which {@link System#nanoTime()} reads on the same
+     * host, and {@code deadline_wall_ms} on the wall clock, which counts a suspend of the host
+     * (CLOCK_MONOTONIC does not). A bridge that sends neither is taken at its word.
+     */
+    private void takeLease(JsonNode event) {
+        long[] deadlines = leaseDeadlines(event, System.nanoTime());
+        leaseDeadlineNanos = deadlines[0];
+        leaseDeadlineWallMillis = deadlines[1];
+    }
+
+    /**
+     * The lease's end as a line received at {@code receivedNanos} states it: {@code
+     * [System.nanoTime() deadline, wall-clock deadline in ms]} ({@link Long#MAX_VALUE} when the
+     * line has no wall-clock deadline).
+     */
+    @VisibleForTesting
+    static long[] leaseDeadlines(JsonNode event, long receivedNanos) {
+        long deadline =
+                receivedNanos + TimeUnit.MILLISECONDS.toNanos(event.path("valid_for_ms").asLong());
+        if (event.hasNonNull("deadline_mono_ns")) {
+            long stated = event.path("deadline_mono_ns").asLong();
+            if (stated - deadline < 0) {
+                deadline = stated;
+            }
+        }
+        long wall =
+                event.hasNonNull("deadline_wall_ms")
+                        ? event.path("deadline_wall_ms").asLong()
+                        : Long.MAX_VALUE;
+        return new long[] {deadline, wall};
     }
 
     /** The current leader session id, or null when this driver does not lead. */
@@ -241,7 +280,6 @@ public class JobregLeaderElectionDriver
     private void onGranted(JsonNode event) {
         long newEpoch = event.path("epoch").asLong();
         UUID newSession = UUID.fromString(event.path("session").asText());
-        long validFor = event.path("valid_for_ms").asLong();
         synchronized (lock) {
             if (!running) {
                 return;
@@ -255,7 +293,7 @@ public class JobregLeaderElectionDriver
             granted = true;
             epoch = newEpoch;
             session = newSession;
-            leaseDeadlineNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validFor);
+            takeLease(event);
             LOG.info("jobreg granted leadership: epoch {}, session {}.", epoch, session);
             UUID grantedSession = session;
             notifyListener(() -> listener.onGrantLeadership(grantedSession));
@@ -264,10 +302,9 @@ public class JobregLeaderElectionDriver
 
     private void onLease(JsonNode event) {
         long leaseEpoch = event.path("epoch").asLong();
-        long validFor = event.path("valid_for_ms").asLong();
         synchronized (lock) {
             if (granted && leaseEpoch == epoch) {
-                leaseDeadlineNanos = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(validFor);
+                takeLease(event);
             }
         }
     }
@@ -342,7 +379,8 @@ public class JobregLeaderElectionDriver
                                     + " ms (half the lease is "
                                     + TimeUnit.NANOSECONDS.toMillis(leaseNanos / 2)
                                     + " ms)";
-                } else if (now - leaseDeadlineNanos >= 0) {
+                } else if (now - leaseDeadlineNanos >= 0
+                        || System.currentTimeMillis() >= leaseDeadlineWallMillis) {
                     reason = "the lease ran out before jobreg confirmed it";
                 }
             }
