@@ -83,7 +83,10 @@ Rules, in the order the fold applies them to one record of this namespace:
    what the term wrote since), and one that a clean result made so does not hold the end. A
    record on the end key holding a job's end that is not that end (junk, a tombstone, a
    misplaced event; not a duplicate) supersedes it: the end is due again, as above; so does
-   one on the birth key of a dirty result (its graph lay there).
+   one on the birth key of a dirty result (its graph lay there), and so is the end of a job
+   whose birth was due when it ended (its graph lay under no birth key the cleaner keeps).
+   No removal under a birth key makes an ended job unknown: where the record it supersedes
+   reads as the birth, the birth is gone, and a dirty result's end is due.
    Records written before results (schema version 1) leave a clean result
    with no graph, as they always did. ``JobCleanedUp`` makes a terminal
    job's result clean (no graph, no checkpoints; a second one changes
@@ -1188,10 +1191,23 @@ class Delta:
             # The removal of a refused submit of a job the leader knows to be live (reason
             # ``job_exists``) never removes the job: where the record it supersedes reads as
             # the birth (a log cleaned past the birth before it), the birth is due again.
+            # Nor does any removal make an ended job unknown (rule 5: terminal for ever):
+            # where the record reads as its birth, the birth is gone, and a dirty result's
+            # end is due, restated whole (its graph lay there; the eleventh read's A2: a
+            # refused re-sent submit read as the birth of a job cancelled since, and its
+            # removal deleted the job, its id submittable again).
             job = self._jobs.get(e.job_id)
             held = (record.key or b"").rsplit(b"/", 1)[-1].decode("utf-8", "replace")
             if job is not None and job.born_by == held:
-                if e.reason == "job_exists" and job.live:
+                if not job.live:
+                    job = job._replace(born_by=None)
+                    if job.dirty:
+                        self._end(e.job_id, job._replace(ended_by=None))
+                        if self._checkpoints_keyed:
+                            self._checkpoints_due(e.job_id)
+                    else:
+                        self._jobs[e.job_id] = job
+                elif e.reason == "job_exists":
                     self._jobs[e.job_id] = job._replace(born_by=None)
                 else:
                     del self._jobs[e.job_id]
@@ -1286,10 +1302,17 @@ class Delta:
             # (a copy the record carries is not read).
             # The result's graph stays where the birth key holds it: ``born_by`` is kept,
             # so that junk over that key makes the end due (restated whole, graph and all).
+            # A job whose birth is due (junk superseded it, or it lies under the job key)
+            # holds its graph under no birth key the cleaner keeps: its end is due from
+            # here, restated whole under a new end key (the eleventh read's A1: else a log
+            # cleaned past the junk read the result without its graph).
+            birth_due = self._births_keyed and job is not None and job.live \
+                and job.born_by is None and job.graph is not None
             self._end(e.job_id, JobView(
                 e.job_id, status, None, job.graph if job is not None else None,
                 checkpoints=job.checkpoints if job is not None else EMPTY_CHECKPOINTS,
-                reason=e.reason or None, dirty=True, ended_by=e.event_id,
+                reason=e.reason or None, dirty=True,
+                ended_by=None if birth_due else e.event_id,
                 born_by=job.born_by if job is not None else None))
             return
         if e.schema_version < 2:  # written before results: clean, no graph (as always)
