@@ -285,6 +285,12 @@ class Image:
     above the job's own (fold rule 6): after the cleaner such a record can be read as
     carrying the state (rule 6's jump), so the leader's restatement carries a ``seq`` at
     least this high, and a restatement with a lower one is stale."""
+    call_members: immutables.Map[str, str] = field(default=_EMPTY_MAP)
+    """The key of a call's member (a birth or a lock key) that the call's accepted commit
+    made hold a part of a job, while it is that key's newest record -> the commit's key
+    (fold rule 8): a record over the commit that is not the commit (junk, a tombstone, a
+    misplaced event) leaves the member waiting in a log cleaned past it, so the part it
+    holds is due, as if that record had landed on the member's own key."""
 
     @classmethod
     def empty(cls, namespace: str) -> Image:

@@ -179,7 +179,11 @@ Rules, in the order the fold applies them to one record of this namespace:
    that does not exist is unsettled like any other: the leader reasserts
    that the job is ``ABSENT`` on that key (under a birth key such a reassertion removes the
    job only if the key holds its birth), so no record of a refused call outlives the
-   cleaner.
+   cleaner. An accepted member stands on its call's commit: a record over the commit's key
+   that is not the commit (junk, a tombstone, a misplaced event) makes every part of a job
+   an accepted member still holds due, exactly as that record would on the member's own
+   key (``Image.call_members``): in a log cleaned past it the members wait for a commit
+   that is gone, and the leader's restatements hold the jobs.
 
 9. ``LeaderInformationPublished`` (Flink's leader information of one component) is
    fenced like any write (rule 4: a deposed leader's publication is refused as
@@ -580,6 +584,7 @@ class Delta:
         self._unsettled = image.unsettled.mutate()
         self._floors = image.checkpoint_floors.mutate()
         self._cp_records = image.checkpoint_records.mutate()
+        self._call_members = image.call_members.mutate()
         self._checkpoints_keyed = image.checkpoints_keyed
         self._windows = {w: ids.mutate() for w, ids in image.recent_ids.items()}
         self._newest: int | None = max(self._windows, default=None)
@@ -659,6 +664,7 @@ class Delta:
                     self._note_settlement(key, parsed.job_id, decision)
             elif parsed.kind == "leader":
                 self._note_leader_settlement(key, decision)
+            self._note_call_keys(key, parsed.kind, decision)
         return decision
 
     def job(self, job_id: str) -> JobView | None:
@@ -697,6 +703,7 @@ class Delta:
             checkpoint_floors=self._floors.finish(),
             checkpoints_keyed=self._checkpoints_keyed,
             checkpoint_records=self._cp_records.finish(),
+            call_members=self._call_members.finish(),
         )
 
     # -- internals -----------------------------------------------------------
@@ -713,6 +720,8 @@ class Delta:
             self._note_settlement(key, parsed.job_id, d)
         elif parsed is not None and parsed.kind == "leader" and key is not None:
             self._note_leader_settlement(key, d)
+        if parsed is not None and key is not None:
+            self._note_call_keys(key, parsed.kind, d)
         return d
 
     def _note_leader_settlement(self, key: str, decision: Decision) -> None:
@@ -1619,12 +1628,45 @@ class Delta:
             return d
         for (r, m), verdict in zip(members, verdicts, strict=True):
             self._resolve(r, m, verdict)
+            member_key = _key(r)
+            if verdict is None and member_key is not None and _key(record) is not None:
+                # the member's key holds a part of its job while this commit stands
+                self._call_members[member_key] = _key(record)  # type: ignore[assignment]
         detail = "" if complete else (
             f"{len(members)} of the call's {e.size} records are in the log (the cleaner "
             f"removed the others): {'all or none' if whole else 'each decided alone'}")
         return Decision(record.offset, Outcome.ACCEPTED, record.timestamp, _key(record), e.TYPE,
                         e.event_id, None, e.epoch, e.writer, None, detail, None, None,
                         self.leader)
+
+    def _note_call_keys(self, key: str, kind: str, decision: Decision) -> None:
+        """Rule 8 under compaction: a record over a member's key (a birth or a lock key)
+        supersedes the member, and nothing stands on its call's commit there any more. A
+        record over a commit's key that is not the commit (junk, a tombstone, a misplaced
+        event) supersedes the commit: in a log cleaned past it the call's members wait for
+        a commit that is gone and are never applied, so every part of a job an accepted
+        member holds is due, exactly as if that record had landed on the member's own key
+        (a birth due, restated under a new birth key, with the lock and checkpoints after
+        it; a dirty result's end due; a live job's lock restated). Without this, junk over
+        a committed ``submit_many``'s commit lost both acknowledged jobs (issue 42, the
+        eleventh read's A3). A duplicate is a copy of what the key held."""
+        if decision.outcome == Outcome.DUPLICATE:
+            return
+        if key in self._call_members:
+            del self._call_members[key]
+        if kind != "call" or decision.outcome == Outcome.ACCEPTED:
+            return
+        members = self._call_members.finish()
+        held = sorted(k for k, c in members.items() if c == key)
+        self._call_members = members.mutate()
+        # as junk on the member's key: no event (a misplaced copy of the member itself on
+        # the commit's key is no copy of what the member's key holds)
+        junk = decision._replace(event_id=None, outcome=Outcome.QUARANTINED)
+        for member_key in held:
+            del self._call_members[member_key]
+            parsed = parse_key(member_key)
+            if parsed is not None and parsed.job_id is not None:
+                self._note_settlement(member_key, parsed.job_id, junk)
 
     def _end_call(self, call_id: str, reason: str, detail: str,
                   verdict: _Verdict | None = None) -> None:

@@ -580,7 +580,7 @@ def _decode_columns(text: bytes, end_head: int, types: Any) -> Image:
 # -- checks ----------------------------------------------------------------------
 
 _MAP_FIELDS = ("jobs", "unsettled", "recent_ids", "leaders", "checkpoint_floors",
-               "checkpoint_records")
+               "checkpoint_records", "call_members")
 _DECISION_FIELDS = ("rejected", "ignored", "quarantined")
 
 

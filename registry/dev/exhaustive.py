@@ -231,6 +231,22 @@ ALPHABETS: dict[str, Alphabet] = {
                      junk_keys=("birth", "end", "checkpoint"), stale_claims=True,
                      stale_checkpoints=True, duplicates=True, torn_calls=False, max_raw=2,
                      max_claims=2),
+    # Calls under junk, for the subtree below a committed call (``--below``): two jobs, the
+    # calls and the commands that meet their members' parts, junk over the newest call's
+    # commit and over a job's birth, end and checkpoint keys, two raw records, re-sends.
+    # The eleventh adversarial read's A3 (junk over a committed submit_many's commit).
+    "calls": Alphabet("calls", jobs=2,
+                      commands=("submit", "cancel", "finish", "clean", "adopt", "release",
+                                "recfail", "trigger", "complete", "submit_many",
+                                "adopt_many"),
+                      zombie_commands=("cancel", "adopt", "trigger"),
+                      checkpoint_ids=(1,),
+                      raw_types=("garbage", "tombstone", "JobSubmitted", "JobAdopted",
+                                 "CallCommitted", "JobReasserted"),
+                      raw_epochs=("current",), raw_writers=("leader",), raw_keys=("own",),
+                      junk_keys=("call", "birth", "end", "checkpoint"), stale_claims=True,
+                      stale_checkpoints=False, duplicates=True, torn_calls=True, max_raw=2,
+                      max_claims=2),
 }
 """The named alphabets (``jobreg exhaustive --alphabet NAME``)."""
 
@@ -571,6 +587,13 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             if held is None:
                 return False
             key = (birth_key if key_rel == "birth" else end_key)(NS, job, held)
+        elif key_rel == "call":  # over the newest call's commit (one op, whatever ``job``)
+            if job != JOB_NAMES[0]:
+                return False
+            commits = [r.key for r in world.log if isinstance(r.event, CallCommitted)]
+            if not commits:
+                return False
+            key = commits[-1].decode()
         else:
             key = job_key(NS, job) if key_rel == "own" else lock_key(NS, job)
         value = b"\x00\x00\x00\x00\x63not avro at all" if kind == "garbage" else None

@@ -16,14 +16,18 @@ cut at every prefix, every batch split: :func:`check_history`) and at every cut 
   removal deleted the terminal job: its id unknown, submittable again. Now a removal under a
   birth key never makes a terminal job unknown: the birth is gone, and a dirty result's end
   is due (its graph lay there).
-- **A3, junk over a call's commit key** (open: a strict expected failure): garbage over
-  ``<ns>/call/<id>`` after a committed ``submit_many`` supersedes the commit; the key is
-  never unsettled, and a log cleaned past the junk leaves the members waiting for a commit
-  that is gone: both acknowledged jobs lost.
+- **A3, junk over a call's commit key.** Garbage over ``<ns>/call/<id>`` after a committed
+  ``submit_many`` superseded the commit; nothing was due, and a log cleaned past the junk
+  left the members waiting for a commit that is gone: both acknowledged jobs lost. Now a
+  record over a committed call's key that is not the commit makes every part of a job an
+  accepted member holds due, as junk on the member's own key would (rule 8,
+  ``Delta._note_call_keys``; ``Image.call_members`` keeps which keys stand on which commit).
 
 Both A1 and A2 are found by the checker itself below a live job (the tests at the end, on
 the rules before the fixes), which no test explored before: the ``ends`` alphabet went only
-below a cancelled job, and the ``ci`` alphabet has one raw record per history.
+below a cancelled job, and the ``ci`` alphabet has one raw record per history. A3 is found by
+the checker below a committed call (the ``calls`` alphabet, junk over the newest commit's key:
+``test_the_checker_finds_a3_when_it_is_put_back``), which no alphabet wrote before.
 """
 
 from __future__ import annotations
@@ -49,8 +53,8 @@ A1 = [*LIVE, JUNK_OVER_BIRTH, LEADERS_OWN_CANCEL]
 A2 = [*LIVE, JUNK_OVER_BIRTH, ("dup", 0, False), LEADERS_OWN_CANCEL]
 
 
-def _every_cut(ops):
-    log = replay_history(ops, "ends")
+def _every_cut(ops, alphabet="ends"):
+    log = replay_history(ops, alphabet)
     full = fold(log, NS)
     assert not full.unsettled, full.unsettled
     keys, dead = [r.key for r in log], [r.value is None for r in log]
@@ -99,44 +103,53 @@ def test_below_a_live_job_no_answer_class(depth, below) -> None:
     assert not not_junk, format_report(report)
 
 
-def _hand_log(items):
-    """A log by hand: ``(key or None, event | bytes)``, stamped a millisecond apart."""
-    from registry.image import LogRecord
-    from registry.keys import record_key
-    from registry.wire import default_codec
 
-    codec = default_codec()
-    log = []
-    for i, (key, value) in enumerate(items):
-        if not isinstance(value, bytes):
-            key = key or record_key(value)
-            value = codec.encode(value)
-        log.append(LogRecord(2 * i, key.encode(), value, 1_000_000 + i))
-    return log
+A3 = [C, ("write", "submit_many", "a", 1)]
+JUNK_OVER_CALL = ("raw", "garbage", "-", "-", "a", "call", True)
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 42, the eleventh read's A3): junk over a "
-                   "committed call's key supersedes the commit, and the key is never "
-                   "unsettled; README assumption 3 names it")
-def test_a3_junk_over_a_calls_commit_never_loses_its_jobs() -> None:
-    from registry.events import CallCommitted, InlineGraph, JobSubmitted, LeadershipGranted
-    from registry.keys import record_key
+@pytest.mark.parametrize("between", [
+    [], [("write", "cancel", "a", 1)], [("write", "trigger", "a", 1),
+                                        ("write", "complete", "a", 1)],
+    [("write", "recfail", "b", 1)], [("write", "adopt", "a", 1)],
+], ids=["at-once", "cancelled", "checkpointed", "recovery-failed", "adopted"])
+def test_a3_junk_over_a_calls_commit_never_loses_its_jobs(between) -> None:
+    """Junk over a committed ``submit_many``'s commit key makes every part of a job an
+    accepted member holds due (rule 8, ``Delta._note_call_keys``): once the leader settled,
+    every cut of the log folds the jobs as the full log does (before the fix: both jobs
+    waiting for a commit that is gone)."""
+    ops = [*A3, *between, JUNK_OVER_CALL]
+    for cut, full, compacted in _every_cut(ops, "calls"):
+        assert set(full.jobs) == {"a", "b"}
+        assert dict(compacted.jobs) == dict(full.jobs), cut
+    report = check_history(ops, "calls")
+    assert not {k for k in report.failures if k[0] in ("answer", "batch")}, \
+        format_report(report)
 
-    ids = iter(f"00000000-0000-0000-0000-{n:012d}" for n in range(1, 100))
 
-    def common() -> dict:
-        return dict(event_id=next(ids), namespace=NS, epoch=1, writer="jm-1", created_at=0)
+def test_below_a_committed_call_no_answer_class() -> None:
+    """Every history of the ``calls`` alphabet of up to 4 ops below a committed
+    ``submit_many`` (3,016 histories, about 7 s): no answer or batch class, and every verdict
+    or path class is junk (over the call's commit, the classes a re-sent call read as the
+    births leaves). Depth 5 (``jobreg exhaustive --alphabet calls --depth 5 --below
+    '[["claim","jm-1","current",false],["write","submit_many","a",1]]'``) has none either:
+    the figures are in the module's docstring."""
+    report = explore(4, "calls", below=[list(o) for o in A3])
+    print(format_report(report))
+    assert report.histories > 1_000
+    bad = {k: cx for k, cx in report.failures.items() if k[0] in ("answer", "batch")}
+    assert not bad, format_report(report)
+    not_junk = {k: cx for k, cx in report.failures.items()
+                if not any(op[0] == "raw" and op[1] in ("garbage", "tombstone")
+                           for op in cx.ops)}
+    assert not not_junk, format_report(report)
 
-    grant = LeadershipGranted(prev_epoch=0, saw_renewal=None, layout=2, **common())
-    call = next(ids)
-    a = JobSubmitted(job_id="a", graph=InlineGraph(b"ga"), call_id=call, **common())
-    b = JobSubmitted(job_id="b", graph=InlineGraph(b"gb"), call_id=call, **common())
-    commit = CallCommitted(size=2, **{**common(), "event_id": call})
-    log = _hand_log([(None, grant), (None, a), (None, b), (None, commit),
-                     (record_key(commit), b"\x00\x00\x00\x00\x63not avro")])
-    full = fold(log, NS)
-    assert set(full.jobs) == {"a", "b"} and not full.unsettled  # every cut is legal
-    keys, dead = [r.key for r in log], [r.value is None for r in log]
-    for cut in range(len(log) + 1):
-        kept = [log[i] for i in compacted_indices(keys, dead, cut, len(log))]
-        assert set(fold(kept, NS).jobs) == {"a", "b"}, cut
+
+def test_the_checker_finds_a3_when_it_is_put_back(monkeypatch) -> None:
+    """The rule put back (a record over a commit's key leaves nothing due), the checker
+    reports A3 as an answer class: both members read PENDING after compaction."""
+    from registry.rules import Delta
+
+    monkeypatch.setattr(Delta, "_note_call_keys", lambda self, key, kind, decision: None)
+    report = check_history([*A3, JUNK_OVER_CALL[:-1] + (False,)], "calls")
+    assert {k[0] for k in report.failures} == {"answer"}, format_report(report)
