@@ -592,9 +592,17 @@ class Nemesis:
         ns = self.rng.choice(sorted(self.namespaces))
         image = self._reg(ns).sync()
         jobs = sorted(image.jobs)
-        where = self.rng.choice(["job", "lock", "term", "birth", "end", "checkpoint"])
+        where = self.rng.choice(["job", "lock", "term", "birth", "end", "checkpoint", "call"])
         key: str | None = None
-        if where != "term" and jobs:
+        if where == "call":
+            # over the commit of a call whose members hold parts of jobs (the fold makes
+            # those parts due: rule 8, the eleventh read's A3); else a job's own key
+            commits = sorted(set(image.call_members.values()))
+            if commits:
+                key = self.rng.choice(commits)
+            elif jobs:
+                where, key = "job", f"{ns}/job/{self.rng.choice(jobs)}"
+        elif where != "term" and jobs:
             # birth, end, checkpoint: over the record that holds a job's birth, its end or
             # its checkpoint state (keys of their own; the fold makes that part due and the
             # leader restates it), of a job that has one; else a job's own or lock key
