@@ -67,10 +67,13 @@ test: $(BIN)/.installed system
 	@$(TIMED) "schema catalog" $(BIN)/jobreg catalog --check
 	@$(TIMED) "maven, flink-jobreg" mvn -B -q -f flink-jobreg/pom.xml verify -Djobreg.python=$(abspath $(BIN))/python
 	@$(TIMED) "jars" $(BIN)/python -m tests.support.fetch
-	@log=$$(mktemp); JOBREG_TEST_BROKER=kafka $(TIMED) "pytest, Apache Kafka" $(BIN)/pytest -q -m "not kafka" \
-	    tests/integration > "$$log" 2>&1 & kafka=$$!; \
-	  $(TIMED) "pytest, embedded broker" $(BIN)/pytest -q; embedded=$$?; \
-	  wait $$kafka; rc=$$?; echo "== the Apache Kafka pass, which ran beside it:"; \
+	@log=$$(mktemp); ( JOBREG_TEST_BROKER=kafka $(TIMED) "pytest, Apache Kafka" $(BIN)/pytest -q \
+	    -m "not kafka" tests/integration; kafka=$$?; \
+	    $(TIMED) "pytest, unit" $(BIN)/pytest -q --durations=10 tests/unit; unit=$$?; \
+	    [ $$kafka = 0 ] && [ $$unit = 0 ] ) > "$$log" 2>&1 & beside=$$!; \
+	  $(TIMED) "pytest, embedded broker" $(BIN)/pytest -q --durations=25 tests/integration \
+	    tests/fuzz; embedded=$$?; \
+	  wait $$beside; rc=$$?; echo "== the Apache Kafka pass, then the unit tests, which ran beside it:"; \
 	  cat "$$log"; rm -f "$$log"; [ $$embedded = 0 ] && [ $$rc = 0 ]
 
 bench: $(BIN)/.installed
