@@ -153,3 +153,17 @@ def test_the_checker_finds_a3_when_it_is_put_back(monkeypatch) -> None:
     monkeypatch.setattr(Delta, "_note_call_keys", lambda self, key, kind, decision: None)
     report = check_history([*A3, JUNK_OVER_CALL[:-1] + (False,)], "calls")
     assert {k[0] for k in report.failures} == {"answer"}, format_report(report)
+
+
+def test_call_members_are_bounded_by_the_keys_and_survive_a_snapshot() -> None:
+    """``Image.call_members`` holds one entry per member key whose newest record is an
+    accepted member: however many calls adopt the same jobs (a recovery batch at every
+    failover), two jobs keep four entries (their births and locks); a snapshot keeps them."""
+    from registry.snapshot import decode_image, encode_image
+
+    ops = [*A3, *[("write", "adopt_many", "a", 1)] * 5]
+    image = fold(replay_history(ops, "calls"), NS)
+    kinds = sorted(k.split("/")[3] for k in image.call_members)
+    assert kinds == ["birth", "birth", "lock", "lock"], dict(image.call_members)
+    assert len(set(image.call_members.values())) == 2  # the submit's commit, the last adopt's
+    assert decode_image(encode_image(image)) == image
