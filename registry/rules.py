@@ -664,7 +664,8 @@ class Delta:
                     self._note_settlement(key, parsed.job_id, decision)
             elif parsed.kind == "leader":
                 self._note_leader_settlement(key, decision)
-            self._note_call_keys(key, parsed.kind, decision)
+            if parsed.kind == "call" or key in self._call_members:
+                self._note_call_keys(key, parsed.kind, decision)
         return decision
 
     def job(self, job_id: str) -> JobView | None:
@@ -720,7 +721,8 @@ class Delta:
             self._note_settlement(key, parsed.job_id, d)
         elif parsed is not None and parsed.kind == "leader" and key is not None:
             self._note_leader_settlement(key, d)
-        if parsed is not None and key is not None:
+        if parsed is not None and key is not None and (
+                parsed.kind == "call" or key in self._call_members):
             self._note_call_keys(key, parsed.kind, d)
         return d
 
