@@ -134,7 +134,7 @@ from .recovery import (
     clean_one,
     recover_one,
 )
-from .snapshot import read_snapshot, write_snapshot
+from .snapshot import StaleSnapshot, read_snapshot, write_snapshot
 from .wire import Codec, default_codec
 from .writes import GroupCommit, PendingCall, Restate, TermWrites, error_for_call
 
@@ -305,8 +305,14 @@ class Registry:
         return reg
 
     def _start_from_snapshot(self, path: str | os.PathLike[str], retention_ms: int) -> None:
-        snap = read_snapshot(path, namespace=self.namespace, topic=self.topic,
-                             partition=self.partition)
+        try:
+            snap = read_snapshot(path, namespace=self.namespace, topic=self.topic,
+                                 partition=self.partition)
+        except StaleSnapshot as e:  # another jobreg's fold rules: a cache of another fold
+            self.started_from = f"scratch (snapshot {os.fspath(path)} not trusted: {e})"
+            _log.warning("rebuilding namespace %r from the start of the log: %s",
+                         self.namespace, e)
+            return
         position = snap.image.provenance.last_offset + 1
         # A snapshot is as old as the older of its log time and its writing: a record
         # stamped ahead (a writer's clock on the embedded broker) must not make it young.

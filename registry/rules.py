@@ -13,7 +13,10 @@ Rules, in the order the fold applies them to one record of this namespace:
 0. Records whose key names another namespace are skipped (namespaces share
    partitions). A record without a value (tombstone) or that does not decode
    is quarantined (but a tombstone under a checkpoint record's key: rule 6).
-1. A duplicate ``event_id`` has no second effect (outcome ``DUPLICATE``).
+1. A duplicate ``event_id`` under the key its first copy had has no second effect
+   (outcome ``DUPLICATE``); under another key it is refused (``wrong_key``): a copy
+   over another record's key is no copy of what that key held, and the key's
+   bookkeeping (rules 5, 6, 8) sees junk over its holder.
    The fold does not remember every id ever folded: broker time is cut into
    windows of :data:`DUPLICATE_WINDOW_MS` (window ``timestamp // W``), and
    it remembers the ids folded in the newest window any record reached and
@@ -1023,18 +1026,37 @@ class Delta:
             for old in [w for w in windows if w < newest - 1]:
                 del windows[old]
             windows[newest] = immutables.Map().mutate()
+        seen = False
         for ids in windows.values():
             if event_id in ids:
-                self._duplicates += 1
-                return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key,
-                                event.TYPE, event_id, job_id, event.epoch, event.writer,
-                                "duplicate",
-                                f"event {event_id} was already folded; no second effect")
+                if ids[event_id] == key:
+                    self._duplicates += 1
+                    return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key,
+                                    event.TYPE, event_id, job_id, event.epoch, event.writer,
+                                    "duplicate",
+                                    f"event {event_id} was already folded; no second effect")
+                # The same event under another key than its first copy's (a foreign writer's
+                # copy of a record, its own or another's, over another record's key) is no
+                # copy of what that key held: refused, so that the key's bookkeeping sees a
+                # record that supersedes its holder (junk), never a duplicate of it (the
+                # twelfth read's D1-D2: a copy over a birth, an end or a commit key lost the
+                # part that key held, with nothing due).
+                seen = True
+                first = ids[event_id]
+                break
+        if seen:
+            d = Decision(record.offset, Outcome.REJECTED, record.timestamp, key, event.TYPE,
+                         event_id, job_id, event.epoch, event.writer, "wrong_key",
+                         f"event {event_id} was folded under key {first!r} within the "
+                         f"duplicate window; a copy under {key!r} is no copy of what that "
+                         f"key holds", None, None, self.leader)
+            self._rejected.append(d)
+            return d
         current = self._newest
         if current is None:  # the first id (without a broker timestamp: window 0, for ever)
             current = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
             windows[current] = immutables.Map().mutate()
-        windows[current][event_id] = None
+        windows[current][event_id] = key
         try:
             if event.namespace != self._ns:
                 raise _Verdict("namespace_mismatch",
@@ -1344,6 +1366,10 @@ class Delta:
         supersede) is due to be restated under one: the key ``<ns>/job/<id>/end/`` stands
         for that in ``unsettled`` until the leader's restatement lands."""
         self._jobs[job_id] = view
+        # (rule 8: an ended job's lock key holds nothing, so no commit holds a part there)
+        lock = f"{self._prefix}job/{job_id}/lock"
+        if lock in self._call_members:
+            del self._call_members[lock]
         due = f"{self._prefix}job/{job_id}/end/"
         if view.ended_by is None:
             if due not in self._unsettled:

@@ -9,7 +9,8 @@ the rest of the log onto it gives the image a full replay gives::
 
 Any :class:`~registry.errors.ConfigError` from :func:`read_snapshot` (missing,
 unreadable, truncated, corrupt, another namespace or topic, another format
-version, written by a newer jobreg) means: replay the log from the start.
+version, written by a newer jobreg, or under other fold rules: :class:`StaleSnapshot`)
+means: replay the log from the start.
 
 File layout (format ``jobreg-snapshot/2``)::
 
@@ -23,7 +24,7 @@ File layout (format ``jobreg-snapshot/2``)::
 The body is gzip-compressed (level 1, ``mtime`` 0): two lines of JSON, then
 raw bytes::
 
-    {"format": "jobreg-snapshot/2",
+    {"format": "jobreg-snapshot/2", "rules": "<RULES: the fold rules it was written under>",
      "types": {"JobView": ["job_id", "status", ...], "TermInfo": [...], ...}}
     <column>
     <blob: every bytes value (inline graphs), concatenated>
@@ -112,7 +113,9 @@ __all__ = [
     "BODY_ENCODING",
     "FORMAT",
     "READABLE_FORMATS",
+    "RULES",
     "Snapshot",
+    "StaleSnapshot",
     "decode_image",
     "encode_image",
     "read_snapshot",
@@ -121,6 +124,38 @@ __all__ = [
 
 FORMAT = "jobreg-snapshot/3"
 """The format tag written, in the file header and in the body."""
+
+def _rules_digest() -> str:
+    """A digest of the source of the modules whose code decides what an image holds (the
+    rules, the events, the image and the keys): a snapshot is a cache of one fold, and an
+    image folded under other rules may lack what these rules keep (the eleventh read's A3
+    fix added ``Image.call_members``, whose value for an older image is not its default:
+    the twelfth read's D5), so a body written under other rules is not read."""
+    from . import events, image, keys, rules
+
+    digest = hashlib.sha256()
+    for module in (rules, events, image, keys):
+        try:
+            digest.update(Path(module.__file__ or "").read_bytes())
+        except OSError:  # no source beside the code: the module's name and jobreg's version
+            import importlib.metadata
+
+            try:
+                version = importlib.metadata.version("jobreg")
+            except importlib.metadata.PackageNotFoundError:
+                version = "?"
+            digest.update(f"{module.__name__} {version}".encode())
+    return digest.hexdigest()[:16]
+
+
+RULES = _rules_digest()
+"""The fold rules a body is written under (in its first line); one of other rules is
+refused with :class:`StaleSnapshot`."""
+
+
+class StaleSnapshot(ConfigError):
+    """A snapshot body written under other fold rules (:data:`RULES`): replay the log."""
+
 
 BODY_ENCODING = "gzip+json+raw"
 """How the body is encoded (named in the header)."""
@@ -341,7 +376,7 @@ def encode_image(image: Image) -> bytes:
     """The snapshot body of ``image`` (module docstring). Deterministic."""
     if not isinstance(image, Image):
         raise ConfigError(f"encode_image needs an Image, not {type(image).__qualname__}")
-    head = _dumps({"format": FORMAT, "types": _TYPES_LINE})
+    head = _dumps({"format": FORMAT, "rules": RULES, "types": _TYPES_LINE})
     writer = _Writer()
     with bulk():
         value = _dumps(writer.column([image]))
@@ -630,6 +665,9 @@ def _decode(data: bytes) -> tuple[str, Image]:
             fmt = header.get("format")
             if not isinstance(fmt, str) or (decode := _DECODERS.get(fmt)) is None:
                 raise ValueError(f"body format {fmt!r:.80}, expected one of {list(_DECODERS)}")
+            if header.get("rules") != RULES:
+                raise StaleSnapshot(f"written under other fold rules ({header.get('rules')!r:.40}; "
+                                    f"this jobreg's are {RULES!r}): the log is replayed")
             image = decode(text, end_head, header["types"])
             _promote()
             return fmt, image
@@ -768,6 +806,8 @@ def read_snapshot(
         raise ConfigError(f"snapshot {where!r} is corrupt: the body's sha256 does not match")
     try:
         body_format, image = _decode(body)
+    except StaleSnapshot as e:
+        raise StaleSnapshot(f"snapshot {where!r}: {e}") from e
     except ConfigError as e:
         raise ConfigError(f"snapshot {where!r}: {e}") from e
     if body_format != fmt:

@@ -134,6 +134,7 @@ from registry.writes import _own_key
 
 __all__ = [
     "ALPHABETS",
+    "JUNK_TYPES",
     "Alphabet",
     "Counterexample",
     "Report",
@@ -162,6 +163,15 @@ RAW_TYPES = ("JobSubmitted", "JobCancelled", "JobTerminated", "JobCleanedUp", "J
              "LeadershipGranted", "LeadershipRevoked", "LeaseRenewed",
              "LeaderInformationPublished", "CallCommitted", "garbage", "tombstone")
 """Every event type a raw writer may write, and two records that are no event."""
+
+JUNK_TYPES = ("garbage", "tombstone", "copy")
+"""The raw records written over a key that holds a part of a job (``junk_keys``): garbage,
+a tombstone, and ``copy``, a verbatim copy of the raw writer's own newest record (under
+another key) over this key: a record whose event id the fold has seen, which is no copy of
+what this key held (the twelfth read's D1b-D2). A copy of another writer's record is outside
+README assumption 3 (the cleaner can remove the first copy and let the misplaced one act
+first), so the checker writes none.
+``copy`` is in no alphabet's ``raw_types`` but ``calls`` and ``copies``."""
 
 
 @dataclass(frozen=True)
@@ -241,13 +251,19 @@ ALPHABETS: dict[str, Alphabet] = {
                                 "adopt_many"),
                       zombie_commands=("cancel", "adopt", "trigger"),
                       checkpoint_ids=(1,),
-                      raw_types=("garbage", "tombstone", "JobSubmitted", "JobAdopted",
+                      raw_types=("garbage", "tombstone", "copy", "JobSubmitted", "JobAdopted",
                                  "CallCommitted", "JobReasserted"),
                       raw_epochs=("current",), raw_writers=("leader",), raw_keys=("own",),
                       junk_keys=("call", "birth", "end", "checkpoint"), stale_claims=True,
                       stale_checkpoints=False, duplicates=True, torn_calls=True, max_raw=2,
                       max_claims=2),
 }
+# The ``ends`` alphabet with verbatim copies over the keys that hold a job's parts (the
+# twelfth adversarial read's D1-D2: a duplicate by event id under another record's key).
+ALPHABETS["copies"] = dataclasses.replace(
+    ALPHABETS["ends"], name="copies",
+    raw_types=("garbage", "copy", "JobCancelled", "JobSubmitted", "CheckpointCompleted",
+               "JobReasserted"))
 """The named alphabets (``jobreg exhaustive --alphabet NAME``)."""
 
 Op = tuple[Any, ...]
@@ -574,7 +590,7 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
     leader = img.leader or CONTENDERS[0]
     writer = leader if writer_rel == "leader" else next(c for c in CONTENDERS if c != leader)
     common = _common(epoch, writer)
-    if kind in ("garbage", "tombstone"):
+    if kind in JUNK_TYPES:
         if key_rel == "checkpoint":  # over the key that holds the job's checkpoint state
             rec = img.checkpoint_records.get(job)
             if rec is None or rec.holder is None:
@@ -596,7 +612,16 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             key = commits[-1].decode()
         else:
             key = job_key(NS, job) if key_rel == "own" else lock_key(NS, job)
-        value = b"\x00\x00\x00\x00\x63not avro at all" if kind == "garbage" else None
+        if kind == "copy":
+            # the raw writer re-sends its own newest record (README assumption 3 leaves
+            # that open: it excludes re-sending another writer's) verbatim over this key:
+            # within the duplicate window, a record whose id the fold has seen
+            value = next((r.value for r in reversed(world.log) if not r.client
+                          and r.event is not None and r.key.decode() != key), None)
+            if value is None:
+                return False
+        else:
+            value = b"\x00\x00\x00\x00\x63not avro at all" if kind == "garbage" else None
         world.append(key, value, None, False)
         return True
     ev: Event
@@ -807,8 +832,8 @@ def _candidates(world: _World, ops: Sequence[Op], alphabet: Alphabet) -> Iterato
                 for key in alphabet.raw_keys + (("stale",) if (
                         kind in _CHECKPOINT_TYPES or kind == "JobReasserted")
                         and alphabet.stale_checkpoints else ()) + (
-                        alphabet.junk_keys if kind in ("garbage", "tombstone") else ()):
-                    if kind in ("garbage", "tombstone"):
+                        alphabet.junk_keys if kind in JUNK_TYPES else ()):
+                    if kind in JUNK_TYPES:
                         yield ("raw", kind, "-", "-", j, key)
                         continue
                     for epoch in alphabet.raw_epochs:

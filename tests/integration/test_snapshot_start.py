@@ -46,6 +46,31 @@ def test_a_snapshot_older_than_delete_retention_is_not_trusted(broker, topic, tm
         r.close()
 
 
+def test_a_snapshot_of_other_fold_rules_is_not_trusted(connect, tmp_path, caplog) -> None:
+    """A snapshot written by a jobreg of other fold rules (its body names them) is a cache of
+    another fold: the client replays from the start and says why; nothing is lost."""
+    import gzip
+    import hashlib
+    import json
+
+    reg = connect("rules")
+    _fill(reg, "a", 20)
+    path = reg.write_snapshot(tmp_path / "rules.jobreg")
+    head, _, body = path.read_bytes().partition(b"\n")
+    first, _, rest = gzip.decompress(body).partition(b"\n")
+    body = gzip.compress(json.dumps({**json.loads(first), "rules": "older"}).encode()
+                         + b"\n" + rest)
+    fields = {**json.loads(head), "body_bytes": len(body),
+              "body_sha256": hashlib.sha256(body).hexdigest()}
+    path.write_bytes(json.dumps(fields).encode() + b"\n" + body)
+    with caplog.at_level(logging.WARNING, logger="registry"):
+        cold = connect("rules", snapshot=path)
+    assert cold.started_from.startswith("scratch (snapshot") and "other fold rules" in \
+        cold.started_from, cold.started_from
+    assert "rebuilding namespace 'rules'" in caplog.text
+    assert cold.image == reg.sync()
+
+
 @pytest.mark.embedded_only("starts two EmbeddedBrokers of its own; the second has lost the log")
 def test_a_snapshot_beyond_the_end_of_the_log_is_not_trusted(topic, tmp_path) -> None:
     with EmbeddedBroker() as first:

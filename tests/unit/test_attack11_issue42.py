@@ -35,6 +35,7 @@ from __future__ import annotations
 import pytest
 
 from registry.dev.exhaustive import (
+    JUNK_TYPES,
     NS,
     check_history,
     compacted_indices,
@@ -98,7 +99,7 @@ def test_below_a_live_job_no_answer_class(depth, below) -> None:
     bad = {k: cx for k, cx in report.failures.items() if k[0] in ("answer", "batch")}
     assert not bad, format_report(report)
     not_junk = {k: cx for k, cx in report.failures.items()
-                if not any(op[0] == "raw" and op[1] in ("garbage", "tombstone")
+                if not any(op[0] == "raw" and op[1] in JUNK_TYPES
                            for op in cx.ops)}
     assert not not_junk, format_report(report)
 
@@ -140,7 +141,7 @@ def test_below_a_committed_call_no_answer_class() -> None:
     bad = {k: cx for k, cx in report.failures.items() if k[0] in ("answer", "batch")}
     assert not bad, format_report(report)
     not_junk = {k: cx for k, cx in report.failures.items()
-                if not any(op[0] == "raw" and op[1] in ("garbage", "tombstone")
+                if not any(op[0] == "raw" and op[1] in JUNK_TYPES
                            for op in cx.ops)}
     assert not not_junk, format_report(report)
 

@@ -19,6 +19,7 @@ import pytest
 
 from registry.dev.exhaustive import (
     ALPHABETS,
+    JUNK_TYPES,
     Report,
     check_history,
     compacted_indices,
@@ -334,7 +335,7 @@ KNOWN_ENDS: dict[tuple[str, str], str] = {
 
 
 def _junk(ops) -> bool:
-    return any(op[0] == "raw" and op[1] in ("garbage", "tombstone") for op in ops)
+    return any(op[0] == "raw" and op[1] in JUNK_TYPES for op in ops)
 
 
 def test_below_an_ended_job_no_answer_class_but_the_known() -> None:

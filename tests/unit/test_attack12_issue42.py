@@ -1,0 +1,103 @@
+"""The twelfth adversarial read of issue 42 (a helper who did not write the code, of the
+eleventh read's fixes), its findings in the fold, each a failing test first:
+
+- **D1b, a copy over a commit key.** A foreign writer's verbatim copy of its own record
+  written under a committed call's commit key, within the duplicate window, was folded
+  ``DUPLICATE`` (rule 1 decides on the event id alone), and a duplicate was taken for a copy
+  of what its key held: nothing became due, yet the record superseded the commit, and a log
+  cleaned past it lost both acknowledged jobs of the ``submit_many``.
+- **D2, the same over a birth or an end key** (older than the eleventh read's fix): such a
+  copy over a live job's birth key lost the job, over a cancelled job's end key made it live
+  again.
+
+(The read's D1, a copy of a call's member, another writer's record, is outside README
+assumption 3; so is a copy of the leader's ABSENT removal over the job's key, which the
+checker found while these tests were written: the cleaner can remove the first copy and let
+the misplaced one act first.)
+
+Now rule 1 keeps the key each recent id was folded under: a copy under the same key is a
+duplicate, one under another key is refused ``wrong_key`` (``Delta._decide``), so the key's
+bookkeeping sees junk over its holder and the part it held is due. The checker writes such
+copies (the ``copy`` raw type, over the keys that hold a job's parts: the ``calls`` and
+``copies`` alphabets). D4 (``Image.call_members`` kept an ended job's lock key) and D5 (a
+snapshot of older rules resumed without ``call_members``) are in ``Delta._end`` and
+``registry.snapshot.RULES`` (``tests/unit/test_snapshot.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from registry.dev.exhaustive import (
+    JUNK_TYPES,
+    NS,
+    check_history,
+    compacted_indices,
+    explore,
+    format_report,
+    replay_history,
+)
+from registry.fold import fold
+
+C = ("claim", "jm-1", "current", False)
+
+
+def _copy(where: str, settle: bool = True) -> tuple:
+    return ("raw", "copy", "-", "-", "a", where, settle)
+
+
+CASES = {
+    "D1b-commit": ("calls", [C, ("write", "submit_many", "a", 1),
+                             ("raw", "JobAdopted", "current", "leader", "a", "own", True),
+                             _copy("call")]),
+    "D2-birth": ("copies", [C, ("write", "submit", "a", 1),
+                            ("raw", "CheckpointCompleted", "current", "leader", "a", "own",
+                             True), _copy("birth")]),
+    "D2-end": ("copies", [C, ("write", "submit", "a", 1), ("write", "cancel", "a", 1),
+                          ("raw", "JobCancelled", "current", "leader", "a", "own", True),
+                          _copy("end")]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_copy_over_a_key_that_holds_a_part_never_loses_it(case) -> None:
+    alphabet, ops = CASES[case]
+    log = replay_history(ops, alphabet)
+    full = fold(log, NS)
+    assert not full.unsettled, full.unsettled  # the leader settled: every cut is legal
+    assert any(d.reason == "wrong_key" for d in full.rejected), full.rejected  # the copy
+    keys, dead = [r.key for r in log], [r.value is None for r in log]
+    for cut in range(len(log) + 1):
+        kept = [log[i] for i in compacted_indices(keys, dead, cut, len(log))]
+        assert dict(fold(kept, NS).jobs) == dict(full.jobs), (case, cut)
+    report = check_history(ops, alphabet)
+    assert not {k for k in report.failures if k[0] in ("answer", "batch")}, \
+        format_report(report)
+
+
+@pytest.mark.parametrize("depth, below", [
+    (4, [C, ("write", "submit", "a", 1)]),
+    (5, [C, ("write", "submit", "a", 1), ("write", "cancel", "a", 1)]),
+], ids=["live-4", "cancelled-5"])
+def test_below_a_job_with_copies_no_answer_class(depth, below) -> None:
+    """Every history of the ``copies`` alphabet of up to 4 ops below a live job and of up to
+    5 below a cancelled one: no answer or batch class, every verdict or path class has junk in
+    it (garbage, a tombstone or a copy). Both fail on the rules before the fix."""
+    report = explore(depth, "copies", below=[list(o) for o in below])
+    print(format_report(report))
+    assert report.histories > 1_000
+    bad = {k: cx for k, cx in report.failures.items() if k[0] in ("answer", "batch")}
+    assert not bad, format_report(report)
+    not_junk = {k: cx for k, cx in report.failures.items()
+                if not any(op[0] == "raw" and op[1] in JUNK_TYPES for op in cx.ops)}
+    assert not not_junk, format_report(report)
+
+
+def test_an_ended_jobs_lock_key_leaves_call_members() -> None:
+    """D4: an ended job's lock key holds nothing, so no entry of ``Image.call_members`` is
+    kept for it (the births stay: a dirty result's graph lies there)."""
+    ops = [C, ("write", "submit_many", "a", 1), ("write", "adopt_many", "a", 1),
+           ("write", "cancel", "a", 1)]
+    image = fold(replay_history(ops, "calls"), NS)
+    assert f"{NS}/job/a/lock" not in image.call_members
+    assert f"{NS}/job/b/lock" in image.call_members
