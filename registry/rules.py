@@ -13,10 +13,12 @@ Rules, in the order the fold applies them to one record of this namespace:
 0. Records whose key names another namespace are skipped (namespaces share
    partitions). A record without a value (tombstone) or that does not decode
    is quarantined (but a tombstone under a checkpoint record's key: rule 6).
-1. A duplicate ``event_id`` under the key its first copy had has no second effect
-   (outcome ``DUPLICATE``); under another key it is refused (``wrong_key``): a copy
-   over another record's key is no copy of what that key held, and the key's
-   bookkeeping (rules 5, 6, 8) sees junk over its holder.
+1. A copy of an event (its ``event_id``, under the key of its first copy, with the
+   same bytes) has no second effect (outcome ``DUPLICATE``). Any other record with
+   that id (under another key, or with other bytes) is decided by the rules below like
+   any record, never by the first copy, which the cleaner may remove; one under the
+   first copy's key (other bytes) is junk to that key's bookkeeping (rules 5, 6, 8),
+   whatever its verdict: it supersedes the first copy without being it.
    The fold does not remember every id ever folded: broker time is cut into
    windows of :data:`DUPLICATE_WINDOW_MS` (window ``timestamp // W``), and
    it remembers the ids folded in the newest window any record reached and
@@ -216,6 +218,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -601,6 +604,7 @@ class Delta:
         self._quarantined: list[Decision] = []
         self._duplicates = image.duplicates
         self._restate = False  # rule 5: the record just accepted must be restated
+        self._not_a_copy = False  # rule 1: the record has a folded id and is no copy of it
         self._on_end_key = False  # rule 5: the reassertion being decided is under an end key
         self._aspect = "job"  # rule 5: the key it is under: job, lock, checkpoints or end
         self._last_offset = image.provenance.last_offset
@@ -657,18 +661,22 @@ class Delta:
                                     f"the fold has no rule for {event.TYPE} events")
         self.last_event = event
         self._restate = False
+        self._not_a_copy = False
         decision = self._decide(record, key, event)
         if parsed is not None and key is not None:
+            # A record that is no copy of its event's first copy is junk to its key.
+            seen = decision._replace(event_id=None, outcome=Outcome.QUARANTINED) \
+                if self._not_a_copy else decision
             if parsed.job_id is not None:
                 self._note_floor(parsed.job_id, event, decision)
                 if parsed.kind == "checkpoint":
-                    self._note_checkpoint_record(key, parsed.job_id, event, decision)
+                    self._note_checkpoint_record(key, parsed.job_id, event, seen)
                 else:
-                    self._note_settlement(key, parsed.job_id, decision)
+                    self._note_settlement(key, parsed.job_id, seen)
             elif parsed.kind == "leader":
-                self._note_leader_settlement(key, decision)
+                self._note_leader_settlement(key, seen)
             if parsed.kind == "call" or key in self._call_members:
-                self._note_call_keys(key, parsed.kind, decision)
+                self._note_call_keys(key, parsed.kind, seen)
         return decision
 
     def job(self, job_id: str) -> JobView | None:
@@ -1026,37 +1034,34 @@ class Delta:
             for old in [w for w in windows if w < newest - 1]:
                 del windows[old]
             windows[newest] = immutables.Map().mutate()
-        seen = False
+        # (what a copy must match: its key and its bytes; a record without a value never
+        # gets here)
+        mark = (key, zlib.crc32(record.value or b""))
+        first = None
         for ids in windows.values():
-            if event_id in ids:
-                if ids[event_id] == key:
-                    self._duplicates += 1
-                    return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key,
-                                    event.TYPE, event_id, job_id, event.epoch, event.writer,
-                                    "duplicate",
-                                    f"event {event_id} was already folded; no second effect")
-                # The same event under another key than its first copy's (a foreign writer's
-                # copy of a record, its own or another's, over another record's key) is no
-                # copy of what that key held: refused, so that the key's bookkeeping sees a
-                # record that supersedes its holder (junk), never a duplicate of it (the
-                # twelfth read's D1-D2: a copy over a birth, an end or a commit key lost the
-                # part that key held, with nothing due).
-                seen = True
-                first = ids[event_id]
+            first = ids.get(event_id)
+            if first is not None:
                 break
-        if seen:
-            d = Decision(record.offset, Outcome.REJECTED, record.timestamp, key, event.TYPE,
-                         event_id, job_id, event.epoch, event.writer, "wrong_key",
-                         f"event {event_id} was folded under key {first!r} within the "
-                         f"duplicate window; a copy under {key!r} is no copy of what that "
-                         f"key holds", None, None, self.leader)
-            self._rejected.append(d)
-            return d
-        current = self._newest
-        if current is None:  # the first id (without a broker timestamp: window 0, for ever)
-            current = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
-            windows[current] = immutables.Map().mutate()
-        windows[current][event_id] = key
+        if first == mark:
+            self._duplicates += 1
+            return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key,
+                            event.TYPE, event_id, job_id, event.epoch, event.writer,
+                            "duplicate",
+                            f"event {event_id} was already folded; no second effect")
+        # Any other record with a folded id (under another key, or with other bytes: a
+        # foreign writer's copy of a record over another record's key, a forged record
+        # reusing an id) is decided by the rules like any record, never by its first copy,
+        # which the cleaner may remove (superseded on its own key): the twelfth read's
+        # D1b-D2 and D9. One under its first copy's key supersedes that copy without being
+        # it: its key's bookkeeping takes it for junk over the key's holder (rules 5, 6, 8),
+        # whatever its own verdict (D1c: a forged commit under the commit's key).
+        self._not_a_copy = first is not None and first[0] == key
+        if first is None:
+            current = self._newest
+            if current is None:  # the first id (no broker timestamp: window 0, for ever)
+                current = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
+                windows[current] = immutables.Map().mutate()
+            windows[current][event_id] = mark
         try:
             if event.namespace != self._ns:
                 raise _Verdict("namespace_mismatch",

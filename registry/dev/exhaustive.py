@@ -261,7 +261,7 @@ ALPHABETS: dict[str, Alphabet] = {
 # The ``ends`` alphabet with verbatim copies over the keys that hold a job's parts (the
 # twelfth adversarial read's D1-D2: a duplicate by event id under another record's key).
 ALPHABETS["copies"] = dataclasses.replace(
-    ALPHABETS["ends"], name="copies",
+    ALPHABETS["ends"], name="copies", junk_keys=("birth", "end", "checkpoint", "home"),
     raw_types=("garbage", "copy", "JobCancelled", "JobSubmitted", "CheckpointCompleted",
                "JobReasserted"))
 """The named alphabets (``jobreg exhaustive --alphabet NAME``)."""
@@ -591,6 +591,7 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
     writer = leader if writer_rel == "leader" else next(c for c in CONTENDERS if c != leader)
     common = _common(epoch, writer)
     if kind in JUNK_TYPES:
+        src: Rec | None = None
         if key_rel == "checkpoint":  # over the key that holds the job's checkpoint state
             rec = img.checkpoint_records.get(job)
             if rec is None or rec.holder is None:
@@ -603,6 +604,13 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             if held is None:
                 return False
             key = (birth_key if key_rel == "birth" else end_key)(NS, job, held)
+        elif key_rel == "home":  # a copy only: the raw writer's newest misplaced record,
+            # again under its own key (one op, whatever ``job``; the twelfth read's D9)
+            src = next((r for r in reversed(world.log) if not r.client and r.event is not None
+                        and r.key.decode() != record_key(r.event)), None)
+            if kind != "copy" or job != JOB_NAMES[0] or src is None or src.event is None:
+                return False
+            key = record_key(src.event)
         elif key_rel == "call":  # over the newest call's commit (one op, whatever ``job``)
             if job != JOB_NAMES[0]:
                 return False
@@ -612,7 +620,10 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             key = commits[-1].decode()
         else:
             key = job_key(NS, job) if key_rel == "own" else lock_key(NS, job)
-        if kind == "copy":
+        if kind == "copy" and key_rel == "home":
+            assert src is not None
+            value = src.value
+        elif kind == "copy":
             # the raw writer re-sends its own newest record (README assumption 3 leaves
             # that open: it excludes re-sending another writer's) verbatim over this key:
             # within the duplicate window, a record whose id the fold has seen

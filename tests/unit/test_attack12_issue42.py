@@ -15,10 +15,19 @@ assumption 3; so is a copy of the leader's ABSENT removal over the job's key, wh
 checker found while these tests were written: the cleaner can remove the first copy and let
 the misplaced one act first.)
 
-Now rule 1 keeps the key each recent id was folded under: a copy under the same key is a
-duplicate, one under another key is refused ``wrong_key`` (``Delta._decide``), so the key's
-bookkeeping sees junk over its holder and the part it held is due. The checker writes such
-copies (the ``copy`` raw type, over the keys that hold a job's parts: the ``calls`` and
+- **D1c, a forged commit** (the commit's event id, other bytes, under the commit's key):
+  a duplicate by id; a log cleaned past it read the forged commit, which sank the call.
+- **D9, a copy first misplaced**: a raw writer's record first under a wrong key (refused),
+  then under its own key (a duplicate, no effect); once the cleaner removed the first (junk
+  over its key, or the leader's restatement of it) the second was read alone and accepted:
+  a job the full log never had, a live job CANCELLED.
+
+Now rule 1 keeps the key and the CRC-32 of the bytes of each recent id's first copy: only a
+copy with both is a duplicate; any other record with that id is decided by the rules, never
+by its first copy (which the cleaner may remove), and one under the first copy's key is junk
+to that key's bookkeeping whatever its verdict (``Delta._decide``, ``Delta.replay``). The
+checker writes such copies (the ``copy`` raw type: the raw writer's own newest record over
+the keys that hold a job's parts, or again under its own key, ``home``: the ``calls`` and
 ``copies`` alphabets). D4 (``Image.call_members`` kept an ended job's lock key) and D5 (a
 snapshot of older rules resumed without ``call_members``) are in ``Delta._end`` and
 ``registry.snapshot.RULES`` (``tests/unit/test_snapshot.py``).
@@ -56,6 +65,16 @@ CASES = {
     "D2-end": ("copies", [C, ("write", "submit", "a", 1), ("write", "cancel", "a", 1),
                           ("raw", "JobCancelled", "current", "leader", "a", "own", True),
                           _copy("end")]),
+    # D9: the raw writer's submit first under a wrong key, then under its own birth key, then
+    # junk over the wrong key: a job the full log never had, in a compacted log
+    "D9-submit": ("copies", [C, ("raw", "JobSubmitted", "current", "leader", "a", "wrong",
+                                 True), _copy("home"),
+                             ("raw", "garbage", "-", "-", "a", "wrong", True)]),
+    # D9b: a cancel first under the live job's lock key (the leader's restatement of the lock
+    # supersedes it), then under its own end key: the live job CANCELLED in a compacted log
+    "D9b-cancel": ("copies", [C, ("write", "submit", "a", 1),
+                              ("raw", "JobCancelled", "current", "leader", "a", "wrong",
+                               False), _copy("home")]),
 }
 
 
@@ -65,7 +84,6 @@ def test_a_copy_over_a_key_that_holds_a_part_never_loses_it(case) -> None:
     log = replay_history(ops, alphabet)
     full = fold(log, NS)
     assert not full.unsettled, full.unsettled  # the leader settled: every cut is legal
-    assert any(d.reason == "wrong_key" for d in full.rejected), full.rejected  # the copy
     keys, dead = [r.key for r in log], [r.value is None for r in log]
     for cut in range(len(log) + 1):
         kept = [log[i] for i in compacted_indices(keys, dead, cut, len(log))]
@@ -101,3 +119,30 @@ def test_an_ended_jobs_lock_key_leaves_call_members() -> None:
     image = fold(replay_history(ops, "calls"), NS)
     assert f"{NS}/job/a/lock" not in image.call_members
     assert f"{NS}/job/b/lock" in image.call_members
+
+
+def test_d1c_a_forged_commit_under_the_commits_key_never_loses_its_jobs() -> None:
+    """D1c: a record under a committed call's key that reuses the commit's event id with
+    other bytes (``size`` 1) was a duplicate by id; a log cleaned past it read the forged
+    commit, which sank the call (``call_size_mismatch``): both jobs lost. Now only a copy
+    with the same key and bytes is a duplicate, and one under the same key with other
+    bytes is junk to it: the members' parts are due, and the leader restates them."""
+    import dataclasses
+
+    import registry.dev.exhaustive as ex
+
+    world = ex._World.empty()
+    for op in [C, ("write", "submit_many", "a", 1)]:
+        ex._apply(world, op, ex.ALPHABETS["calls"])
+    commit = world.log[-1]
+    assert commit.event is not None
+    value, read = ex._CODEC.encode_as_read(dataclasses.replace(commit.event, size=1))
+    world.append(commit.key, value, read, False)
+    ex._settle_after(world)
+    log = [r.log_record() for r in world.log]
+    full = fold(log, NS)
+    assert set(full.jobs) == {"a", "b"} and not full.unsettled
+    keys, dead = [r.key for r in log], [r.value is None for r in log]
+    for cut in range(len(log) + 1):
+        kept = [log[i] for i in compacted_indices(keys, dead, cut, len(log))]
+        assert dict(fold(kept, NS).jobs) == dict(full.jobs), cut
