@@ -243,10 +243,10 @@ class Image:
       so must be reasserted by the leader before the cleaner could see them
       (key -> offset of that record).
     * ``recent_ids``: the event ids folded in the current and the previous
-      duplicate window (window number -> id -> the key it was folded under and the
-      CRC-32 of its bytes; fold rule 1): a copy of one of them (the same key and
-      bytes) has no second effect; any other record with its id is decided by the
-      rules (and one under the same key is junk to it).
+      duplicate window (window number -> ``"<event id>\\x00<key>"`` -> the CRC-32 of
+      the bytes of the first record of that id under that key; fold rule 1): a copy
+      (the same id, key and bytes) has no second effect; any other record is decided
+      by the rules (one of a seen id and key with other bytes is junk to that key).
     * ``calls``: the records of multi-record calls whose commit has not been
       folded yet (call id -> the records, in log order; fold rule 8).
     * ``leaders``: component -> :class:`LeaderInfo`, the leader information the current
@@ -263,8 +263,7 @@ class Image:
     ignored: tuple[Decision, ...] = ()
     quarantined: tuple[Decision, ...] = ()
     unsettled: immutables.Map[str, int] = field(default=_EMPTY_MAP)
-    recent_ids: immutables.Map[int, immutables.Map[str, tuple[str | None, int]]] = field(
-        default=_EMPTY_MAP)
+    recent_ids: immutables.Map[int, immutables.Map[str, int]] = field(default=_EMPTY_MAP)
     duplicates: int = 0
     calls: immutables.Map[str, tuple[LogRecord, ...]] = field(default=_EMPTY_MAP)
     leaders: immutables.Map[str, LeaderInfo] = field(default=_EMPTY_MAP)

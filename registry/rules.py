@@ -13,12 +13,12 @@ Rules, in the order the fold applies them to one record of this namespace:
 0. Records whose key names another namespace are skipped (namespaces share
    partitions). A record without a value (tombstone) or that does not decode
    is quarantined (but a tombstone under a checkpoint record's key: rule 6).
-1. A copy of an event (its ``event_id``, under the key of its first copy, with the
-   same bytes) has no second effect (outcome ``DUPLICATE``). Any other record with
-   that id (under another key, or with other bytes) is decided by the rules below like
-   any record, never by the first copy, which the cleaner may remove; one under the
-   first copy's key (other bytes) is junk to that key's bookkeeping (rules 5, 6, 8),
-   whatever its verdict: it supersedes the first copy without being it.
+1. A copy of a record (its ``event_id`` under its key, with the same bytes) has no
+   second effect (outcome ``DUPLICATE``). Any other record is decided by the rules below,
+   whatever records of its id lie under other keys (the cleaner may remove those); one
+   with the id and key of an earlier record but other bytes is junk to that key's
+   bookkeeping (rules 5, 6, 8), whatever its verdict: it supersedes that record without
+   being it.
    The fold does not remember every id ever folded: broker time is cut into
    windows of :data:`DUPLICATE_WINDOW_MS` (window ``timestamp // W``), and
    it remembers the ids folded in the newest window any record reached and
@@ -1036,32 +1036,38 @@ class Delta:
             windows[newest] = immutables.Map().mutate()
         # (what a copy must match: its key and its bytes; a record without a value never
         # gets here)
-        mark = (key, zlib.crc32(record.value or b""))
+        # Rule 1 keeps, per event id and key, the CRC-32 of the bytes of the first record
+        # of that id under that key (a record without a value never gets here).
+        seen_as = f"{event_id}\x00{key}"
+        crc = zlib.crc32(record.value or b"")
         first = None
         for ids in windows.values():
-            first = ids.get(event_id)
+            first = ids.get(seen_as)
             if first is not None:
                 break
-        if first == mark:
+        if first == crc:
             self._duplicates += 1
             return Decision(record.offset, Outcome.DUPLICATE, record.timestamp, key,
                             event.TYPE, event_id, job_id, event.epoch, event.writer,
                             "duplicate",
                             f"event {event_id} was already folded; no second effect")
-        # Any other record with a folded id (under another key, or with other bytes: a
-        # foreign writer's copy of a record over another record's key, a forged record
-        # reusing an id) is decided by the rules like any record, never by its first copy,
-        # which the cleaner may remove (superseded on its own key): the twelfth read's
-        # D1b-D2 and D9. One under its first copy's key supersedes that copy without being
-        # it: its key's bookkeeping takes it for junk over the key's holder (rules 5, 6, 8),
+        # Any other record (a folded id under another key, or under the same key with other
+        # bytes: a foreign writer's copy of a record over another record's key, a forged
+        # record reusing an id) is decided by the rules like any record, never by an
+        # earlier record of its id under another key, which the cleaner may remove
+        # (superseded on its own key): the twelfth read's D1b-D2 and D9, and the
+        # thirteenth's E5 (a verbatim re-send of a record whose id another key's record
+        # had first: a duplicate once the cleaner removed that one, decided anew before).
+        # One under the same key with other bytes supersedes the first without being it:
+        # its key's bookkeeping takes it for junk over the key's holder (rules 5, 6, 8),
         # whatever its own verdict (D1c: a forged commit under the commit's key).
-        self._not_a_copy = first is not None and first[0] == key
+        self._not_a_copy = first is not None
         if first is None:
             current = self._newest
             if current is None:  # the first id (no broker timestamp: window 0, for ever)
                 current = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
                 windows[current] = immutables.Map().mutate()
-            windows[current][event_id] = mark
+            windows[current][seen_as] = crc
         try:
             if event.namespace != self._ns:
                 raise _Verdict("namespace_mismatch",

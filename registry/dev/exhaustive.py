@@ -387,8 +387,9 @@ class _World:
         made = self.made[index]
         if not made or made[0].outcome != Outcome.DUPLICATE:
             return None
+        key = self.log[index].key
         return next((r.index for r in self.log[:index] if r.event is not None
-                     and r.event.event_id == made[0].event_id), None)
+                     and r.event.event_id == made[0].event_id and r.key == key), None)
 
     def write(self, pairs: list[tuple[str, Event]], client: bool = True) -> None:
         """Append events, each with the positional id of its record (a call's members name

@@ -146,3 +146,42 @@ def test_d1c_a_forged_commit_under_the_commits_key_never_loses_its_jobs() -> Non
     for cut in range(len(log) + 1):
         kept = [log[i] for i in compacted_indices(keys, dead, cut, len(log))]
         assert dict(fold(kept, NS).jobs) == dict(full.jobs), cut
+
+
+def test_e5_a_re_send_is_a_copy_whatever_another_keys_record_of_its_id() -> None:
+    """The thirteenth read's E5: a foreign writer's cancel of ``a`` (id X), its cancel of
+    ``b`` reusing X under ``b``'s end key (decided anew: another key), junk over ``a``'s end,
+    then the writer's verbatim re-send of the cancel of ``b``. Rule 1 took X's first record
+    (``a``'s) for the one to copy, so the re-send was decided anew in the full log and, its
+    refusal superseding ``b``'s end, made it due, while a log cleaned past the junk (``a``'s
+    cancel gone) took it for a duplicate: before the leader settled, the two answers differed
+    (``ended_by``). Now a copy is matched per id and key."""
+    import dataclasses
+
+    import registry.dev.exhaustive as ex
+    from registry.keys import end_key
+
+    alpha = ex.ALPHABETS["copies"].with_jobs(2)
+    world = ex._World.empty()
+    for op in [C, ("write", "submit", "a", 1), ("write", "submit", "b", 1)]:
+        ex._apply(world, op, alpha)
+    ex._apply(world, ("raw", "JobCancelled", "current", "leader", "a", "own"), alpha)
+    ex._settle_after(world)
+    first = next(r for r in world.log if r.key.startswith(f"{NS}/job/a/end/".encode()))
+    assert first.event is not None
+    x = first.event.event_id
+    value, read = ex._CODEC.encode_as_read(dataclasses.replace(first.event, job_id="b"))
+    world.append(end_key(NS, "b", x), value, read, False)
+    ex._settle_after(world)
+    world.append(first.key, b"\x00\x00\x00\x00\x63not avro at all", None, False)
+    before = len(world.log)  # the re-send next, then the leader's settling
+    world.append(end_key(NS, "b", x), value, read, False)
+    ex._settle_after(world)
+    log = [r.log_record() for r in world.log]
+    keys, dead = [r.key for r in log], [r.value is None for r in log]
+    for prefix in range(before, len(log) + 1):
+        full = fold(log[:prefix], NS)
+        for cut in range(first.index + 2, prefix + 1):  # past the junk's supersession of a's end
+            kept = [log[i] for i in compacted_indices(keys[:prefix], dead[:prefix], cut, prefix)]
+            compacted = fold(kept, NS)
+            assert dict(compacted.jobs)["b"] == dict(full.jobs)["b"], (prefix, cut)

@@ -338,6 +338,7 @@ def _junk(ops) -> bool:
     return any(op[0] == "raw" and op[1] in JUNK_TYPES for op in ops)
 
 
+@pytest.mark.timeout(900)  # about 140 s of CPU; CI's two processes share two cores
 def test_below_an_ended_job_no_answer_class_but_the_known() -> None:
     """Every history of the ``ends`` alphabet of up to 6 ops below :data:`ENDED` (190,767
     histories, 2.4 million cuts; about 140 s of CPU): no answer class but
