@@ -664,9 +664,16 @@ class Delta:
         self._not_a_copy = False
         decision = self._decide(record, key, event)
         if parsed is not None and key is not None:
-            # A record that is no copy of its event's first copy is junk to its key.
+            # A record that is no copy of its event's first copy is junk to its key; and so
+            # is a verbatim copy under a key that holds one record (a birth, an end, a
+            # checkpoint record, a commit): the cleaner keeps the later copy, which moves
+            # the fact later in the log, past records that rest on it (refused against an
+            # end, accepted after a birth or a commit: the thirteenth read's E8, E9, E11),
+            # so the part it holds is due, restated under a new key, as after junk there.
             seen = decision._replace(event_id=None, outcome=Outcome.QUARANTINED) \
-                if self._not_a_copy else decision
+                if self._not_a_copy or (decision.outcome == Outcome.DUPLICATE and parsed.kind
+                                        in ("birth", "end", "checkpoint", "call")) \
+                else decision
             if parsed.job_id is not None:
                 self._note_floor(parsed.job_id, event, decision)
                 if parsed.kind == "checkpoint":

@@ -126,25 +126,31 @@ FORMAT = "jobreg-snapshot/3"
 """The format tag written, in the file header and in the body."""
 
 def _rules_digest() -> str:
-    """A digest of the source of the modules whose code decides what an image holds (the
-    rules, the events, the image and the keys): a snapshot is a cache of one fold, and an
-    image folded under other rules may lack what these rules keep (the eleventh read's A3
-    fix added ``Image.call_members``, whose value for an older image is not its default:
-    the twelfth read's D5), so a body written under other rules is not read."""
-    from . import events, image, keys, rules
+    """A digest of the source of the code that decides what an image holds (the rules, the
+    events, the image, the keys, the fold's entry points and the codec): a snapshot is a
+    cache of one fold, and an image folded under other rules may lack what these rules keep
+    (the eleventh read's A3 fix added ``Image.call_members``, whose value for an older image
+    is not its default: the twelfth read's D5), so a body written under other rules is not
+    read."""
+    import importlib
 
+    modules = [importlib.import_module(f"registry.{name}")
+               for name in ("rules", "events", "image", "keys", "fold", "wire")]
+    wire_dir = Path(modules[-1].__file__ or "").parent
+    sources = [Path(m.__file__ or "") for m in modules[:-1]]
+    sources += sorted(wire_dir.glob("*.py"))
     digest = hashlib.sha256()
-    for module in (rules, events, image, keys):
+    for source in sources:
         try:
-            digest.update(Path(module.__file__ or "").read_bytes())
-        except OSError:  # no source beside the code: the module's name and jobreg's version
+            digest.update(source.name.encode() + b"\0" + source.read_bytes())
+        except OSError:  # no source beside the code: its name and jobreg's version
             import importlib.metadata
 
             try:
                 version = importlib.metadata.version("jobreg")
             except importlib.metadata.PackageNotFoundError:
                 version = "?"
-            digest.update(f"{module.__name__} {version}".encode())
+            digest.update(f"{source.name} {version}".encode())
     return digest.hexdigest()[:16]
 
 

@@ -261,7 +261,8 @@ ALPHABETS: dict[str, Alphabet] = {
 # The ``ends`` alphabet with verbatim copies over the keys that hold a job's parts (the
 # twelfth adversarial read's D1-D2: a duplicate by event id under another record's key).
 ALPHABETS["copies"] = dataclasses.replace(
-    ALPHABETS["ends"], name="copies", junk_keys=("birth", "end", "checkpoint", "home"),
+    ALPHABETS["ends"], name="copies",
+    junk_keys=("birth", "end", "checkpoint", "home", "same"),
     raw_types=("garbage", "copy", "JobCancelled", "JobSubmitted", "CheckpointCompleted",
                "JobReasserted"))
 """The named alphabets (``jobreg exhaustive --alphabet NAME``)."""
@@ -612,6 +613,14 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             if kind != "copy" or job != JOB_NAMES[0] or src is None or src.event is None:
                 return False
             key = record_key(src.event)
+        elif key_rel == "same":  # a copy only: the raw writer's newest accepted record,
+            # again under its key, verbatim (a duplicate that moves what it holds later in
+            # every compacted log; one op, whatever ``job``; the thirteenth read's E8-E11)
+            src = next((r for r in reversed(world.log) if not r.client and r.event is not None
+                        and world.made[r.index] and world.made[r.index][0].accepted), None)
+            if kind != "copy" or job != JOB_NAMES[0] or src is None:
+                return False
+            key = src.key.decode()
         elif key_rel == "call":  # over the newest call's commit (one op, whatever ``job``)
             if job != JOB_NAMES[0]:
                 return False
@@ -621,7 +630,7 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             key = commits[-1].decode()
         else:
             key = job_key(NS, job) if key_rel == "own" else lock_key(NS, job)
-        if kind == "copy" and key_rel == "home":
+        if kind == "copy" and key_rel in ("home", "same"):
             assert src is not None
             value = src.value
         elif kind == "copy":
