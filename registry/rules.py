@@ -18,7 +18,9 @@ Rules, in the order the fold applies them to one record of this namespace:
    whatever records of its id lie under other keys (the cleaner may remove those); one
    with the id and key of an earlier record but other bytes is junk to that key's
    bookkeeping (rules 5, 6, 8), whatever its verdict: it supersedes that record without
-   being it.
+   being it. So is a verbatim copy under a key that holds one record (a birth, an end, a
+   checkpoint record, a commit): the cleaner keeps the later copy, which moves the fact
+   past the records that rest on it, so the part is due, restated under a new key.
    The fold does not remember every id ever folded: broker time is cut into
    windows of :data:`DUPLICATE_WINDOW_MS` (window ``timestamp // W``), and
    it remembers the ids folded in the newest window any record reached and

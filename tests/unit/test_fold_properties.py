@@ -54,6 +54,13 @@ def test_same_image_under_every_batch_split(sim: Sim, data) -> None:
 
 
 @SETTINGS
+
+def _what(answer):
+    """An answer without which record holds a job's birth and end (``born_by``,
+    ``ended_by``: provenance, due after a verbatim copy under their keys)."""
+    jobs, *rest = answer
+    return ({k: v._replace(born_by=None, ended_by=None) for k, v in jobs.items()}, *rest)
+
 @given(histories, st.data())
 def test_duplicates_have_no_second_effect(sim: Sim, data) -> None:
     records = visible(sim.log)
@@ -66,7 +73,11 @@ def test_duplicates_have_no_second_effect(sim: Sim, data) -> None:
     j = data.draw(st.sampled_from(later))
     copy = records[i]._replace(timestamp=records[j - 1].timestamp)
     with_dup = [*records[:j], copy, *records[j:]]
-    assert fold(with_dup, NS).answer() == whole.answer()
+    # No second effect on what any job is; a copy under a key that holds one record (a
+    # birth, an end) makes that part due, to be restated under a new key (the cleaner
+    # keeps the later copy: the thirteenth read's E8, E9), so which record holds it is
+    # left open until the leader restates it.
+    assert _what(fold(with_dup, NS).answer()) == _what(whole.answer())
 
 
 @SETTINGS
@@ -361,7 +372,7 @@ def test_the_image_keeps_no_history(sim):
         image = fold(records, NS)
     newest = records[-1].timestamp // W  # the model's clock never steps back
     assert set(image.recent_ids) <= {newest - 1, newest}
-    remembered = {e for ids in image.recent_ids.values() for e in ids}
+    remembered = {e.split("\x00", 1)[0] for ids in image.recent_ids.values() for e in ids}
     decided = {}
     for d in _decisions(records):
         if d.event_id is not None:
