@@ -202,3 +202,45 @@ def test_e5_a_re_send_is_a_copy_whatever_another_keys_record_of_its_id() -> None
             compacted = fold(kept, NS)
             assert dict(compacted.jobs)["b"] == dict(full.jobs)["b"], (prefix, cut)
     assert not fold(log, NS).unsettled
+
+
+def _with_verbatim_copy(ops, index: int) -> list:
+    """The log of ``ops`` (the checker's), then a verbatim copy of its record ``index`` under
+    its key, within the duplicate window, and the leader's settling."""
+    import registry.dev.exhaustive as ex
+
+    alpha = ex.ALPHABETS["copies"]
+    world = ex._World.empty()
+    for op in ops:
+        base, settle = (op, False) if op[0] == "write" else (op[:-1], bool(op[-1]))
+        ex._apply(world, tuple(base), alpha)
+        if settle:
+            ex._settle_after(world)
+    rec = world.log[index]
+    world.append(rec.key, rec.value, rec.event, False)
+    ex._settle_after(world)
+    return [r.log_record() for r in world.log]
+
+
+F3 = {  # the fourteenth read's F3: a refused raw record re-sent verbatim after the job changed
+    "F3a-completed-before-submit": ([C, ("raw", "CheckpointCompleted", "current", "leader",
+                                         "a", "own", True), ("write", "submit", "a", 1)], 1),
+    "F3c-cleanup-of-live-job": ([C, ("write", "submit", "a", 1),
+                                 ("raw", "JobCleanedUp", "current", "leader", "a", "own", True),
+                                 ("write", "cancel", "a", 1)], 2),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 42, the fourteenth read's F3): a verbatim "
+                   "copy of a refused record is a duplicate in the full fold, and read alone "
+                   "at its later position (the cleaner kept it) it is accepted")
+@pytest.mark.parametrize("case", sorted(F3))
+def test_f3_a_refused_records_verbatim_copy_never_takes_effect_after_compaction(case) -> None:
+    ops, index = F3[case]
+    log = _with_verbatim_copy(ops, index)
+    full = fold(log, NS)
+    assert not full.unsettled
+    keys, dead = [r.key for r in log], [r.value is None for r in log]
+    for cut in range(len(log) + 1):
+        kept = [log[i] for i in compacted_indices(keys, dead, cut, len(log))]
+        assert dict(fold(kept, NS).jobs) == dict(full.jobs), (case, cut)
