@@ -142,6 +142,7 @@ __all__ = [
     "compacted_indices",
     "explore",
     "format_report",
+    "only_junk_classes",
     "replay_history",
 ]
 
@@ -1348,6 +1349,20 @@ def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None
                 progress(report)
     report.seconds = time.monotonic() - start
     return report
+
+
+def only_junk_classes(report: Report) -> str | None:
+    """Why ``report`` fails the bar the checker's CI tests below a reproducer hold it to
+    (``None``: it passes): no answer or batch class, and every verdict or path class has junk
+    in it (:data:`JUNK_TYPES`: what the README's table of refusals says the leader restates,
+    the answer right once it has)."""
+    bad = sorted(k for k in report.failures if k[0] in ("answer", "batch"))
+    not_junk = sorted(k for k, cx in report.failures.items()
+                      if not any(op[0] == "raw" and op[1] in JUNK_TYPES for op in cx.ops))
+    if not bad and not not_junk:
+        return None
+    return (f"answer or batch classes {bad}, classes without junk {not_junk}:\n"
+            + format_report(report))
 
 
 def check_history(ops: Sequence[Op], alphabet: Alphabet | str = "full") -> Report:
