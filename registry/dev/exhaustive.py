@@ -142,6 +142,7 @@ __all__ = [
     "compacted_indices",
     "explore",
     "format_report",
+    "histories",
     "only_junk_classes",
     "replay_history",
 ]
@@ -901,6 +902,26 @@ def _children(world: _World, ops: Sequence[Op],
                 continue
             seen.add(sig)
             yield o, w
+
+
+def histories(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None
+              ) -> Iterator[tuple[tuple[Op, ...], list[LogRecord]]]:
+    """Every history of at most ``depth`` ops of ``alphabet`` that :func:`explore` checks,
+    depth first, each with the log it writes: for other judges of the same logs (the fault
+    campaign's model of the documented rules is held to the fold on them)."""
+    alpha = ALPHABETS[alphabet] if isinstance(alphabet, str) else alphabet
+    if jobs is not None:
+        alpha = alpha.with_jobs(jobs)
+    stack: list[tuple[tuple[Op, ...], _World]] = [((), _World.empty())]
+    while stack:
+        ops, world = stack.pop()
+        if len(ops) >= depth:
+            continue
+        children = list(_children(world, ops, alpha))
+        for op, child in reversed(children):
+            path = (*ops, op)
+            yield path, [r.log_record() for r in child.log]
+            stack.append((path, child))
 
 
 def replay_history(ops: Sequence[Op], alphabet: Alphabet | str = "full") -> list[LogRecord]:

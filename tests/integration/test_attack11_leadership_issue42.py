@@ -49,8 +49,10 @@ class Stepped:
 
 
 def test_b3_a_term_given_up_is_never_renewed_even_when_its_revoke_failed(connect) -> None:
-    lease = 1.0
-    reg_a, reg_b = connect("resign", timeout=0.5), connect("resign", timeout=0.5)
+    # (a lease of seconds, and the timeout at most half of it: stop 56's CI, loaded, took
+    # more than a 0.5 s timeout to read the topic's partitions at connect)
+    lease = 6.0
+    reg_a, reg_b = connect("resign", timeout=3.0), connect("resign", timeout=3.0)
     clock = Stepped()
     ea = reg_a.elect("jm-a", lease, clock=clock)
     term = ea.acquire(timeout=30)

@@ -17,8 +17,11 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
   ``<ns>/term/<epoch>/lease`` for one written without them); a reassertion may use any of
   its job's keys. Another namespace's key is skipped; a tombstone or undecodable value
   is quarantined.
-* an event id already folded has no second effect; the event must name the namespace
-  and sit under its key.
+* a verbatim copy (the same event id, key and bytes) of a record folded within the last
+  two windows has no second effect; any other record reusing an id is decided by the
+  rules and is junk to its key if the first copy lay there, and a copy under a key that
+  holds one record (a birth, an end, a checkpoint record, a commit) is junk to that key.
+  The event must name the namespace and sit under its key.
 * a grant is a compare-and-set on the current epoch and claims the next one; one that
   says which renewal of the current term it saw (``saw_renewal``) is refused
   (``renewed_since``) if a renewal of that term with a higher ordinal was accepted
@@ -72,6 +75,7 @@ from __future__ import annotations
 
 import base64
 import re
+import zlib
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -306,7 +310,10 @@ class NamespaceModel:
         self.jobs: dict[str, MJob] = {}
         # the event id of the end key that holds each ended job's end (rule 5)
         self.ends: dict[str, str] = {}
-        self.seen: dict[str, int] = {}  # event id -> the newest window when it was folded
+        # rule 1: (event id, key) -> (the newest window when its first copy there was
+        # folded, the CRC-32 of that copy's bytes)
+        self.seen: dict[tuple[str, str | None], tuple[int, int]] = {}
+        self._junk_to_key = False  # the record being decided is junk to its key (rule 1)
         self.newest_window: int | None = None
         self.grants: dict[int, tuple[str, int, int | None]] = {}
         self.revokes: dict[int, int] = {}
@@ -366,19 +373,33 @@ class NamespaceModel:
             return self._note(Verdict(offset, "SKIPPED", key=key, timestamp=timestamp))
         v = Verdict(offset, "ACCEPTED", None, key, ev.TYPE, ev.event_id, ev.epoch, ev.writer,
                     getattr(ev, "job_id", None), timestamp, ev)
-        # Fold rule 1: an id is remembered while the newest window of broker time
-        # (DUPLICATE_WINDOW_MS) that any record reached is the one it was folded in,
-        # or the next.
+        # Fold rule 1: an id is remembered, per key, while the newest window of broker time
+        # (DUPLICATE_WINDOW_MS) that any record reached is the one it was folded in, or the
+        # next. Only a verbatim copy (the same id, key and bytes) is a duplicate; any other
+        # record reusing an id is decided by the rules, and one under the first copy's key
+        # is junk to that key. A duplicate under a key that holds one record (a birth, an
+        # end, a checkpoint record, a commit) is junk to that key too: the cleaner keeps
+        # the later copy.
         if timestamp is not None:
             window = timestamp // DUPLICATE_WINDOW_MS
             if self.newest_window is None or window > self.newest_window:
                 self.newest_window = window
         newest = 0 if self.newest_window is None else self.newest_window
-        first = self.seen.get(ev.event_id)
-        if first is not None and newest <= first + 1:
+        crc = zlib.crc32(value)
+        first = self.seen.get((ev.event_id, key))
+        if first is not None and newest > first[0] + 1:
+            first = None  # forgotten
+        parts = key.split("/") if key is not None else []
+        one_record = (len(parts) == 5 and parts[1] == "job"
+                      and parts[3] in ("birth", "end", "checkpoint")) \
+            or (len(parts) == 3 and parts[1] == "call")
+        if first is not None and first[1] == crc:
             v.outcome, v.reason = "DUPLICATE", "duplicate"
+            self._junk_to_key = one_record
             return self._note(v)
-        self.seen[ev.event_id] = newest
+        self._junk_to_key = first is not None
+        if first is None:
+            self.seen[(ev.event_id, key)] = (newest, crc)
         try:
             if ev.namespace != self.ns:
                 raise _Refused("namespace_mismatch")
@@ -468,28 +489,29 @@ class NamespaceModel:
         # A birth key holds one record: one there that is not accepted (nor a copy of the
         # birth) supersedes the birth it holds, which the job then no longer rests on.
         parts = v.key.split("/") if v.key is not None else []
+        junk, self._junk_to_key = self._junk_to_key, False
         if len(parts) == 5 and parts[3] == "checkpoint" and parts[0] == self.ns \
-                and v.outcome not in ("DUPLICATE", "COLLECTED"):
+                and (junk or v.outcome not in ("DUPLICATE", "COLLECTED")):
             # Rule 6: the job's checkpoint state stands on the record whose carried state
             # it is; a record there that does not carry it (junk, a refusal) takes its place.
             job = self.jobs.get(parts[2])
             ev = v.event
             carried = getattr(ev, "checkpoints", None) if getattr(ev, "TYPE", "") == \
                 "JobReasserted" else getattr(ev, "state", None)
-            if v.outcome in ("ACCEPTED", "IGNORED") and job is not None \
+            if not junk and v.outcome in ("ACCEPTED", "IGNORED") and job is not None \
                     and carried is not None and Cp.of(carried) == job.cp:
                 self.cp_holder[parts[2]] = v.key or ""
             elif self.cp_holder.get(parts[2]) == v.key:
                 del self.cp_holder[parts[2]]
         if len(parts) == 5 and parts[3] == "birth" and parts[0] == self.ns \
-                and v.outcome not in ("ACCEPTED", "DUPLICATE"):
+                and (junk or v.outcome not in ("ACCEPTED", "DUPLICATE")):
             job = self.jobs.get(parts[2])
-            if job is not None and job.born == parts[4] and v.event_id != job.born:
+            if job is not None and job.born == parts[4] and (junk or v.event_id != job.born):
                 job.born = None
                 if not job.live and job.dirty:
                     self.ends.pop(parts[2], None)  # the result's graph lay there: end due
         if len(parts) == 5 and parts[3] == "end" and parts[0] == self.ns \
-                and v.outcome not in ("ACCEPTED", "DUPLICATE") \
+                and (junk or v.outcome not in ("ACCEPTED", "DUPLICATE")) \
                 and self.ends.get(parts[2]) == parts[4]:
             del self.ends[parts[2]]  # junk there supersedes the end it held
         self.verdicts.append(v)
