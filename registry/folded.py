@@ -38,21 +38,31 @@ class FoldedLog:
         """The image as last folded (no catching up; see :meth:`sync`)."""
         self.waiting: dict[str, Decision | None] = {}
         """Event ids whose verdict a writer waits for -> the verdict, once folded."""
+        self.copies: dict[str, int] = {}
+        """Event ids of :attr:`waiting` -> how many records of that id the fold decided
+        (a duplicate included, a call's member once, when its call decides it)."""
         self._members: dict[int, Event] = {}  # rule 8: waiting call members, decoded once
 
     def fold(self, batches: Iterable[list[LogRecord]],
              known: dict[int, Event] | None = None) -> None:
         """Fold what the reader returned; ``known``: offset -> event of records this
         client just wrote (encoded from those events, so not decoded again)."""
-        waiting = self.waiting
+        waiting, copies = self.waiting, self.copies
 
         def note(d: Decision) -> None:  # the fate of this client's own records
-            # A record's verdict is the fold's decision on its first copy. A later copy is
-            # DUPLICATE whatever became of the first; the first may still wait for its
-            # call's commit (PENDING) when a re-sent copy lands (fault campaign seed 8024),
-            # so neither outcome is a verdict.
-            if d.event_id in waiting and waiting[d.event_id] is None \
-                    and d.outcome not in (Outcome.PENDING, Outcome.DUPLICATE):
+            # A record's verdict is the fold's decision on its first copy, unless a later
+            # copy is accepted: fold rule 1 takes a verbatim copy of an accepted record for
+            # a duplicate (no second effect) and decides a copy of a refused one by the
+            # rules. A duplicate is no verdict, and neither is a member's PENDING: it may
+            # still wait for its call's commit when a re-sent copy lands (fault campaign
+            # seed 8024).
+            if d.event_id not in waiting or d.outcome == Outcome.PENDING:
+                return
+            copies[d.event_id] = copies.get(d.event_id, 0) + 1
+            if d.outcome == Outcome.DUPLICATE:
+                return
+            first = waiting[d.event_id]
+            if first is None or (d.accepted and not first.accepted):
                 waiting[d.event_id] = d
 
         metrics = self.metrics

@@ -13,9 +13,14 @@ Rules, in the order the fold applies them to one record of this namespace:
 0. Records whose key names another namespace are skipped (namespaces share
    partitions). A record without a value (tombstone) or that does not decode
    is quarantined (but a tombstone under a checkpoint record's key: rule 6).
-1. A copy of a record (its ``event_id`` under its key, with the same bytes) has no
-   second effect (outcome ``DUPLICATE``). Any other record is decided by the rules below,
-   whatever records of its id lie under other keys (the cleaner may remove those); one
+1. A copy of a record that was not refused (its ``event_id`` under its key, with the same
+   bytes) has no second effect (outcome ``DUPLICATE``). A copy of a refused record is
+   decided by the rules at its own position, as every log the cleaner passed decides it
+   (the copy supersedes the first under their key): refused again, or accepted where the
+   log changed since (the fourteenth adversarial read's F3; a call's member refused at its
+   commit or at the next grant is forgotten then). Any other record is decided by the
+   rules below, whatever records of its id lie under other keys (the cleaner may remove
+   those); one
    with the id and key of an earlier record but other bytes is junk to that key's
    bookkeeping (rules 5, 6, 8), whatever its verdict: it supersedes that record without
    being it. So is a verbatim copy under a key that holds one record (a birth, an end, a
@@ -1071,12 +1076,14 @@ class Delta:
         # its key's bookkeeping takes it for junk over the key's holder (rules 5, 6, 8),
         # whatever its own verdict (D1c: a forged commit under the commit's key).
         self._not_a_copy = first is not None
+        noted = None  # the window this record's id is remembered in (until it is refused)
         if first is None:
             current = self._newest
             if current is None:  # the first id (no broker timestamp: window 0, for ever)
                 current = self._newest = 0 if stamp is None else stamp // DUPLICATE_WINDOW_MS
                 windows[current] = immutables.Map().mutate()
-            windows[current][seen_as] = crc
+            noted = windows[current]
+            noted[seen_as] = crc
         try:
             if event.namespace != self._ns:
                 raise _Verdict("namespace_mismatch",
@@ -1091,6 +1098,13 @@ class Delta:
                          event.event_id, job_id, event.epoch, event.writer, v.reason, v.detail,
                          v.expected, v.actual, self.leader)
             self._rejected.append(d)
+            if noted is not None:
+                # A refused record is not remembered: a verbatim copy of it is decided by
+                # the rules at its own position, as every log the cleaner passed decides it
+                # (the copy supersedes the first under their key: the fourteenth read's F3,
+                # a copy refused first that the job's change made acceptable was a
+                # duplicate in the full log and accepted in a compacted one).
+                del noted[seen_as]
             if isinstance(event, LeadershipGranted) and self._term is not None:
                 # Rule 3: a refused grant attempt against the current term (its renewer
                 # keys the renewals it plans after folding this one apart).
@@ -1101,6 +1115,8 @@ class Delta:
                                f"{record.offset} was refused: {v.detail}", v)
             return d
         if isinstance(ignored, Decision):
+            if noted is not None and ignored.outcome == Outcome.REJECTED:
+                del noted[seen_as]  # (as above)
             return ignored
         if ignored is _PENDING:
             return Decision(record.offset, Outcome.PENDING, record.timestamp, key, event.TYPE,
@@ -1716,6 +1732,15 @@ class Delta:
             if parsed is not None and parsed.job_id is not None:
                 self._note_settlement(member_key, parsed.job_id, junk)
 
+    def _forget(self, event_id: str, key: str | None) -> None:
+        """Rule 1: forget a record refused after it was remembered (a call's member, refused
+        at its commit or at the next grant), so that a verbatim copy of it is decided by the
+        rules at its own position, as every log the cleaner passed decides it."""
+        seen_as = f"{event_id}\x00{key}"
+        for ids in self._windows.values():
+            if seen_as in ids:
+                del ids[seen_as]
+
     def _end_call(self, call_id: str, reason: str, detail: str,
                   verdict: _Verdict | None = None) -> None:
         """Refuse every waiting record of a call that can no longer be committed."""
@@ -1740,6 +1765,7 @@ class Delta:
                          m.job_id, m.epoch, m.writer, v.reason, v.detail, v.expected, v.actual,
                          self.leader)
             self._rejected.append(d)
+            self._forget(m.event_id, key)  # rule 1: a refused record is not remembered
         if key is not None:
             self._note_settlement(key, m.job_id, d, member=True)
         self.resolved.append((r, d, m))

@@ -132,6 +132,7 @@ class TermWrites:
         sent, first_sent = False, 0.0
         appended: list[int] = []  # offsets the broker gave our records, committed or not
         in_doubt = 0  # records of failed writes that may sit at offsets nobody said
+        sends: dict[str, int] = {}  # event id -> how many copies of it were handed on
         unsent = False  # a lease renewal was left undecided rather than re-sent
 
         def fenced_now(fenced: Fenced) -> RegistryError:
@@ -253,6 +254,8 @@ class TermWrites:
                         sent, first_sent = True, time.monotonic()
                     writer = self.writer
                     assert writer is not None  # self.open() above made it if there was none
+                    for e in events:
+                        sends[e.event_id] = sends.get(e.event_id, 0) + 1
                     sending = writer.start(todo)
                     if produced is not None:
                         hand_on: Callable[[], None] = produced
@@ -290,6 +293,22 @@ class TermWrites:
                             raise e from None  # nothing left this process: not accepted
                         raise unknown(str(e), lost) from lost
                 if all(self.decided(copies) for copies in slots):
+                    doubt = [d for copies in slots
+                             if (d := self.decided(copies)) is not None
+                             and not d.accepted and d.reason not in _FOR_EVER
+                             and any(log.copies.get(e.event_id, 0) < sends.get(e.event_id, 0)
+                                     for _, e in copies)]
+                    if doubt:
+                        # Refused, but a copy sent earlier is nowhere in the log: it may
+                        # still land (a request held on its way), and fold rule 1 decides a
+                        # copy of a refused record by the rules at its own position, where
+                        # it may be accepted. Only a refusal no later record can turn
+                        # (fenced by its term, a terminal job) is an answer then.
+                        d = doubt[0]
+                        raise unknown(f"the record at offset {d.offset} ({d.event_type} "
+                                      f"{d.event_id}) was refused {d.reason}, but a copy of "
+                                      "it sent earlier is not in the log and may still land "
+                                      "and be accepted", failure)
                     break
                 fenced = self._fenced()
                 if fenced is not None:
@@ -313,6 +332,7 @@ class TermWrites:
             for copies in slots:
                 for _, sent_event in copies:
                     waiting.pop(sent_event.event_id, None)
+                    log.copies.pop(sent_event.event_id, None)
 
     def collect(self, keys: list[str]) -> int:
         """Fold rule 6's collection: one write of a tombstone per key (in that order, as
@@ -351,6 +371,11 @@ class TermWrites:
         # The verdict on a record: an accepted copy if any, else the first decided one.
         found = [d for _, e in copies if (d := self._log.waiting.get(e.event_id))]
         return next((d for d in found if d.accepted), found[0] if found else None)
+
+
+_FOR_EVER = frozenset({"stale_epoch", "term_revoked", "not_leader", "terminal_job"})
+"""Refusals that every later copy of the record gets too: its term is over, or was never
+its writer's, and an ended job stays ended."""
 
 
 Restate = Callable[[Event, dict[str, object]], Event]

@@ -261,12 +261,14 @@ ALPHABETS: dict[str, Alphabet] = {
                       max_claims=2),
 }
 # The ``ends`` alphabet with verbatim copies over the keys that hold a job's parts (the
-# twelfth adversarial read's D1-D2: a duplicate by event id under another record's key).
+# twelfth adversarial read's D1-D2: a duplicate by event id under another record's key), and
+# a raw writer's own records re-sent under their keys, accepted (the thirteenth's E8-E11) or
+# refused (the fourteenth's F3: a cleanup before the cancel, a restart before the submit).
 ALPHABETS["copies"] = dataclasses.replace(
     ALPHABETS["ends"], name="copies",
     junk_keys=("birth", "end", "checkpoint", "home", "same"),
     raw_types=("garbage", "copy", "JobCancelled", "JobSubmitted", "CheckpointCompleted",
-               "JobReasserted"))
+               "JobReasserted", "JobCleanedUp", "JobRestarted"))
 """The named alphabets (``jobreg exhaustive --alphabet NAME``)."""
 
 Op = tuple[Any, ...]
@@ -615,11 +617,12 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             if kind != "copy" or job != JOB_NAMES[0] or src is None or src.event is None:
                 return False
             key = record_key(src.event)
-        elif key_rel == "same":  # a copy only: the raw writer's newest accepted record,
-            # again under its key, verbatim (a duplicate that moves what it holds later in
-            # every compacted log; one op, whatever ``job``; the thirteenth read's E8-E11)
+        elif key_rel == "same":  # a copy only: the raw writer's newest record, again under
+            # its key, verbatim: accepted, a duplicate that moves what it holds later in
+            # every compacted log (the thirteenth read's E8-E11); refused, one that a change
+            # since may have made acceptable (the fourteenth's F3). One op, whatever ``job``.
             src = next((r for r in reversed(world.log) if not r.client and r.event is not None
-                        and world.made[r.index] and world.made[r.index][0].accepted), None)
+                        and world.made[r.index]), None)
             if kind != "copy" or job != JOB_NAMES[0] or src is None:
                 return False
             key = src.key.decode()
@@ -1191,13 +1194,15 @@ class _Checker:
             bound = max(bound, min([m, *world.since[m].values()]))
             r.cuts += bound + 1
             # A verbatim copy the fold takes as a duplicate lands within the duplicate window
-            # of its first copy, long before any cut that removed the first copy could be
-            # made (its superseding record must be older than the lag): no such cut has
-            # been made when the copy lands (see _World._stretch_start).
+            # of its first copy (README assumption 5), long before any cut that passed the
+            # first copy could be made (every record before a cut is older than the lag): no
+            # such cut has been made when the copy lands, whether it removed the first copy
+            # or kept it (see _World._stretch_start). A lineage keeps the least cut that
+            # made it.
             for rec in writes:
                 first = world.first_copy(rec.index)
                 if first is not None:
-                    for removed in [k for k in lineages if first in k]:
+                    for removed in [k for k, lin in lineages.items() if lin.cut > first]:
                         del lineages[removed]
             # every compacted fold so far, one write further
             for removed, lin in list(lineages.items()):

@@ -106,13 +106,19 @@ def test_a_copy_over_a_key_that_holds_a_part_never_loses_it(case) -> None:
 
 
 @pytest.mark.parametrize("depth, below", [
+    (4, [C]),
     (4, [C, ("write", "submit", "a", 1)]),
     (5, [C, ("write", "submit", "a", 1), ("write", "cancel", "a", 1)]),
-], ids=["live-4", "cancelled-5"])
+    (6, [C, ("write", "submit", "a", 1),
+         ("raw", "JobCleanedUp", "current", "leader", "a", "own", True)]),
+], ids=["claimed-4", "live-4", "cancelled-5", "refused-cleanup-6"])
 def test_below_a_job_with_copies_no_answer_class(depth, below) -> None:
-    """Every history of the ``copies`` alphabet of up to 4 ops below a live job and of up to
-    5 below a cancelled one: no answer or batch class, every verdict or path class has junk in
-    it (garbage, a tombstone or a copy). Both fail on the rules before the fix."""
+    """Every history of the ``copies`` alphabet of up to 4 ops below a claim and below a live
+    job, of up to 5 below a cancelled one, and of up to 6 below a refused cleanup of a live
+    job: no answer or batch class, every verdict or path class has junk in it (garbage, a
+    tombstone or a copy). The live and cancelled ones fail on the rules before the twelfth
+    read's fix, the claimed and refused-cleanup ones on those before the fourteenth's (F3:
+    a refused record re-sent verbatim once the job's submit or cancel made it acceptable)."""
     report = explore(depth, "copies", below=[list(o) for o in below])
     print(format_report(report))
     assert report.histories > 1_000
@@ -222,15 +228,14 @@ def _with_verbatim_copy(ops, index: int) -> list:
 F3 = {  # the fourteenth read's F3: a refused raw record re-sent verbatim after the job changed
     "F3a-completed-before-submit": ([C, ("raw", "CheckpointCompleted", "current", "leader",
                                          "a", "own", True), ("write", "submit", "a", 1)], 1),
+    "F3b-restart-before-submit": ([C, ("raw", "JobRestarted", "current", "leader", "a", "own",
+                                       True), ("write", "submit", "a", 1)], 1),
     "F3c-cleanup-of-live-job": ([C, ("write", "submit", "a", 1),
                                  ("raw", "JobCleanedUp", "current", "leader", "a", "own", True),
                                  ("write", "cancel", "a", 1)], 2),
 }
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 42, the fourteenth read's F3): a verbatim "
-                   "copy of a refused record is a duplicate in the full fold, and read alone "
-                   "at its later position (the cleaner kept it) it is accepted")
 @pytest.mark.parametrize("case", sorted(F3))
 def test_f3_a_refused_records_verbatim_copy_never_takes_effect_after_compaction(case) -> None:
     ops, index = F3[case]

@@ -18,7 +18,8 @@ The rules modelled (README "What it guarantees", "The log", "Failover"; fold rul
   its job's keys. Another namespace's key is skipped; a tombstone or undecodable value
   is quarantined.
 * a verbatim copy (the same event id, key and bytes) of a record folded within the last
-  two windows has no second effect; any other record reusing an id is decided by the
+  two windows and not refused has no second effect (a copy of a refused one is decided
+  by the rules); any other record reusing an id is decided by the
   rules and is junk to its key if the first copy lay there, and a copy under a key that
   holds one record (a birth, an end, a checkpoint record, a commit) is junk to that key.
   The event must name the namespace and sit under its key.
@@ -314,6 +315,7 @@ class NamespaceModel:
         # folded, the CRC-32 of that copy's bytes)
         self.seen: dict[tuple[str, str | None], tuple[int, int]] = {}
         self._junk_to_key = False  # the record being decided is junk to its key (rule 1)
+        self._seen_at: dict[tuple[str, str | None], int] = {}  # the offset of that first copy
         self.newest_window: int | None = None
         self.grants: dict[int, tuple[str, int, int | None]] = {}
         self.revokes: dict[int, int] = {}
@@ -400,6 +402,7 @@ class NamespaceModel:
         self._junk_to_key = first is not None
         if first is None:
             self.seen[(ev.event_id, key)] = (newest, crc)
+            self._seen_at[(ev.event_id, key)] = offset
         try:
             if ev.namespace != self.ns:
                 raise _Refused("namespace_mismatch")
@@ -448,6 +451,7 @@ class NamespaceModel:
                     for m in members:
                         m.outcome, m.reason, m.decided_at = "REJECTED", "call_not_committed", \
                             offset
+                        self._forget(m)
                 self._calls.clear()
         except _Refused as r:
             v.outcome, v.reason = "REJECTED", r.reason
@@ -490,6 +494,8 @@ class NamespaceModel:
         # birth) supersedes the birth it holds, which the job then no longer rests on.
         parts = v.key.split("/") if v.key is not None else []
         junk, self._junk_to_key = self._junk_to_key, False
+        if v.outcome == "REJECTED":
+            self._forget(v)
         if len(parts) == 5 and parts[3] == "checkpoint" and parts[0] == self.ns \
                 and (junk or v.outcome not in ("DUPLICATE", "COLLECTED")):
             # Rule 6: the job's checkpoint state stands on the record whose carried state
@@ -519,6 +525,14 @@ class NamespaceModel:
         if v.event_id is not None:
             self.by_event.setdefault(v.event_id, []).append(v)
         return v
+
+    def _forget(self, v: Verdict) -> None:
+        """Rule 1: a refused record is not remembered (a verbatim copy of it is decided by
+        the rules at its own position)."""
+        at = (v.event_id or "", v.key)
+        if self._seen_at.get(at) == v.offset:
+            del self._seen_at[at]
+            self.seen.pop(at, None)
 
     def _fence(self, ev: Any) -> None:
         if self.leader is None:
@@ -761,6 +775,9 @@ class NamespaceModel:
                     del self.changes[j][saved[1].get(j, 0):]
                 for other in waiting[:i] + waiting[i + 1:]:
                     other.outcome, other.reason = "REJECTED", "call_aborted"
+                for member in waiting:
+                    if member.outcome == "REJECTED":
+                        self._forget(member)
                 v.outcome, v.reason = "REJECTED", "call_aborted"
                 return
 
@@ -770,6 +787,7 @@ class NamespaceModel:
             why = self._decide(m.event, offset, ts)
         except _Refused as r:
             m.outcome, m.reason = "REJECTED", r.reason
+            self._forget(m)
             return False
         m.outcome, m.reason = ("IGNORED", why) if why is not None else ("ACCEPTED", None)
         return True
