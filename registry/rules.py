@@ -1732,13 +1732,16 @@ class Delta:
             if parsed is not None and parsed.job_id is not None:
                 self._note_settlement(member_key, parsed.job_id, junk)
 
-    def _forget(self, event_id: str, key: str | None) -> None:
+    def _forget(self, event_id: str, key: str | None, value: bytes | None) -> None:
         """Rule 1: forget a record refused after it was remembered (a call's member, refused
         at its commit or at the next grant), so that a verbatim copy of it is decided by the
-        rules at its own position, as every log the cleaner passed decides it."""
+        rules at its own position, as every log the cleaner passed decides it. Only if it
+        is the record remembered: one with the id and key of an earlier record but other
+        bytes was never remembered, and the earlier one stays (the fifteenth read's G3)."""
         seen_as = f"{event_id}\x00{key}"
+        crc = zlib.crc32(value or b"")
         for ids in self._windows.values():
-            if seen_as in ids:
+            if ids.get(seen_as) == crc:
                 del ids[seen_as]
 
     def _end_call(self, call_id: str, reason: str, detail: str,
@@ -1765,7 +1768,7 @@ class Delta:
                          m.job_id, m.epoch, m.writer, v.reason, v.detail, v.expected, v.actual,
                          self.leader)
             self._rejected.append(d)
-            self._forget(m.event_id, key)  # rule 1: a refused record is not remembered
+            self._forget(m.event_id, key, r.value)  # rule 1: a refused record is not remembered
         if key is not None:
             self._note_settlement(key, m.job_id, d, member=True)
         self.resolved.append((r, d, m))

@@ -373,9 +373,11 @@ class TermWrites:
         return next((d for d in found if d.accepted), found[0] if found else None)
 
 
-_FOR_EVER = frozenset({"stale_epoch", "term_revoked", "not_leader", "terminal_job"})
+_FOR_EVER = frozenset({"stale_epoch", "term_revoked", "not_leader", "terminal_job",
+                       "wrong_key", "namespace_mismatch", "bad_leader_information"})
 """Refusals that every later copy of the record gets too: its term is over, or was never
-its writer's, and an ended job stays ended."""
+its writer's, an ended job stays ended, and the record itself is wrong (its key, its
+namespace, the leader information it carries)."""
 
 
 Restate = Callable[[Event, dict[str, object]], Event]

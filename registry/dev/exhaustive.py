@@ -1166,6 +1166,7 @@ class _Checker:
         lineages = dict(parent.lineages)
         full_decisions = parent.full_decisions
         bound, cut_top = parent.bound, parent.cut_top
+        redo = set(parent.redo)
         one_batch = list(parent.one_batch)
         # Readers (read_committed) and the cleaner (up to the last stable offset) see whole
         # writes: the prefixes are the ends of writes. The cut may fall anywhere.
@@ -1204,6 +1205,9 @@ class _Checker:
                 if first is not None:
                     for removed in [k for k, lin in lineages.items() if lin.cut > first]:
                         del lineages[removed]
+                    # The same cuts made after the copy landed are legal once the lag bound
+                    # allows them now (the copy's key settled): they are made again then.
+                    redo |= set(range(first + 1, cut_top + 1))
             # every compacted fold so far, one write further
             for removed, lin in list(lineages.items()):
                 image, decisions = lin.image, lin.decisions
@@ -1220,8 +1224,12 @@ class _Checker:
                 new = _Lineage(lin.cut, image, decisions)
                 lineages[removed] = new
                 failed |= self._compare(ops, m, new, full, full_decisions, offsets, why_back)
-            # the cuts that became legal with this write
-            for c in range(cut_top + 1, bound + 1):
+            # the cuts that became legal with this write, and those dropped at a copy that
+            # the bound of now allows again
+            now = min([m, *world.since[m].values()])
+            again = sorted(c for c in redo if c <= now)
+            redo.difference_update(again)
+            for c in [*again, *range(cut_top + 1, bound + 1)]:
                 kept = compacted_indices(keys, tombs, c, m)
                 removed = tuple(sorted(set(range(c)) - set(kept)))
                 if not removed or removed in lineages:
@@ -1261,7 +1269,8 @@ class _Checker:
                            f"split at record {k}")
                 failed = True
                 break
-        return _NodeState(n, cut_top, full_decisions, lineages, one_batch, bound), failed
+        return _NodeState(n, cut_top, full_decisions, lineages, one_batch, bound,
+                          frozenset(redo)), failed
 
     def _compare(self, ops: tuple[Op, ...], m: int, lin: _Lineage, full: Image,
                  full_decisions: immutables.Map[int, Decision], offsets: set[int],
@@ -1336,6 +1345,7 @@ class _NodeState:
     lineages: dict[tuple[int, ...], _Lineage]  # by the indices the cleaner removed
     one_batch: list[Image]  # the fold of each prefix in one batch
     bound: int  # the largest legal cut
+    redo: frozenset[int] = frozenset()  # cuts dropped when a copy landed, to make again
 
 
 def explore(depth: int, alphabet: Alphabet | str = "ci", jobs: int | None = None,

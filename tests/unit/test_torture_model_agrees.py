@@ -75,3 +75,43 @@ def test_a_copy_of_the_checkpoint_record_the_state_stands_on_is_junk_to_the_mode
     log = replay_history(ops, "copies")
     assert any(r.value is None for r in log)  # the leader collected the copied key
     assert _disagreements(log) == []
+
+
+def test_a_refused_member_reusing_an_accepted_records_id_and_key_forgets_only_itself() -> None:
+    """The fifteenth read's G3: a call member with the id and key of an accepted record but
+    other bytes (it names a call) is never remembered by rule 1; its refusal at the commit
+    forgot the accepted record instead, and a verbatim copy of that record took effect a
+    second time (a re-adopt after the release) where the model said DUPLICATE."""
+    import dataclasses
+
+    import registry.dev.exhaustive as ex
+    from registry.events import CallCommitted, JobAdopted
+
+    w = ex._World.empty()
+    lead = w.actors["jm-1"]
+    w.claim(lead, False)
+    for cmd, job in (("submit", "a"), ("submit", "b"), ("cancel", "b")):
+        w.client_write(lead, cmd, job, 1, jobs=2)
+    common = dict(namespace=NS, epoch=lead.term, writer=lead.name, created_at=0)
+    call = "22222222-2222-2222-2222-222222222222"
+    adopt = JobAdopted(event_id="11111111-1111-1111-1111-111111111111", job_id="a", **common)
+    lock_a = f"{NS}/job/a/lock"
+    value, read = ex._CODEC.encode_as_read(adopt)
+    w.append(lock_a, value, read, False)  # accepted, remembered
+    members = (dataclasses.replace(adopt, call_id=call),  # same id and key, other bytes
+               JobAdopted(event_id="33333333-3333-3333-3333-333333333333", job_id="b",
+                          call_id=call, **common))  # b is cancelled: sinks the call
+    for key, e in ((lock_a, members[0]), (f"{NS}/job/b/lock", members[1]),
+                   (f"{NS}/call/{call}", CallCommitted(event_id=call, size=2, **common))):
+        v, r = ex._CODEC.encode_as_read(e)
+        w.append(key, v, r, False)
+    ex._settle_after(w)
+    w.client_write(lead, "release", "a", 1, jobs=2)
+    w.append(lock_a, value, read, False)  # a verbatim copy of the accepted adopt
+    log = [r.log_record() for r in w.log]
+    assert _disagreements(log) == []
+    decisions = []
+    fold = Delta(Image.empty(NS))
+    for r in log:
+        decisions.append(fold.replay(r))
+    assert decisions[-1].outcome == Outcome.DUPLICATE
