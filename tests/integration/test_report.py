@@ -118,11 +118,14 @@ def _memory_incident(writer1: str = "jm-1") -> Log:
     log.submit(1, writer1, "job-a")
     log.submit(1, writer1, "job-b")
     log.grant(2, "jm-2")
-    log.add(JobAdopted(**log.env(2, "jm-2"), job_id="job-a"))
+    adopt = JobAdopted(**log.env(2, "jm-2"), job_id="job-a")
+    log.add(adopt)
     late = JobLockReleased(**log.env(1, writer1), job_id="job-a")  # the zombie
     log.add(late)
     log.add(JobCancelled(**log.env(2, "jm-2"), job_id="job-a", reason="user cancel"))
-    log.add(late)  # the same event again: a duplicate
+    # the accepted adopt again: a duplicate (a copy of a refused record is decided anew:
+    # fold rule 1)
+    log.add(adopt)
     log.add(late, key=job_key(log.ns, "job-b"), value=b"\x00garbage")  # undecodable
     log.grant(3, "jm-3")
     return log
