@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from registry.dev.flink import FlinkCluster, FlinkProcess, granted_at, revoked_at
 
 __all__ = ["BACKEND_JAR", "CancelRun", "FailoverRun", "FlinkBenchError", "backend_jar",
-           "bench_flink_failover", "cancel_then_kill", "completed_checkpoints", "running_since", "ensure_backend_jar", "fatal_cause", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
+           "bench_flink_failover", "cancel_then_kill", "finish_then_kill", "FINISHED_LINES", "completed_checkpoints", "running_since", "ensure_backend_jar", "fatal_cause", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
 
 #: Where ``mvn -f flink-jobreg/pom.xml package`` leaves jobreg's Flink backend.
 BACKEND_JAR = pathlib.Path("flink-jobreg") / "target" / "flink-jobreg-0.1.0.jar"
@@ -111,13 +111,14 @@ class FailoverRun:
 
 @dataclass
 class CancelRun:
-    """One cancel, then SIGKILL of the leader at its CANCELED log line."""
+    """One end of a job (a cancel, or a bounded job's FINISHED), then SIGKILL of the leader at
+    its log line."""
 
     job_id: str
     reaction_ms: float
-    """From the CANCELED line's time to the SIGKILL."""
+    """From the end's line's time to the SIGKILL."""
     resurrected: bool
-    """Whether the new leader ran the cancelled job again."""
+    """Whether the new leader ran the ended job again."""
     new_state: str | None
     """The job's state the new leader reports at the end (``None``: it does not know it)."""
     dirty_result_file: bool
@@ -287,17 +288,52 @@ def cancel_then_kill(flink: FlinkCluster, job_id: str, *, settle: float = 8.0,
     again."""
     leader = flink.leader()
     wait_checkpoints(flink, leader, job_id, len(_completed(leader, job_id)) + 1, timeout)
+    return _kill_at_end(flink, leader, job_id, rf"\({job_id}\) {_CANCELED}",
+                        lambda: flink.cancel(leader, job_id), "CANCELED", settle=settle,
+                        delay_ms=delay_ms, timeout=timeout, restart=restart)
+
+
+FINISHED_LINES = {
+    "graph": "switched from state RUNNING to FINISHED",
+    "dispatcher": "reached terminal state FINISHED",
+}
+"""The two lines a job's FINISHED is logged at: the execution graph's transition (the first,
+on the JobMaster's thread) and the Dispatcher's, after the JobMaster's result (where Flink
+writes its job result)."""
+
+
+def finish_then_kill(flink: FlinkCluster, job_id: str, *, at: str = "graph",
+                     settle: float = 8.0, timeout: float = 180.0,
+                     restart: bool = True) -> CancelRun:
+    """SIGKILL the leader the moment its log says the bounded job ``job_id`` FINISHED (``at``
+    names the line: a key of :data:`FINISHED_LINES`); then watch the new leader for
+    ``settle`` s after it recovered its jobs: a resurrection is the job running there again
+    (seed 001's month-old finished job)."""
+    leader = flink.leader()
+    pattern = (rf"\({job_id}\) {FINISHED_LINES[at]}" if at == "graph"
+               else rf"Job {job_id} {FINISHED_LINES[at]}")
+    return _kill_at_end(flink, leader, job_id, pattern, lambda: None, "FINISHED",
+                        settle=settle, timeout=timeout, restart=restart)
+
+
+def _kill_at_end(flink: FlinkCluster, leader: FlinkProcess, job_id: str, pattern: str,
+                 start: Callable[[], object], end: str, *, settle: float, timeout: float,
+                 restart: bool, delay_ms: float = 0.0) -> CancelRun:
+    """Run ``start`` and SIGKILL ``leader`` the moment its log has a line matching
+    ``pattern`` (the job's ``end``), then watch the new leader for ``settle`` s after it
+    recovered its jobs."""
     others = [jm for jm in flink.jobmanagers if jm is not leader and jm.is_running()]
+
     def kill(_line: str) -> None:
         if delay_ms > 0:
             time.sleep(delay_ms / 1000.0)
         flink.kill(leader)
 
-    watcher = flink.watch(leader, rf"\({job_id}\) {_CANCELED}", kill)
+    watcher = flink.watch(leader, pattern, kill)
     try:
-        flink.cancel(leader, job_id)
+        start()
         if not watcher.wait(timeout):
-            raise FlinkBenchError(f"{leader.name} never logged {job_id} CANCELED")
+            raise FlinkBenchError(f"{leader.name} never logged {job_id} {end}")
     finally:
         watcher.stop()
     assert watcher.line is not None and watcher.fired_at is not None

@@ -718,7 +718,7 @@ class FlinkCluster:
         return jar
 
     def submit(self, jm: FlinkProcess, name: str = "failover", timeout: float = 120.0,
-               *, fail_file: pathlib.Path | None = None) -> str:
+               *, fail_file: pathlib.Path | None = None, records: int | None = None) -> str:
         """Submit the test job to ``jm``'s REST endpoint (the job submits itself, from a JVM
         of its own, with ``createRemoteEnvironment`` and ``executeAsync``); its job id.
 
@@ -728,6 +728,7 @@ class FlinkCluster:
         argv = [java_binary(), "-Xmx256m", *_JVM_OPTS, "-cp",
                 os.pathsep.join([str(jar), *map(str, self.classpath)]),
                 f"-Dlog4j2.configurationFile={self._client_log4j()}",
+                *([f"-Dfailover.records={records}"] if records is not None else []),
                 JOB_MAIN, "127.0.0.1", str(jm.rest_port), str(jar), name,
                 *([str(fail_file)] if fail_file is not None else [])]
         try:

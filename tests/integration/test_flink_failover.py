@@ -20,7 +20,10 @@ last: see its docstring):
 (e) a task of the job fails twice and Flink restarts the job each time (issue 42, finding 4);
 (f) a job is cancelled while Flink waits to restart it, and the leader SIGKILLed the moment
     its log says the job is CANCELED: the job stays cancelled (seed 001 where the adaptive
-    scheduler's graph was already cancelled by its restart).
+    scheduler's graph was already cancelled by its restart);
+(g) a bounded job FINISHES and the leader is SIGKILLed the moment its log says so, at the
+    execution graph's line and at the Dispatcher's (seed 001's month-old finished job, issue
+    43 item 4): the new leader does not run it again, and the registry holds it FINISHED.
 
 Each scenario runs under both of Flink's schedulers for streaming jobs (the module's cluster is
 parametrized: ``default``, the ``DefaultScheduler``, which keeps one execution graph for a
@@ -55,6 +58,7 @@ from registry.dev.bench_flink import (
     completed_checkpoints,
     ensure_backend_jar,
     fatal_cause,
+    finish_then_kill,
     kill_leader,
     pause_leader,
     running_since,
@@ -409,6 +413,74 @@ def test_a_cancel_during_a_restart_survives_a_kill_at_the_canceled_line(flink, r
     view = registry.job(job)
     _story(registry, job)
     assert not view.live and view.status == "CANCELLED", view
+
+
+def _epoch(registry: Registry) -> int:
+    return max(t.epoch for t in registry.terms())
+
+
+def _finished_epochs(registry: Registry, job: str) -> list[int]:
+    return [d.epoch for d in registry.timeline(job)
+            if d.event_type == "JobTerminated" and d.accepted]
+
+
+def test_a_finished_job_survives_a_kill_at_the_dispatchers_finished_line(flink,
+                                                                          registry) -> None:
+    """(g) Seed 001's month-old finished job: a bounded job (120 records, 6 s) FINISHES and
+    the leader is SIGKILLed the moment the Dispatcher logs "reached terminal state FINISHED"
+    (after which Flink writes its job result). flink-jobreg's listener records the end
+    synchronously on the JobMaster's thread as the execution graph reaches FINISHED, before the
+    graph's termination future completes, so before that line: the new leader finds the job
+    ended and never runs it again."""
+    leader = flink.leader()
+    job = flink.submit(leader, "seed-001-bounded-dispatcher", records=120)
+    run = finish_then_kill(flink, job, at="dispatcher", settle=5.0)
+    print(run)
+    assert not run.resurrected, f"the new leader ran the finished job again ({run.new_state})"
+    assert run.new_state in (None, "FINISHED"), run
+    _story(registry, job)
+    ends = _finished_epochs(registry, job)
+    assert len(ends) == 1 and ends[0] < _epoch(registry), ends  # the killed leader's record
+    view = registry.job(job)
+    assert not view.live and view.status == "FINISHED", view
+    assert run.crash is None and not run.crashed, f"the new leader ended: {run.crash}"
+
+
+def test_a_finished_job_killed_at_the_graphs_finished_line_is_never_lost(flink,
+                                                                          registry) -> None:
+    """(g) The same kill at the execution graph's own "switched from state RUNNING to
+    FINISHED" line, the first that says it. Flink 2.3 logs that line before it tells any
+    listener (``DefaultExecutionGraph.transitionState``: ``LOG.info`` at bytecode offset 88,
+    ``notifyJobStatusChange`` at 109), so the end's record lands a bridge round trip after
+    it, and a kill inside that window leaves a live job: the new leader runs it again from
+    its last completed checkpoint, where a bounded job finishes at once, as Flink's own
+    recovery would. Either way the job is recorded FINISHED exactly once, and once recorded
+    it never runs again; which way it went is printed."""
+    leader = flink.leader()
+    job = flink.submit(leader, "seed-001-bounded-graph", records=120)
+    run = finish_then_kill(flink, job, at="graph", settle=5.0, restart=False)
+    last = [n for _, n in completed_checkpoints(leader, job)]  # the killed leader's log
+    flink.restart(leader)
+    print(run)
+    _story(registry, job)
+    new = flink.leader()
+    ends = _finished_epochs(registry, job)
+    if run.resurrected:
+        flink.wait_for(f"{job} FINISHED again", lambda: flink.job_status(new, job) == "FINISHED")
+        restored = [int(m.group(1)) for _, line in new.log_lines(
+            rf"Restoring job {job} from Checkpoint \d+")
+            for m in [re.search(r"from Checkpoint (\d+)", line)] if m]
+        print(f"killed before the end's record landed: run again from checkpoint {restored} "
+              f"(the last completed before the kill: {max(last, default=None)})")
+        assert restored and last and restored[-1] >= max(last), (restored, last)
+        ends = flink.wait_for("the end recorded", lambda: _finished_epochs(registry, job))
+        assert len(ends) == 1 and ends[0] == _epoch(registry), ends  # the new leader's
+    else:
+        print("the end's record landed before the kill: not run again")
+        assert len(ends) == 1 and ends[0] < _epoch(registry), ends  # the killed leader's
+    view = registry.job(job)
+    assert not view.live and view.status == "FINISHED", view
+    assert run.crash is None and not run.crashed, f"the new leader ended: {run.crash}"
 
 
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:

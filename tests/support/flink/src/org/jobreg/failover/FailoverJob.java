@@ -21,7 +21,8 @@ import org.apache.flink.util.Collector;
  *
  * <p>Arguments: {@code <host> <rest port> <this jar> <job name> [<fail file>]}. With a fail
  * file, the counting task throws once each time that file appears (it deletes it first), so a
- * test can make a task fail and Flink restart the job.
+ * test can make a task fail and Flink restart the job. With the system property {@code
+ * failover.records} = N, the stream is bounded: N records, after which the job FINISHES.
  */
 public final class FailoverJob {
 
@@ -66,8 +67,9 @@ public final class FailoverJob {
                 args[0], Integer.parseInt(args[1]), args[2]);
         env.setParallelism(1);
         env.enableCheckpointing(500);
+        long records = Long.getLong("failover.records", Long.MAX_VALUE);
         DataGeneratorSource<Long> source = new DataGeneratorSource<>(
-                index -> index, Long.MAX_VALUE, RateLimiterStrategy.perSecond(20), Types.LONG);
+                index -> index, records, RateLimiterStrategy.perSecond(20), Types.LONG);
         DataStream<Long> numbers =
                 env.fromSource(source, WatermarkStrategy.noWatermarks(), "numbers");
         numbers.keyBy(n -> n % 8, Types.LONG)
