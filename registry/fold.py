@@ -157,8 +157,11 @@ def plan_collection(image: Image, *, first: bool = False) -> list[str]:
     that removes a superseded record removes them too) means no compacted log holds a
     refused record without the record its verdict rests on. The holder is never removed
     (junk over it makes the state due, restated by :func:`plan_reassertions`). Pure: the
-    image alone decides; a tombstone planned from an older image removes a record no newer
-    one can make needed again (a key holds one record, its verdict fixed where it lies).
+    image alone decides. A tombstone planned from an older image can land after a verbatim
+    copy of the record it removes, which fold rule 1 decides afresh (a copy of a refused
+    record) and may accept, so that it holds the job's state: the tombstone is then junk
+    over the holder, the state is due and restated, as for any junk
+    (``test_a_collection_tombstone_over_a_copy_that_became_the_holder``).
 
     ``first``: only what must go before :func:`plan_reassertions` restates anything of a job
     (the records no state stands on of the jobs an unsettled key names); cheap, as the

@@ -387,14 +387,26 @@ class _World:
         return index if first is None else first + 1
 
     def first_copy(self, index: int) -> int | None:
-        """The index of the first copy of record ``index``, if the fold took it as a
-        duplicate (``None`` otherwise)."""
+        """The index of the copy fold rule 1 took record ``index`` for a duplicate of, if it
+        did (``None`` otherwise): the first earlier record of its key with its bytes that was
+        not refused by the time ``index`` landed (rule 1 remembers no refused record, and
+        forgets a call's member when it is refused at its commit; a raw verbatim copy, read
+        as no event here, counts like any other)."""
         made = self.made[index]
         if not made or made[0].outcome != Outcome.DUPLICATE:
             return None
-        key = self.log[index].key
-        return next((r.index for r in self.log[:index] if r.event is not None
-                     and r.event.event_id == made[0].event_id and r.key == key), None)
+        rec = self.log[index]
+        for r in self.log[:index]:
+            if r.key != rec.key or r.value != rec.value:
+                continue
+            verdict = None
+            for k in range(r.index, index):
+                for d in self.made[k]:
+                    if d.offset == r.offset:
+                        verdict = d.outcome
+            if verdict is not None and verdict not in (Outcome.REJECTED, Outcome.DUPLICATE):
+                return r.index
+        return None
 
     def write(self, pairs: list[tuple[str, Event]], client: bool = True) -> None:
         """Append events, each with the positional id of its record (a call's members name

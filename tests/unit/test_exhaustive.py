@@ -473,3 +473,35 @@ def test_the_checker_compares_every_compacted_log_of_every_settled_log(alphabet)
         every, compared = _compared_at_the_end(list(ops), alphabet)
         assert compared == every, (ops, sorted(every - compared))
     assert settled > 100
+
+
+def test_the_first_copy_of_a_duplicate_is_the_one_rule_1_remembers() -> None:
+    """The sixteenth read's H1: a cleanup refused ``job_live``, the job's cancel, a verbatim
+    copy (decided afresh and accepted), then another copy (a duplicate of the accepted one).
+    The checker bounds the duplicate's unsettled stretch and drops cuts from its first copy;
+    that is the accepted copy rule 1 remembers, not the refused record it forgot (nor one
+    skipped for being read as no event here)."""
+    import dataclasses
+
+    from registry.dev import exhaustive as ex
+    from registry.image import Outcome
+
+    alphabet = dataclasses.replace(ex.ALPHABETS["copies"], max_raw=None)
+    ops = [("claim", "jm-1", "current", False), ("write", "submit", "a", 1),
+           ("raw", "JobCleanedUp", "current", "leader", "a", "own", False),
+           ("write", "cancel", "a", 1),
+           ("raw", "copy", "-", "-", "a", "same", False),
+           ("raw", "copy", "-", "-", "a", "same", False)]
+    w = ex._World.empty()
+    for op in ops:
+        base, settle = (op, False) if op[0] == "write" else (op[:-1], op[-1])
+        assert ex._apply(w, base, alphabet), op
+        if settle:
+            ex._settle_after(w)
+    value = next(r.value for r in w.log if type(r.event).__name__ == "JobCleanedUp")
+    copies = [r.index for r in w.log if r.value == value]
+    assert [w.made[i][-1].outcome for i in copies] == [
+        Outcome.REJECTED, Outcome.ACCEPTED, Outcome.DUPLICATE]
+    assert w.first_copy(copies[-1]) == copies[1]
+    assert w._stretch_start(copies[-1]) == copies[1] + 1
+    assert "\n0 counterexample classes" in ex.format_report(ex.check_history(ops, alphabet))

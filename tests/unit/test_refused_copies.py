@@ -169,3 +169,41 @@ def test_a_copy_accepted_after_a_refused_first_is_the_records_verdict() -> None:
     assert d is not None and d.outcome == Outcome.ACCEPTED and d.offset == 3
     assert folded.copies[adopt.event_id] == 3
     assert image.jobs["a"].owner_epoch == 1
+
+
+def test_a_collection_tombstone_over_a_copy_that_became_the_holder() -> None:
+    """The sixteenth read's H2: a raw trigger lands before the job's submit (refused
+    ``unknown_job``); the leader plans its tombstone from that image; a held verbatim copy
+    of the trigger lands first, and rule 1 decides it afresh: accepted, it holds the job's
+    checkpoint state. The tombstone that lands next is junk over the holder: the state is
+    due, the leader restates it, and every compacted log of the settled log folds the full
+    log's answer."""
+    from registry.dev import exhaustive as ex
+    from registry.dev.exhaustive import _command, as_call
+    from registry.fold import fold, plan_collection
+
+    alphabet = ex.ALPHABETS["copies"]
+    w = ex._World.empty()
+    assert ex._apply(w, ("claim", "jm-1", "current"), alphabet)
+    assert ex._apply(w, ("raw", "CheckpointTriggered", "current", "leader", "a", "own"),
+                     alphabet)
+    who = w.leader()
+    assert who is not None
+    w.write([(record_key(e), e) for e in as_call(_command(w.image, "submit", "a", 1,
+                                                          who.term, who.name, 1))])
+    plan = plan_collection(w.image)
+    raw = next(r for r in w.log if type(r.event).__name__ == "CheckpointTriggered")
+    assert plan == [raw.key.decode()]
+    w.append(raw.key, raw.value, None, False)  # the held copy lands before the tombstone
+    assert w.made[-1][0].outcome == Outcome.ACCEPTED
+    w.collect(plan)
+    assert w.made[-1][0].outcome == Outcome.QUARANTINED  # junk over the holder
+    ex._settle_after(w)
+    full = w.images[-1]
+    assert not full.unsettled and full.jobs["a"].checkpoints.pending
+    recs = [r.log_record() for r in w.log]
+    keys, tombs = [r.key for r in w.log], [r.value is None for r in w.log]
+    for cut in range(len(w.log) + 1):
+        compacted = fold([recs[i] for i in ex.compacted_indices(keys, tombs, cut, len(w.log))],
+                         ex.NS)
+        assert ex._same_answer(full, compacted), (cut, ex._answer_diff(full, compacted))
