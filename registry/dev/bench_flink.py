@@ -23,6 +23,7 @@ ZooKeeper is Debian's, with Flink's session timeout at 6 s (the measured control
 from __future__ import annotations
 
 import contextlib
+import http.client
 import os
 import pathlib
 import re
@@ -33,10 +34,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from registry.dev.flink import FlinkCluster, FlinkProcess, granted_at, revoked_at
+from registry.dev.flink import FlinkCluster, FlinkProcess, LogWatcher, granted_at, revoked_at
 
 __all__ = ["BACKEND_JAR", "CancelRun", "FailoverRun", "FlinkBenchError", "backend_jar",
-           "bench_flink_failover", "cancel_then_kill", "finish_then_kill", "FINISHED_LINES", "completed_checkpoints", "running_since", "ensure_backend_jar", "fatal_cause", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
+           "bench_flink_failover", "cancel_then_kill", "finish_then_kill", "FINISHED_LINES", "STOP_POINTS", "stop_then_kill", "completed_checkpoints", "running_since", "ensure_backend_jar", "fatal_cause", "format_flink_failover", "kill_leader", "pause_leader", "PauseRun"]
 
 #: Where ``mvn -f flink-jobreg/pom.xml package`` leaves jobreg's Flink backend.
 BACKEND_JAR = pathlib.Path("flink-jobreg") / "target" / "flink-jobreg-0.1.0.jar"
@@ -128,6 +129,8 @@ class CancelRun:
     """Whether the new leader ended (a fatal error) instead of running on."""
     crash: str | None = None
     """The first line of its fatal error's cause, if it crashed."""
+    line: str | None = None
+    """The log line the leader was killed at."""
 
 
 @dataclass
@@ -316,11 +319,53 @@ def finish_then_kill(flink: FlinkCluster, job_id: str, *, at: str = "graph",
                         settle=settle, timeout=timeout, restart=restart)
 
 
+STOP_POINTS = ("triggered", "savepoint", "finished")
+"""Where :func:`stop_then_kill` kills the leader: at the Dispatcher's "Triggering
+stop-with-savepoint" line, at the savepoint's "Completed checkpoint" line (the savepoint is on
+disk, the job not yet ended), at the Dispatcher's "reached terminal state FINISHED" line."""
+
+
+def stop_then_kill(flink: FlinkCluster, job_id: str, *, drain: bool, at: str,
+                   settle: float = 8.0, timeout: float = 180.0,
+                   restart: bool = True) -> CancelRun:
+    """Stop ``job_id`` with a savepoint (``drain``: ``flink stop --drain``) and SIGKILL the
+    leader the moment its log reaches ``at`` (one of :data:`STOP_POINTS`); then watch the
+    new leader for ``settle`` s after it recovered its jobs (:attr:`CancelRun.resurrected`:
+    the job runs there)."""
+    leader = flink.leader()
+    wait_checkpoints(flink, leader, job_id, len(_completed(leader, job_id)) + 1, timeout)
+    then = None
+    if at == "triggered":
+        pattern = rf"Triggering stop-with-savepoint for job {job_id}"
+    elif at == "savepoint":
+        pattern = (rf"Triggering checkpoint (\d+) \(type=SavepointType\{{name='"
+                   rf"(?:Suspend|Terminate) Savepoint'.* for job {job_id}")
+
+        def then(line: str) -> str:
+            m = re.search(r"Triggering checkpoint (\d+)", line)
+            assert m is not None
+            return rf"Completed checkpoint {m.group(1)} for job {job_id}"
+    elif at == "finished":
+        pattern = rf"Job {job_id} {FINISHED_LINES['dispatcher']}"
+    else:
+        raise ValueError(f"at: one of {', '.join(STOP_POINTS)}, not {at!r}")
+    def start() -> None:
+        # The kill can come before the answer (the trigger line is logged while the request
+        # is served): no answer is then what the test expects.
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            flink.stop_with_savepoint(leader, job_id, drain=drain)
+
+    return _kill_at_end(flink, leader, job_id, pattern, start, f"stop ({at})",
+                        settle=settle, timeout=timeout, restart=restart, then=then)
+
+
 def _kill_at_end(flink: FlinkCluster, leader: FlinkProcess, job_id: str, pattern: str,
                  start: Callable[[], object], end: str, *, settle: float, timeout: float,
-                 restart: bool, delay_ms: float = 0.0) -> CancelRun:
+                 restart: bool, delay_ms: float = 0.0,
+                 then: Callable[[str], str] | None = None) -> CancelRun:
     """Run ``start`` and SIGKILL ``leader`` the moment its log has a line matching
-    ``pattern`` (the job's ``end``), then watch the new leader for ``settle`` s after it
+    ``pattern`` (the job's ``end``; with ``then``, the first line matching the pattern
+    ``then`` makes of that line), then watch the new leader for ``settle`` s after it
     recovered its jobs."""
     others = [jm for jm in flink.jobmanagers if jm is not leader and jm.is_running()]
 
@@ -329,13 +374,21 @@ def _kill_at_end(flink: FlinkCluster, leader: FlinkProcess, job_id: str, pattern
             time.sleep(delay_ms / 1000.0)
         flink.kill(leader)
 
-    watcher = flink.watch(leader, pattern, kill)
+    second: list[LogWatcher] = []
+
+    def arm(line: str) -> None:  # the second watcher reads on from just past the line
+        assert then is not None
+        second.append(flink.watch(leader, then(line), kill, offset=first.end))
+
+    first = flink.watch(leader, pattern, kill if then is None else arm)
     try:
         start()
-        if not watcher.wait(timeout):
+        if not first.wait(timeout) or (second and not second[0].wait(timeout)):
             raise FlinkBenchError(f"{leader.name} never logged {job_id} {end}")
     finally:
-        watcher.stop()
+        for w in (first, *second):
+            w.stop()
+    watcher = second[0] if second else first
     assert watcher.line is not None and watcher.fired_at is not None
     line_at = float(watcher.line.split(" ", 1)[0]) / 1000.0
     dirty = _job_result_file(flink, job_id)
@@ -354,7 +407,8 @@ def _kill_at_end(flink: FlinkCluster, leader: FlinkProcess, job_id: str, pattern
     run = CancelRun(job_id, (watcher.fired_at - line_at) * 1000.0 + delay_ms,
                     resurrected or state in ("RUNNING", "RESTARTING", "CREATED",
                                              "INITIALIZING"),
-                    state, dirty, crashed=not new.is_running(), crash=fatal_cause(new))
+                    state, dirty, crashed=not new.is_running(), crash=fatal_cause(new),
+                    line=watcher.line)
     if restart:
         flink.restart(leader)
     return run

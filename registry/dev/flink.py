@@ -394,23 +394,27 @@ class CheckpointInfo:
 class LogWatcher:
     """Reads a log file as it grows and calls ``action`` the moment a line matches ``pattern``.
 
-    It polls every ``interval`` s (2 ms by default) from the file's end when started; the
-    first matching line fires ``action(line)`` once, on the watcher's thread, and
-    :attr:`fired_at` is the time (``time.time()``) the action began. :meth:`wait` waits for it.
+    It polls every ``interval`` s (2 ms by default) from the file's end when started (or from
+    byte ``offset``); the first matching line fires ``action(line)`` once, on the watcher's
+    thread, :attr:`fired_at` is the time (``time.time()``) the action began and :attr:`end`
+    the byte offset just past the line (where a watcher for what follows it starts).
+    :meth:`wait` waits for it.
     """
 
     def __init__(self, path: pathlib.Path, pattern: str, action: Callable[[str], object], *,
-                 interval: float = 0.002) -> None:
+                 interval: float = 0.002, offset: int | None = None) -> None:
         self.path = path
         self.pattern = re.compile(pattern)
         self.action = action
         self.interval = interval
         self.line: str | None = None
         self.fired_at: float | None = None
+        self.end: int | None = None
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._done = threading.Event()
-        self._offset = path.stat().st_size if path.exists() else 0
+        self._offset = offset if offset is not None else (
+            path.stat().st_size if path.exists() else 0)
         self._thread = threading.Thread(target=self._run, name=f"watch {path.name}",
                                         daemon=True)
         self._thread.start()
@@ -426,14 +430,17 @@ class LogWatcher:
                 except OSError:
                     chunk = b""
                 if chunk:
+                    at = self._offset - len(pending)  # where ``pending`` begins
                     self._offset += len(chunk)
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
                     for raw in lines:
+                        at += len(raw) + 1
                         line = raw.decode("utf-8", "replace")
                         if self.pattern.search(line):
                             self.fired_at = time.time()
                             self.line = line
+                            self.end = at
                             self.action(line)
                             return
                 time.sleep(self.interval)
@@ -627,9 +634,11 @@ class FlinkCluster:
             p.log_file.rename(p.log_file.with_name(f"flink.log.{n}"))
         self._spawn(p)
 
-    def watch(self, p: FlinkProcess, pattern: str, action: Callable[[str], object]) -> LogWatcher:
-        """A :class:`LogWatcher` on ``p``'s log from now on."""
-        return LogWatcher(p.log_file, pattern, action)
+    def watch(self, p: FlinkProcess, pattern: str, action: Callable[[str], object], *,
+              offset: int | None = None) -> LogWatcher:
+        """A :class:`LogWatcher` on ``p``'s log from now on (from byte ``offset``, if given:
+        another watcher's :attr:`LogWatcher.end`)."""
+        return LogWatcher(p.log_file, pattern, action, offset=offset)
 
     # -- leadership ------------------------------------------------------------------------
 
@@ -656,10 +665,14 @@ class FlinkCluster:
 
     # -- REST --------------------------------------------------------------------------------
 
-    def rest(self, jm: FlinkProcess, path: str, method: str = "GET", timeout: float = 5.0
-             ) -> Any:
-        """The JSON answer of ``jm``'s REST endpoint to ``method path``."""
-        request = urllib.request.Request(jm.rest + path, method=method)
+    def rest(self, jm: FlinkProcess, path: str, method: str = "GET", timeout: float = 5.0,
+             body: Any = None) -> Any:
+        """The JSON answer of ``jm``'s REST endpoint to ``method path`` (with ``body`` sent
+        as JSON, if given)."""
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(jm.rest + path, data=data, method=method,
+                                         headers={} if data is None else
+                                         {"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             body = answer.read()
         return json.loads(body) if body else None
@@ -693,6 +706,20 @@ class FlinkCluster:
     def cancel(self, jm: FlinkProcess, job_id: str) -> None:
         """Ask ``jm`` to cancel the job (``PATCH /jobs/<id>?mode=cancel``)."""
         self.rest(jm, f"/jobs/{job_id}?mode=cancel", method="PATCH")
+
+    def stop_with_savepoint(self, jm: FlinkProcess, job_id: str, *, drain: bool) -> str:
+        """Ask ``jm`` to stop the job with a savepoint (``POST /jobs/<id>/stop``, what ``flink
+        stop [--drain]`` sends) into this cluster's savepoint folder; the request id of the
+        asynchronous operation."""
+        answer = self.rest(jm, f"/jobs/{job_id}/stop", method="POST",
+                           body={"drain": drain, "formatType": "CANONICAL",
+                                 "targetDirectory": self.savepoint_dir.as_uri()})
+        return str(answer["request-id"])
+
+    @property
+    def savepoint_dir(self) -> pathlib.Path:
+        """Where :meth:`stop_with_savepoint` writes savepoints."""
+        return self.root / "savepoints"
 
     def wait_for(self, what: str, check: Callable[[], Any], timeout: float = 120.0,
                  interval: float = 0.05) -> Any:

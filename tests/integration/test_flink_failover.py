@@ -23,7 +23,11 @@ last: see its docstring):
     scheduler's graph was already cancelled by its restart);
 (g) a bounded job FINISHES and the leader is SIGKILLed the moment its log says so, at the
     execution graph's line and at the Dispatcher's (seed 001's month-old finished job, issue
-    43 item 4): the new leader does not run it again, and the registry holds it FINISHED.
+    43 item 4): the new leader does not run it again, and the registry holds it FINISHED;
+(h) a job is stopped with a savepoint (with ``--drain`` and without) and the leader SIGKILLed
+    as the stop is triggered, as its savepoint completes, or as the job FINISHES: the job is
+    either running from a checkpoint on the new leader and live in jobreg, or stopped
+    (FINISHED in both), never both and never lost.
 
 Each scenario runs under both of Flink's schedulers for streaming jobs (the module's cluster is
 parametrized: ``default``, the ``DefaultScheduler``, which keeps one execution graph for a
@@ -62,6 +66,7 @@ from registry.dev.bench_flink import (
     kill_leader,
     pause_leader,
     running_since,
+    stop_then_kill,
     wait_checkpoints,
 )
 from registry.dev.flink import FlinkCluster, granted_at
@@ -481,6 +486,48 @@ def test_a_finished_job_killed_at_the_graphs_finished_line_is_never_lost(flink,
     view = registry.job(job)
     assert not view.live and view.status == "FINISHED", view
     assert run.crash is None and not run.crashed, f"the new leader ended: {run.crash}"
+
+
+@pytest.mark.parametrize(("at", "drain"), [("triggered", False), ("savepoint", True),
+                                           ("finished", False)])
+def test_a_stop_with_savepoint_killed_midway_is_stopped_or_running(flink, registry, at,
+                                                                   drain) -> None:
+    """(h) ``flink stop [--drain]`` (``POST /jobs/<id>/stop``) and a SIGKILL of the leader at
+    ``at``: as the Dispatcher triggers the stop, as the savepoint's completion is logged (the
+    savepoint on disk, the job not ended), or at the Dispatcher's FINISHED line. Until the
+    execution graph ends, the stop has not happened: the new leader runs the job again from
+    its last completed checkpoint (Flink's store never holds a savepoint:
+    ``CheckpointCoordinator`` adds only checkpoints), and jobreg holds it live; once it
+    ended, it is FINISHED in both and never runs again. Never both, never lost."""
+    job = _running_job(flink, f"stop-{at}-{'drain' if drain else 'plain'}")
+    run = stop_then_kill(flink, job, drain=drain, at=at, settle=5.0)
+    print(run)
+    _story(registry, job)
+    view = registry.job(job)
+    new = flink.leader()
+    assert run.crash is None and not run.crashed, f"the new leader ended: {run.crash}"
+    if at == "finished" or (at == "savepoint" and not view.live):
+        # (at the savepoint's line the end may have landed before the kill, which came after
+        # the line: then the stop happened)
+        assert not run.resurrected, f"the new leader ran the stopped job again ({run.new_state})"
+        assert run.new_state in (None, "FINISHED"), run
+        assert not view.live and view.status == "FINISHED", view
+        assert any(flink.savepoint_dir.rglob("_metadata")), "no savepoint written"
+        return
+    assert run.resurrected, f"the job neither stopped nor runs again ({run.new_state})"
+    flink.wait_for(f"{job} RUNNING on {new.name}",
+                   lambda: flink.job_status(new, job) == "RUNNING")
+    assert view.live and view.status == "ACTIVE", view
+    restored = [int(m.group(1)) for _, line in new.log_lines(rf"Restoring job {job} from "
+                                                             rf"Checkpoint \d+")
+                for m in [re.search(r"from Checkpoint (\d+)", line)] if m]
+    print(f"killed at {at}: runs again, restored from checkpoint {restored}")
+    assert restored, "the job ran again from no checkpoint"
+    if at == "savepoint":
+        m = re.search(r"Completed checkpoint (\d+)", run.line or "")
+        assert m is not None, run.line
+        assert restored[-1] < int(m.group(1)), (restored, run.line)
+    _agrees(flink, registry, job, above=restored[-1])
 
 
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:

@@ -38,6 +38,32 @@ def test_the_watcher_fires_once_on_the_first_matching_line_written_after_it_star
     assert watcher.fired_at is not None
 
 
+def test_a_second_watcher_reads_on_from_just_past_the_first_ones_line(tmp_path) -> None:
+    """stop_then_kill's two steps: the savepoint's trigger line names its id, and the
+    completion of that id can be in the same chunk the first watcher read; the second
+    watcher starts at :attr:`LogWatcher.end`, so it still sees it."""
+    log = tmp_path / "flink.log"
+    log.write_text("1 old - Completed checkpoint 7 for job j1\n")
+    second: list[LogWatcher] = []
+    fired: list[str] = []
+
+    def arm(line: str) -> None:
+        cp = line.split("checkpoint ")[1].split(" ")[0]
+        second.append(LogWatcher(log, rf"Completed checkpoint {cp} for job j1", fired.append,
+                                 offset=first.end))
+
+    first = LogWatcher(log, r"Triggering checkpoint \d+ .*Savepoint", arm)
+    with log.open("a") as f:  # one write: one chunk holds both lines
+        f.write("2 new - Triggering checkpoint 7 (type=Savepoint) for job j1\n"
+                "3 new - Completed checkpoint 7 for job j1\n")
+    assert first.wait(10)
+    assert second and second[0].wait(10)
+    for w in (first, *second):
+        w.stop()
+    assert fired == ["3 new - Completed checkpoint 7 for job j1"]
+    assert first.end == len(log.read_bytes().split(b"3 new")[0])
+
+
 def test_a_log_line_carries_its_time_in_epoch_milliseconds() -> None:
     assert _line_time("1795879663597 15:27:43,597 INFO x") == pytest.approx(1795879663.597)
     assert _line_time("at java.base/...") != _line_time("at java.base/...")  # NaN
