@@ -85,6 +85,7 @@ from .events import (
     JobEvent,
     JobLockReleased,
     JobRecoveryFailed,
+    JobRescaled,
     JobRestarted,
     JobStatus,
     JobSubmitted,
@@ -93,6 +94,7 @@ from .events import (
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
+    VertexParallelism,
     as_call,
     new_event_id,
     now_ms,
@@ -108,6 +110,7 @@ from .fold import (
     leader_information_error,
     plan_collection,
     plan_reassertions,
+    requirements_error,
 )
 from .folded import FoldedLog
 from .forensics import BrokerSource, DumpSource, Forensics, TermSummary
@@ -992,6 +995,35 @@ class Term:
         return self._checkpoint(JobRestarted, job_id, view.checkpoints.last_completed,
                                 reason=reason)
 
+    def rescale(self, job_id: str,
+                requirements: Mapping[str, tuple[int, int]] | Iterable[VertexParallelism],
+                reason: str = "") -> Receipt:
+        """Set the job's resource requirements (Flink's ``putJobResourceRequirements``): a
+        :class:`~registry.events.JobRescaled` whose state holds them, a fenced record of its
+        own that every later checkpoint record of the job carries on, so a new leader
+        recovers them whatever the cleaner removed (fold rule 6). ``requirements``: vertex
+        id -> (lower bound, upper bound), or :class:`~registry.events.VertexParallelism`
+        values; -1 leaves a bound to the scheduler; empty: none set. Raises
+        :class:`~registry.errors.ConfigError` for requirements the fold would refuse
+        (:func:`registry.fold.requirements_error`), and as every write of a job."""
+        if isinstance(requirements, Mapping):
+            try:
+                values = [VertexParallelism(v, *bounds) for v, bounds in requirements.items()]
+            except TypeError as e:
+                raise ConfigError(f"requirements map a vertex id to (lower, upper): {e}") \
+                    from None
+        else:
+            values = list(requirements)
+        if not all(isinstance(v, VertexParallelism) for v in values):
+            raise ConfigError("requirements are VertexParallelism values or a mapping of "
+                              "vertex id -> (lower, upper)")
+        ordered = tuple(sorted(values, key=lambda v: str(v.vertex_id)))
+        error = requirements_error(ordered)
+        if error is not None:
+            raise ConfigError(f"cannot rescale job {job_id!r}: {error}")
+        return self._checkpoint(JobRescaled, job_id, UNKNOWN_CHECKPOINT, reason=reason,
+                                requirements=ordered)
+
     def checkpoint_discarded(self, job_id: str, checkpoint_id: int, reason: str = "") -> Receipt:
         """The coordinator gave the checkpoint up; later failures of it are ignored."""
         return self._checkpoint(CheckpointDiscarded, job_id, checkpoint_id, reason=reason)
@@ -1063,7 +1095,8 @@ class Term:
             return self.registry.blob_store
         return None
 
-    def _checkpoint(self, kind: type[CheckpointEvent], job_id: str, checkpoint_id: int,
+    def _checkpoint(self, kind: type[CheckpointEvent], job_id: str, checkpoint_id: int, *,
+                    requirements: Any = (),  # tuple[VertexParallelism, ...]: rescale's
                     **payload: object) -> Receipt:
         if type(checkpoint_id) is not int:
             raise ConfigError(f"checkpoint ids are integers, not {checkpoint_id!r}")
@@ -1080,7 +1113,8 @@ class Term:
                                            retained=retained,
                                            failure_reason=str(payload.get("failure_reason",
                                                                           "UNSPECIFIED")),
-                                           counts=payload.get("reason_counts"))  # type: ignore[arg-type]
+                                           counts=payload.get("reason_counts"),  # type: ignore[arg-type]
+                                           requirements=requirements)
             except CheckpointRuleViolation:  # the fold refuses it, with its reason, in the log
                 state = replace(before, seq=before.seq + 1)
             return state

@@ -32,9 +32,12 @@ __all__ = [
     "FLINK_RELEASE",
     "EMPTY_CHECKPOINTS",
     "EVENT_TYPES",
+    "MAX_PARALLELISM",
+    "MAX_REQUIREMENTS",
     "MEMBER_TYPES",
     "NESTED_TYPES",
     "UNKNOWN_CHECKPOINT",
+    "VertexParallelism",
     "as_call",
     "CallCommitted",
     "CheckpointCompleted",
@@ -55,6 +58,7 @@ __all__ = [
     "JobLockReleased",
     "JobReasserted",
     "JobRecoveryFailed",
+    "JobRescaled",
     "JobRestarted",
     "JobStatus",
     "JobSubmitted",
@@ -120,6 +124,29 @@ class CompletedCheckpoint:
     location: str
 
 
+MAX_PARALLELISM = 32768
+"""The highest parallelism a vertex can have (Flink's
+``KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM``)."""
+
+MAX_REQUIREMENTS = 512
+"""The most vertices one :class:`JobRescaled` may name: every later checkpoint record of the
+job carries them (about 40 bytes a vertex), so a larger graph is refused, not carried."""
+
+
+@dataclass(frozen=True, slots=True)
+class VertexParallelism:
+    """The parallelism a coordinator asked for one vertex of a job (Flink's
+    ``JobVertexResourceRequirements.Parallelism``, written by ``putJobResourceRequirements``):
+    ``vertex_id`` its 32 lower-case hex digits (Flink's ``JobVertexID``), the bounds between
+    1 and :data:`MAX_PARALLELISM`, or -1 for a bound left to the scheduler (lower: 1, upper:
+    the vertex's maximum parallelism), the lower never above the upper (fold rule 6,
+    :func:`registry.rules.requirements_error`)."""
+
+    vertex_id: str
+    lower_bound: int
+    upper_bound: int
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointState:
     """A job's checkpoint bookkeeping after an event (rule 6 of the fold).
@@ -133,6 +160,12 @@ class CheckpointState:
     failures in the trigger phase (no id) since then. Every id triggered stays in one of
     them until a newer one completes, so :attr:`newest_id` never goes back. All id tuples
     are sorted, so equal states compare equal.
+
+    ``requirements``: the resource requirements of the job's newest accepted
+    :class:`JobRescaled` (sorted by vertex; empty: none set, the graph's own). They are part
+    of this state so that the records every later checkpoint event carries keep them, and
+    the fold's keeping of the record a job's state stands on keeps them through every
+    compaction (rule 6): a rescale is never undone by the cleaner nor by a stale leader.
     """
 
     seq: int = 0
@@ -142,6 +175,7 @@ class CheckpointState:
     discarded: tuple[int, ...] = ()
     counted: tuple[int, ...] = ()
     unknown_failures: int = 0
+    requirements: tuple[VertexParallelism, ...] = ()
 
     @property
     def newest_id(self) -> int:
@@ -506,6 +540,21 @@ class JobRestarted(CheckpointEvent):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class JobRescaled(CheckpointEvent):
+    """The coordinator set the job's resource requirements (Flink's adaptive scheduler:
+    ``ExecutionPlanWriter.putJobResourceRequirements``, what ``PUT
+    /jobs/<id>/resource-requirements`` and the Kubernetes operator's autoscaler call) to
+    ``state.requirements``; nothing else of the checkpoint state changes. A fenced record of
+    its own, on the job's checkpoint record keys (rule 6), never a replace of the graph:
+    the next leader recovers the graph as submitted with these requirements.
+    ``checkpoint_id`` is always :data:`UNKNOWN_CHECKPOINT` (a rescale names none)."""
+
+    TYPE: ClassVar[str] = "JobRescaled"
+
+    reason: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointDiscarded(CheckpointEvent):
     """The coordinator gave checkpoint ``checkpoint_id`` up; late failures of it do not count."""
 
@@ -609,6 +658,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         JobRestarted,
         JobCleanedUp,
         LeaderInformationPublished,
+        JobRescaled,
     )
 }
 """Event type name (the Avro record name without namespace) -> dataclass."""
@@ -643,5 +693,6 @@ NESTED_TYPES: dict[str, type] = {
     "GraphRef": GraphRef,
     "CheckpointState": CheckpointState,
     "CompletedCheckpoint": CompletedCheckpoint,
+    "VertexParallelism": VertexParallelism,
 }
 """Records nested inside events (Avro name without namespace) -> dataclass."""

@@ -61,7 +61,7 @@ from .errors import (
     UnknownJob,
     WriteRejected,
 )
-from .events import GraphRef, InlineGraph, JobStatus
+from .events import GraphRef, InlineGraph, JobStatus, VertexParallelism
 from .image import Image, JobView
 
 __all__ = [
@@ -127,6 +127,7 @@ class BridgeError(Exception):
 # -- parsing ------------------------------------------------------------------------------
 
 _STR, _INT, _OPT_STR, _MAYBE_INT = "str", "int", "str|null", "int, optional"
+_VERTICES = "a list of {vertex: str, lower: int, upper: int}"
 
 _OPS: Final[dict[str, dict[str, str]]] = {
     "contend": {}, "withdraw": {},
@@ -142,6 +143,8 @@ _OPS: Final[dict[str, dict[str, str]]] = {
     "counter_set": {"job": _STR, "value": _INT},
     "job_terminal": {"job": _STR, "status": _STR},
     "plan_failed": {"job": _STR, "error": _STR},
+    "plan_rescale": {"job": _STR, "requirements": _VERTICES},
+    "plan_requirements": {"job": _STR},
     "result_create": {"job": _STR, "status": _STR}, "result_clean": {"job": _STR},
     "result_has": {"job": _STR}, "results_dirty": {},
 }
@@ -170,6 +173,10 @@ def _type_ok(kind: str, value: object) -> bool:
         return _is_int(value)
     if kind == _OPT_STR:
         return value is None or isinstance(value, str)
+    if kind == _VERTICES:
+        return isinstance(value, list) and all(
+            isinstance(v, dict) and isinstance(v.get("vertex"), str)
+            and _is_int(v.get("lower")) and _is_int(v.get("upper")) for v in value)
     return isinstance(value, str)
 
 
@@ -846,6 +853,30 @@ class Bridge:
         reason = _one_line(error) or "the execution plan could not be recovered"
         lead.term.recovery_failed(job, reason)
         return {}
+
+    def op_plan_rescale(self, job: str, requirements: list[dict[str, Any]]) -> dict[str, Any]:
+        """Flink's ``putJobResourceRequirements`` (the adaptive scheduler's rescale): a
+        :class:`~registry.events.JobRescaled` of the job (:meth:`Term.rescale`), a fenced
+        record of its own; the plan Flink stored is never replaced, and
+        :meth:`op_plan_requirements` gives the next leader these requirements to apply to it.
+        Bad requirements ``Invalid`` (one line, the fold's own statement of what is bad),
+        unknown job ``NotExist``, ended job ``AlreadyExists``."""
+        wanted = [VertexParallelism(r["vertex"], r["lower"], r["upper"]) for r in requirements]
+        lead = self._term()
+        view = self._leaders_view(job)
+        if not view.live:
+            raise BridgeError("AlreadyExists", f"job {job!r} is {view.status}: an ended job "
+                                               "is not rescaled")
+        self._written(lead.term.rescale(job, wanted, reason="putJobResourceRequirements"))
+        return {}
+
+    def op_plan_requirements(self, job: str) -> dict[str, Any]:
+        """The job's resource requirements as its newest rescale set them (empty: none set,
+        the plan's own), as the log has them now: what a recovered plan is given."""
+        view = self._job(job)
+        return {"requirements": [{"vertex": r.vertex_id, "lower": r.lower_bound,
+                                  "upper": r.upper_bound}
+                                 for r in view.checkpoints.requirements]}
 
     def op_result_create(self, job: str, status: str) -> dict[str, Any]:
         if not self._end(job, status):

@@ -37,6 +37,7 @@ from .rules import (
     fencing_detail,
     fencing_reason,
     leader_information_error,
+    requirements_error,
 )
 from .wire import Codec, default_codec
 
@@ -57,6 +58,7 @@ __all__ = [
     "plan_collection",
     "plan_reassertions",
     "replay",
+    "requirements_error",
 ]
 
 

@@ -8,7 +8,9 @@ removed. The shapes, field by field, are in the README ("JSON output"):
   ``error``, ``graph`` (``{"kind": "inline", "size"}`` or ``{"kind": "blob",
   "uri", "sha256", "size"}`` or ``null``), ``max_checkpoint_failures``,
   ``retained_checkpoints``, ``consecutive_failures``, ``over_budget``,
-  ``checkpoints`` (the retained completed ones: ``[{"checkpoint_id", "location"}]``);
+  ``checkpoints`` (the retained completed ones: ``[{"checkpoint_id", "location"}]``),
+  ``requirements`` (its newest rescale's: ``[{"vertex_id", "lower_bound", "upper_bound"}]``,
+  empty: none set);
 * a **decision** (:func:`decision_json`): the fields of
   :class:`~registry.image.Decision` plus ``time`` (UTC ISO 8601 of ``timestamp``)
   and ``accepted``;
@@ -90,6 +92,9 @@ def job_json(view: JobView) -> dict[str, Any]:
         "over_budget": view.over_budget,
         "checkpoints": [{"checkpoint_id": c.checkpoint_id, "location": c.location}
                         for c in view.latest_checkpoints],
+        "requirements": [{"vertex_id": r.vertex_id, "lower_bound": r.lower_bound,
+                          "upper_bound": r.upper_bound}
+                         for r in view.checkpoints.requirements],
         "reason": view.reason,
         "dirty": view.dirty,
     }

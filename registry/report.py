@@ -208,6 +208,7 @@ _TYPE_SYMBOL = {
     "JobReasserted": "reassert",
     "JobRecoveryFailed": "recovery",
     "JobRestarted": "restart",
+    "JobRescaled": "rescale",
     "JobCleanedUp": "cleaned",
     "CheckpointTriggered": "cp-triggered",
     "CheckpointCompleted": "cp-completed",
@@ -651,8 +652,8 @@ class _Page:
         counts: Counter[str] = Counter()
         for d in self.forensics.by_job.get(job, []):
             if self._in_window(d.timestamp):
-                if d.outcome == Outcome.ACCEPTED and d.event_type in ("JobRecoveryFailed",
-                                                                      "JobRestarted"):
+                if d.outcome == Outcome.ACCEPTED and d.event_type in (
+                        "JobRecoveryFailed", "JobRestarted", "JobRescaled"):
                     counts[d.event_type] += 1
                 else:
                     counts[d.outcome] += 1
@@ -668,7 +669,7 @@ class _Page:
                                             if counts["JobRecoveryFailed"] > 1 else ""))
         for key, one in ((Outcome.REJECTED, "refused write"), (Outcome.IGNORED, "ignored record"),
                          (Outcome.QUARANTINED, "quarantined record"),
-                         ("JobRestarted", "restart")):
+                         ("JobRestarted", "restart"), ("JobRescaled", "rescale")):
             if counts[key]:
                 out.append(_count(counts[key], one))
         if view is not None and view.over_budget:

@@ -139,7 +139,10 @@ Rules, in the order the fold applies them to one record of this namespace:
    id -1) each time; a completion resets the count and keeps the newest
    :func:`checkpoints_retained` (its own ``retained``, else the job's
    ``retained_checkpoints``); a ``JobRestarted`` resets the count, discards
-   the pending checkpoints and keeps the retained ones. Each record carries the job's
+   the pending checkpoints and keeps the retained ones; a ``JobRescaled`` sets the state's
+   ``requirements`` (the job's resource requirements, :func:`requirements_error` says what is
+   refused ``bad_requirements``, also of a state taken whole) and nothing else, and every
+   other record keeps them. Each record carries the job's
    checkpoint state after it and its sequence number ``seq``: the fold
    computes the state itself and refuses a record whose state differs
    (``checkpoint_state_mismatch``) or whose ``seq`` is not the next one
@@ -238,6 +241,8 @@ from .events import (
     COUNTED_FAILURE_REASONS,
     EMPTY_CHECKPOINTS,
     FLINK_RELEASE,
+    MAX_PARALLELISM,
+    MAX_REQUIREMENTS,
     UNKNOWN_CHECKPOINT,
     CallCommitted,
     CheckpointCompleted,
@@ -255,6 +260,7 @@ from .events import (
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    JobRescaled,
     JobRestarted,
     JobStatus,
     JobSubmitted,
@@ -263,6 +269,7 @@ from .events import (
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
+    VertexParallelism,
 )
 from .image import (
     CheckpointRecords,
@@ -298,6 +305,7 @@ __all__ = [
     "CheckpointRuleViolation",
     "Delta",
     "checkpoint_step",
+    "requirements_error",
     "failure_reason_counts",
     "recorded_counts",
     "fencing_detail",
@@ -462,8 +470,9 @@ def checkpoints_retained(own: object, job_retained: int) -> int:
 def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpoint_id: int,
                     *, location: str = "", retained: int = 1,
                     failure_reason: str = "UNSPECIFIED", counts: bool | None = None,
-                    legacy: bool = False,
-                    keep_ids: bool = True) -> tuple[CheckpointState, str | None]:
+                    legacy: bool = False, keep_ids: bool = True,
+                    requirements: tuple[VertexParallelism, ...] = (),
+                    ) -> tuple[CheckpointState, str | None]:
     """Rule 6: the checkpoint state after one event, and why it was ignored (``None``: it counted).
 
     Pure; the fold applies it, and the client calls it to compute the state
@@ -488,8 +497,21 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
     triggered twice (issue 42, finding 5). ``keep_ids=False`` is the rule before that, under
     which records of an older jobreg carried their states: the fold accepts a state either
     rule gives.
+
+    A :class:`~registry.events.JobRescaled` sets the state's ``requirements`` and nothing
+    else (its ``checkpoint_id`` must be :data:`~registry.events.UNKNOWN_CHECKPOINT`, the
+    requirements pass :func:`requirements_error`); every other event keeps them.
     """
     cp = checkpoint_id
+    if kind is JobRescaled:
+        if cp != UNKNOWN_CHECKPOINT:
+            raise CheckpointRuleViolation(
+                "bad_requirements", f"a rescale names checkpoint {cp}; it names none (-1)")
+        error = requirements_error(requirements)
+        if error is not None:
+            raise CheckpointRuleViolation("bad_requirements", error)
+        return dataclasses.replace(state, seq=state.seq + 1,
+                                   requirements=tuple(requirements)), None
     if kind is CheckpointFailed and counts is None:
         counts = failure_reason_counts(failure_reason)
     last = state.last_completed
@@ -504,7 +526,8 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
         # Flink aborts the pending checkpoints when it fails the job over: discarded here
         # (and the counted ones, no longer counted, stay known as ended).
         ended = discarded | pending | (counted if keep_ids else set())
-        return CheckpointState(seq, last, state.retained, (), tuple(sorted(ended)), (), 0), None
+        return CheckpointState(seq, last, state.retained, (), tuple(sorted(ended)), (), 0,
+                               state.requirements), None
     if kind is CheckpointFailed and cp == UNKNOWN_CHECKPOINT:
         if counts:
             unknown += 1
@@ -529,7 +552,7 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
         ended = discarded | (counted if keep_ids else set())  # no longer counted: ended
         return CheckpointState(
             seq, cp, retained_cps[-max(retained, 1):], tuple(sorted(p for p in pending if p > cp)),
-            tuple(sorted(d for d in ended if d > cp)), (), 0), None
+            tuple(sorted(d for d in ended if d > cp)), (), 0, state.requirements), None
     elif kind is CheckpointFailed:
         if cp in counted:
             why = f"a failure of checkpoint {cp} was already counted"
@@ -552,7 +575,44 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
             pending.discard(cp)
             why = None
     return CheckpointState(seq, last, state.retained, tuple(sorted(pending)),
-                           tuple(sorted(discarded)), tuple(sorted(counted)), unknown), why
+                           tuple(sorted(discarded)), tuple(sorted(counted)), unknown,
+                           state.requirements), why
+
+
+def requirements_error(requirements: object) -> str | None:
+    """Why ``requirements`` are not a job's resource requirements (``None``: they are): a
+    tuple of at most :data:`~registry.events.MAX_REQUIREMENTS`
+    :class:`~registry.events.VertexParallelism`, sorted by vertex id and each vertex once,
+    every id 32 lower-case hex digits (a Flink ``JobVertexID``), every bound -1 (left to the
+    scheduler) or 1 to :data:`~registry.events.MAX_PARALLELISM`, a lower bound never above
+    its upper bound. Flink's ``JobResourceRequirements.validate`` checks the same bounds
+    against the graph (and each bound against the vertex's maximum parallelism, which only
+    the graph knows). The fold refuses a rescale that fails it (``bad_requirements``), and
+    the writer refuses it before it is written; one statement for both."""
+    if not isinstance(requirements, tuple):
+        return f"requirements are a tuple of VertexParallelism, not {type(requirements).__name__}"
+    if len(requirements) > MAX_REQUIREMENTS:
+        return (f"requirements name {len(requirements)} vertices; at most "
+                f"{MAX_REQUIREMENTS} are carried")
+    previous = None
+    for r in requirements:
+        if not isinstance(r, VertexParallelism):
+            return f"requirements hold VertexParallelism, not {type(r).__name__}"
+        v = r.vertex_id
+        if type(v) is not str or len(v) != 32 or v.strip("0123456789abcdef"):
+            return f"vertex id {v!r} is not 32 lower-case hex digits (a Flink JobVertexID)"
+        if previous is not None and v <= previous:
+            return (f"vertex {v} comes after {previous}: requirements are sorted by vertex, "
+                    "each vertex once")
+        previous = v
+        for name, bound in (("lower", r.lower_bound), ("upper", r.upper_bound)):
+            if type(bound) is not int or not (bound == -1 or 1 <= bound <= MAX_PARALLELISM):
+                return (f"the {name} bound {bound!r} of vertex {v} is neither -1 (left to the "
+                        f"scheduler) nor 1 to {MAX_PARALLELISM}")
+        if r.lower_bound != -1 and r.upper_bound != -1 and r.lower_bound > r.upper_bound:
+            return (f"the lower bound {r.lower_bound} of vertex {v} is above its upper bound "
+                    f"{r.upper_bound}")
+    return None
 
 
 def _newest(kept: tuple[Decision, ...], new: list[Decision]) -> tuple[Decision, ...]:
@@ -1525,6 +1585,9 @@ class Delta:
         ``seq`` whose ids were not older was taken: tests/unit/test_stale_restatement_issue42.)"""
         carried, cur = e.checkpoints, job.checkpoints if job is not None else None
         if cur is None or carried.seq >= cur.seq:
+            error = requirements_error(carried.requirements)
+            if error is not None:
+                raise _Verdict("bad_requirements", error)
             return carried
         self._restate = True
         return cur
@@ -1609,6 +1672,12 @@ class Delta:
                 raise _Verdict("checkpoint_id_not_increasing", f"checkpoint record {seq} of "
                                f"job {e.job_id!r} carries state {e.state}, which takes the "
                                f"job's checkpoint ids back from {cur}")
+            error = requirements_error(e.state.requirements)
+            if error is None and isinstance(e, JobRescaled) \
+                    and e.checkpoint_id != UNKNOWN_CHECKPOINT:
+                error = f"a rescale names checkpoint {e.checkpoint_id}; it names none (-1)"
+            if error is not None:
+                raise _Verdict("bad_requirements", error)
             self._jobs[e.job_id] = job._replace(checkpoints=e.state)
             return None
         if seq <= cur.seq:
@@ -1623,7 +1692,8 @@ class Delta:
                                              job.retained_checkpoints),
                 failure_reason=getattr(e, "failure_reason", "UNSPECIFIED"),
                 counts=recorded_counts(failed) if failed else None,
-                legacy=failed is not None and e.schema_version < 2)
+                legacy=failed is not None and e.schema_version < 2,
+                requirements=e.state.requirements)
             new, why = step()
             if new != e.state and not self._ends_keyed:
                 # A state as a jobreg before ids were kept computed it; never once a grant
@@ -1831,6 +1901,7 @@ _RULES: dict[type[Event], Callable[[Delta, Any, LogRecord], Any]] = {
     CheckpointFailed: Delta._job_write,
     CheckpointDiscarded: Delta._job_write,
     JobRestarted: Delta._job_write,
+    JobRescaled: Delta._job_write,
 }
 """Event type -> its rule: the one statement of what a record of that type does."""
 
@@ -1848,5 +1919,6 @@ _EFFECTS: dict[type[Event], Callable[[Delta, Any, JobView | None], str | None]] 
     CheckpointFailed: Delta._checkpoint,
     CheckpointDiscarded: Delta._checkpoint,
     JobRestarted: Delta._checkpoint,
+    JobRescaled: Delta._checkpoint,
 }
 """Job event type -> the effect of an accepted (fenced) record on the job."""

@@ -93,6 +93,7 @@ from .events import (
     CompletedCheckpoint,
     GraphRef,
     InlineGraph,
+    VertexParallelism,
     now_ms,
 )
 from .files import atomic_write
@@ -190,6 +191,7 @@ _RECORD_TYPES: tuple[type, ...] = (
     GraphRef,
     CheckpointState,
     CompletedCheckpoint,
+    VertexParallelism,  # a job's resource requirements (CheckpointState.requirements)
     LogRecord,  # the records of calls waiting for their commit (Image.calls)
     LeaderInfo,  # the current term's leader information (Image.leaders)
     CheckpointRecords,  # the checkpoint records under keys of their own (fold rule 6)

@@ -240,6 +240,48 @@ def test_a_plan_that_cannot_be_recovered_fails_its_job_alone(bridges, connect) -
     assert reg.job(JOB).status == "CANCELLED"
 
 
+def test_a_rescale_is_a_fenced_record_the_next_leader_reads(bridges, connect) -> None:
+    """Issue 43 item 1 through the bridge: ``plan_rescale`` (Flink's
+    ``putJobResourceRequirements``) writes a ``JobRescaled``; the plan's pointer stays as
+    submitted, checkpoints after it keep the requirements, and the other bridge, leading
+    next, reads them (``plan_requirements``); a standby, a bad request, an unknown and an
+    ended job are refused in one line."""
+    v1, v2 = "1" * 32, "2" * 32
+    standby = bridges("rs", "jm-2")
+    b = bridges("rs", "jm-1")
+    _lead(b)
+    assert b.ok("store_add", store="plans", name=JOB, pointer="file:/ha/submittedPlan-a") \
+        == {"version": 0}
+    assert b.ok("plan_requirements", job=JOB) == {"requirements": []}
+    wanted = [{"vertex": v1, "lower": 1, "upper": 4}, {"vertex": v2, "lower": -1, "upper": 2}]
+    assert b.ok("plan_rescale", job=JOB, requirements=wanted[::-1]) == {}
+    assert standby.error("plan_rescale", job=JOB, requirements=[]) == "NotLeader"
+    assert b.ok("counter_next", job=JOB) is not None
+    assert b.ok("store_add", store=f"checkpoints/{JOB}", name="/0000000000000000001",
+                pointer="file:/ha/cp-1") == {"version": 0}
+    assert b.ok("plan_requirements", job=JOB) == {"requirements": wanted}
+    assert b.ok("store_get", store="plans", name=JOB)["pointer"] == "file:/ha/submittedPlan-a"
+    reg = connect("rs")
+    assert [d.event_type for d in reg.timeline(JOB)].count("JobRescaled") == 1
+    assert [(r.vertex_id, r.lower_bound, r.upper_bound)
+            for r in reg.job(JOB).checkpoints.requirements] == [(v1, 1, 4), (v2, -1, 2)]
+    for bad, why in (([{"vertex": v1, "lower": 3, "upper": 2}], "above its upper bound"),
+                     ([{"vertex": "v", "lower": 1, "upper": 1}], "32 lower-case hex"),
+                     ([{"vertex": v1, "lower": 1}], "must be a list")):
+        answer = b.call("plan_rescale", job=JOB, requirements=bad)
+        assert answer["error"] == "Invalid" and why in answer["message"], answer
+        assert "\n" not in answer["message"]
+    assert b.error("plan_rescale", job="c" * 32, requirements=[]) == "NotExist"
+    assert b.error("plan_requirements", job="c" * 32) == "NotExist"
+    # The leader goes; the standby leads and reads what the rescale set.
+    assert standby.ok("contend") == {}
+    b.stop()
+    standby.event("granted")
+    assert standby.ok("plan_requirements", job=JOB) == {"requirements": wanted}
+    assert standby.ok("job_terminal", job=JOB, status="FINISHED") == {}
+    assert standby.error("plan_rescale", job=JOB, requirements=wanted) == "AlreadyExists"
+
+
 def test_grants_and_revocations_alternate_and_a_withdrawn_bridge_stops(bridges) -> None:
     b = bridges("alt", "jm-1")
     first = _lead(b)

@@ -57,6 +57,7 @@ from registry.events import (
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    JobRescaled,
     JobRestarted,
     JobStatus,
     JobSubmitted,
@@ -65,6 +66,7 @@ from registry.events import (
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
+    VertexParallelism,
 )
 
 SCHEMAS = files("registry.schemas")
@@ -92,6 +94,8 @@ checkpoint_states = st.builds(
     discarded=id_tuples,
     counted=id_tuples,
     unknown_failures=longs,
+    requirements=st.lists(st.builds(VertexParallelism, texts, ints, ints),
+                          max_size=3).map(tuple),
 )
 ENVELOPE = {
     "event_id": st.one_of(st.uuids().map(str), texts),
@@ -160,6 +164,12 @@ PAYLOAD: dict[type[Event], dict[str, st.SearchStrategy[Any]]] = {
         "failure_reason": st.sampled_from(CHECKPOINT_FAILURE_REASONS),
         "task": st.none() | texts,
         "reason_counts": st.none() | st.booleans(),
+    },
+    JobRescaled: {
+        "job_id": texts,
+        "checkpoint_id": longs,
+        "state": checkpoint_states,
+        "reason": texts,
     },
     JobRestarted: {
         "job_id": texts,
@@ -472,7 +482,8 @@ def test_every_avsc_parses_and_is_named_after_its_file() -> None:
         p.name[: -len(".avsc")]: json.loads(p.read_text("utf-8")) for p in _avsc_files()
     }
     shared = ("jobreg.Envelope", "jobreg.InlineGraph", "jobreg.GraphRef",
-              "jobreg.CompletedCheckpoint", "jobreg.CheckpointState")  # dependency order
+              "jobreg.CompletedCheckpoint", "jobreg.VertexParallelism",
+              "jobreg.CheckpointState")  # dependency order
     enums = ("jobreg.CheckpointFailureReason",)  # plain strings in the dataclasses
     expected = set(shared) | set(enums) | {f"jobreg.{t}" for t in EVENT_TYPES}
     assert set(texts_by_name) == expected

@@ -6,10 +6,15 @@ package org.jobreg.flink;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.runtime.jobgraph.JobResourceRequirements;
+import org.apache.flink.runtime.jobgraph.JobVertexID;
+import org.apache.flink.runtime.jobgraph.JobVertexResourceRequirements;
 import org.apache.flink.runtime.jobmanager.ExecutionPlanStore;
 import org.apache.flink.streaming.api.graph.ExecutionPlan;
 import org.apache.flink.util.ExceptionUtils;
 
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ArrayNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.JsonNodeFactory;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.node.ObjectNode;
 
 import org.slf4j.Logger;
@@ -56,8 +61,9 @@ public class JobregExecutionPlanStore implements ExecutionPlanStore {
 
     @Override
     public ExecutionPlan recoverExecutionPlan(JobID jobId) throws Exception {
+        ExecutionPlan plan;
         try {
-            return delegate.recoverExecutionPlan(jobId);
+            plan = delegate.recoverExecutionPlan(jobId);
         } catch (Exception failure) {
             if (failure instanceof InterruptedException
                     || ExceptionUtils.findThrowable(failure, JobregBridgeException.class)
@@ -89,6 +95,37 @@ public class JobregExecutionPlanStore implements ExecutionPlanStore {
                     describe(failure));
             return null;
         }
+        if (plan != null) {
+            withRecordedRequirements(jobId, plan);
+        }
+        return plan;
+    }
+
+    /**
+     * Gives the recovered plan the requirements of the job's newest rescale in jobreg (none
+     * set: the plan as submitted). A failure to read them is the registry's and is thrown, as
+     * a plan recovered without them would run at the parallelism the rescale replaced.
+     */
+    private void withRecordedRequirements(JobID jobId, ExecutionPlan plan) throws Exception {
+        ObjectNode request = JobregBridge.request("plan_requirements");
+        request.put("job", jobId.toHexString());
+        JsonNode recorded = bridge.call(request).path("requirements");
+        if (recorded.size() == 0) {
+            return;
+        }
+        JobResourceRequirements.Builder requirements = JobResourceRequirements.newBuilder();
+        for (JsonNode vertex : recorded) {
+            requirements.setParallelismForJobVertex(
+                    JobVertexID.fromHexString(vertex.path("vertex").asText()),
+                    vertex.path("lower").asInt(),
+                    vertex.path("upper").asInt());
+        }
+        JobResourceRequirements.writeToExecutionPlan(plan, requirements.build());
+        LOG.info(
+                "Execution plan of job {} recovered with the resource requirements of its"
+                        + " newest rescale in jobreg: {}",
+                jobId,
+                recorded);
     }
 
     /** The failure and its deepest cause, on one line. */
@@ -124,10 +161,29 @@ public class JobregExecutionPlanStore implements ExecutionPlanStore {
         delegate.putExecutionPlan(executionPlan);
     }
 
+    /**
+     * A rescale as a fenced record of its own ({@code plan_rescale}: a {@code JobRescaled} in
+     * jobreg), never a replace of the stored plan (what Flink's {@code DefaultExecutionPlanStore}
+     * does): the plan's file stays as submitted, and {@link #recoverExecutionPlan} gives a new
+     * leader's plan the requirements jobreg holds. A bridge that does not lead answers {@code
+     * NotLeader} or {@code Fenced}, and the Dispatcher fails the request.
+     */
     @Override
     public void putJobResourceRequirements(
             JobID jobId, JobResourceRequirements jobResourceRequirements) throws Exception {
-        delegate.putJobResourceRequirements(jobId, jobResourceRequirements);
+        ArrayNode vertices = JsonNodeFactory.instance.arrayNode();
+        for (JobVertexID vertex : jobResourceRequirements.getJobVertices()) {
+            JobVertexResourceRequirements.Parallelism parallelism =
+                    jobResourceRequirements.getParallelism(vertex);
+            ObjectNode entry = vertices.addObject();
+            entry.put("vertex", vertex.toHexString());
+            entry.put("lower", parallelism.getLowerBound());
+            entry.put("upper", parallelism.getUpperBound());
+        }
+        ObjectNode request = JobregBridge.request("plan_rescale");
+        request.put("job", jobId.toHexString());
+        request.set("requirements", vertices);
+        bridge.call(request);
     }
 
     @Override

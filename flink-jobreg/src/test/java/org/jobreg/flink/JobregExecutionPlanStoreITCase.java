@@ -10,6 +10,7 @@ import org.apache.flink.runtime.blob.BlobUtils;
 import org.apache.flink.runtime.highavailability.FileSystemApplicationResultStore;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobgraph.JobGraphTestUtils;
+import org.apache.flink.runtime.jobgraph.JobResourceRequirements;
 import org.apache.flink.runtime.jobgraph.JobVertex;
 import org.apache.flink.runtime.jobmanager.ExecutionPlanStore;
 import org.apache.flink.runtime.testtasks.NoOpInvokable;
@@ -146,6 +147,58 @@ class JobregExecutionPlanStoreITCase {
         ProcessHandle.of(previous.getBridge().pid()).ifPresent(ProcessHandle::destroyForcibly);
         previous.getBridge().closedFuture().get(30, TimeUnit.SECONDS);
         return leadingServices();
+    }
+
+    /**
+     * Issue 43 item 1: the adaptive scheduler's rescale ({@code putJobResourceRequirements}) is
+     * a fenced record of its own in jobreg, not a replace of the stored plan; the next leader
+     * recovers the plan with the newest requirements, a second rescale replacing the first. A
+     * store whose bridge does not lead is refused and changes nothing.
+     */
+    @Test
+    void testARescaleSurvivesTheLeadersDeathAndAStandbyCannotRescale() throws Exception {
+        JobregHaServices first = leadingServices();
+        ExecutionPlanStore plans = started(first.getExecutionPlanStore());
+        JobVertex source = new JobVertex("source");
+        source.setInvokableClass(NoOpInvokable.class);
+        JobVertex sink = new JobVertex("sink");
+        sink.setInvokableClass(NoOpInvokable.class);
+        JobGraph graph = JobGraphTestUtils.streamingJobGraph(source, sink);
+        plans.putExecutionPlan(graph);
+        assertThat(JobResourceRequirements.readFromExecutionPlan(
+                        plans.recoverExecutionPlan(graph.getJobID())))
+                .isEmpty();
+        plans.putJobResourceRequirements(
+                graph.getJobID(),
+                JobResourceRequirements.newBuilder()
+                        .setParallelismForJobVertex(source.getID(), 1, 1)
+                        .setParallelismForJobVertex(sink.getID(), 1, 1)
+                        .build());
+        JobResourceRequirements rescaled =
+                JobResourceRequirements.newBuilder()
+                        .setParallelismForJobVertex(source.getID(), 1, 3)
+                        .setParallelismForJobVertex(sink.getID(), 2, 2)
+                        .build();
+        plans.putJobResourceRequirements(graph.getJobID(), rescaled);
+
+        JobregBridge standbyBridge = JobregBridge.start(configuration);
+        resources.add(standbyBridge::close);
+        ExecutionPlanStore standby = started(services(standbyBridge).getExecutionPlanStore());
+        assertThatThrownBy(
+                        () ->
+                                standby.putJobResourceRequirements(
+                                        graph.getJobID(),
+                                        JobResourceRequirements.newBuilder()
+                                                .setParallelismForJobVertex(source.getID(), 9, 9)
+                                                .setParallelismForJobVertex(sink.getID(), 9, 9)
+                                                .build()))
+                .isInstanceOf(JobregBridgeException.class);
+
+        ExecutionPlanStore recovering =
+                started(leadingServicesAfter(first).getExecutionPlanStore());
+        assertThat(JobResourceRequirements.readFromExecutionPlan(
+                        recovering.recoverExecutionPlan(graph.getJobID())))
+                .contains(rescaled);
     }
 
     @Test
