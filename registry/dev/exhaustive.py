@@ -82,6 +82,7 @@ import immutables
 from registry.events import (
     EMPTY_CHECKPOINTS,
     LAYOUT,
+    UNKNOWN_CHECKPOINT,
     CallCommitted,
     CheckpointCompleted,
     CheckpointDiscarded,
@@ -98,6 +99,7 @@ from registry.events import (
     JobLockReleased,
     JobReasserted,
     JobRecoveryFailed,
+    JobRescaled,
     JobRestarted,
     JobStatus,
     JobSubmitted,
@@ -106,6 +108,7 @@ from registry.events import (
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
+    VertexParallelism,
     as_call,
 )
 from registry.fold import (
@@ -156,13 +159,13 @@ T0 = 1_000_000  # the broker stamp of the first record (ms); one more per record
 
 CLIENT_COMMANDS = ("submit", "cancel", "finish", "fail", "clean", "adopt", "release",
                    "recfail", "trigger", "complete", "cpfail", "cpskip", "discard", "restart",
-                   "submit_many", "adopt_many", "revoke", "renew", "publish")
+                   "rescale", "submit_many", "adopt_many", "revoke", "renew", "publish")
 """The leader's (and a zombie's) client writes, as :class:`registry.client.Term` makes them."""
 
 RAW_TYPES = ("JobSubmitted", "JobCancelled", "JobTerminated", "JobCleanedUp", "JobAdopted",
              "JobLockReleased", "JobRecoveryFailed", "JobReasserted", "CheckpointTriggered",
              "CheckpointCompleted", "CheckpointFailed", "CheckpointDiscarded", "JobRestarted",
-             "LeadershipGranted", "LeadershipRevoked", "LeaseRenewed",
+             "JobRescaled", "LeadershipGranted", "LeadershipRevoked", "LeaseRenewed",
              "LeaderInformationPublished", "CallCommitted", "garbage", "tombstone")
 """Every event type a raw writer may write, and two records that are no event."""
 
@@ -216,8 +219,8 @@ ALPHABETS: dict[str, Alphabet] = {
     # from zombies (stale epochs) and from raw records before the first claim (no leader).
     "ci": Alphabet("ci", commands=("submit", "cancel", "finish", "clean", "adopt", "release",
                                    "recfail", "trigger", "complete", "cpfail", "cpskip",
-                                   "discard", "restart", "submit_many", "adopt_many",
-                                   "revoke"),
+                                   "discard", "restart", "rescale", "submit_many",
+                                   "adopt_many", "revoke"),
                    zombie_commands=("submit", "cancel", "clean", "adopt", "trigger"),
                    checkpoint_ids=(1,), raw_epochs=("current",), raw_writers=("leader",),
                    max_raw=1, max_claims=2),
@@ -519,16 +522,22 @@ def _checkpoint(view: Image, kind: str, job: str, cp: int, common: dict[str, Any
     one for a job the view does not know starts from the empty state."""
     cls: type[CheckpointEvent] = {"trigger": CheckpointTriggered, "complete": CheckpointCompleted,
                                   "cpfail": CheckpointFailed, "cpskip": CheckpointFailed,
-                                  "discard": CheckpointDiscarded, "restart": JobRestarted}[kind]
+                                  "discard": CheckpointDiscarded, "restart": JobRestarted,
+                                  "rescale": JobRescaled}[kind]
     known = view.jobs.get(job)
     before = known.checkpoints if known is not None else EMPTY_CHECKPOINTS
     retained = known.retained_checkpoints if known is not None else 1
     failure_reason = "JOB_FAILOVER_REGION" if kind == "cpskip" else "CHECKPOINT_DECLINED"
     if kind == "restart":
         cp = before.last_completed
+    # a rescale's requirements differ from the state's before it (so one undone shows)
+    requirements = ((VertexParallelism("0" * 32, 1, 1 + before.seq % 4),)
+                    if kind == "rescale" else ())
+    if kind == "rescale":
+        cp = UNKNOWN_CHECKPOINT
     try:
         state, _ = checkpoint_step(before, cls, cp, location=f"loc-{cp}", retained=retained,
-                                   failure_reason=failure_reason)
+                                   failure_reason=failure_reason, requirements=requirements)
     except CheckpointRuleViolation:
         state = dataclasses.replace(before, seq=before.seq + 1)
     extras: dict[type[CheckpointEvent], dict[str, Any]] = {
@@ -536,7 +545,8 @@ def _checkpoint(view: Image, kind: str, job: str, cp: int, common: dict[str, Any
         CheckpointFailed: {"reason": "declined", "task": "t", "failure_reason": failure_reason,
                            "reason_counts": failure_reason_counts(failure_reason)},
         CheckpointDiscarded: {"reason": "raw" if raw else "gave up"},
-        JobRestarted: {"reason": "over budget"}}
+        JobRestarted: {"reason": "over budget"},
+        JobRescaled: {"reason": "autoscaler"}}
     extra = extras.get(cls, {})
     return cls(job_id=job, checkpoint_id=cp, state=state, **extra, **common)
 
@@ -568,7 +578,7 @@ def _command(view: Image, cmd: str, job: str, cp: int, epoch: int, writer: str,
     known = view.jobs.get(job)
     if known is None:  # Term._known: the client refuses an unknown id
         return None
-    if cmd in _CHECKPOINT_COMMANDS or cmd == "restart":
+    if cmd in _CHECKPOINT_COMMANDS or cmd in ("restart", "rescale"):
         return [_checkpoint(view, cmd, job, cp, common)]
     result: dict[str, Any] = {"graph": known.graph, "checkpoints": known.checkpoints}
     if cmd == "cancel":
@@ -594,7 +604,7 @@ def _command(view: Image, cmd: str, job: str, cp: int, epoch: int, writer: str,
 _LOCK_TYPES = ("JobAdopted", "JobLockReleased", "JobRecoveryFailed")
 _CHECKPOINT_TYPES = {"CheckpointTriggered": "trigger", "CheckpointCompleted": "complete",
                      "CheckpointFailed": "cpfail", "CheckpointDiscarded": "discard",
-                     "JobRestarted": "restart"}
+                     "JobRestarted": "restart", "JobRescaled": "rescale"}
 
 
 def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,

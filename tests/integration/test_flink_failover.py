@@ -49,6 +49,7 @@ import pathlib
 import re
 import shutil
 import time
+import urllib.error
 from collections.abc import Iterator
 
 import pytest
@@ -81,6 +82,10 @@ pytestmark = [
 LEASE = 3.0  # seconds: the backend's lease; (b) pauses the leader past it
 RESTART_DELAY = "2 s"  # Flink's wait before a restart; (f) cancels within it
 RETAINED = 3  # state.checkpoints.num-retained: a new leader recovers as many (issue 43)
+RESCALE_AT_ONCE = {"jobmanager.adaptive-scheduler.executing.cooldown-after-rescaling": "0 s",
+                   "jobmanager.adaptive-scheduler.executing.resource-stabilization-timeout":
+                       "1 s",
+                   "jobmanager.adaptive-scheduler.rescale-trigger.max-delay": "1 s"}
 
 
 @pytest.fixture(scope="module", params=["default", "adaptive"])
@@ -96,7 +101,10 @@ def flink(request, broker, tmp_path_factory) -> Iterator[FlinkCluster]:
                            lease=LEASE, directory=tmp_path_factory.mktemp(f"flink-{scheduler}"),
                            startup_timeout=90, scheduler=scheduler,
                            config={"restart-strategy.fixed-delay.delay": RESTART_DELAY,
-                                   "state.checkpoints.num-retained": str(RETAINED)})
+                                   "state.checkpoints.num-retained": str(RETAINED),
+                                   # (adaptive only) a rescale at once, not 30 s after the
+                                   # job started
+                                   **RESCALE_AT_ONCE})
     print(f"Flink cluster with jobmanager.scheduler {scheduler}")
     with cluster:
         yield cluster
@@ -528,6 +536,64 @@ def test_a_stop_with_savepoint_killed_midway_is_stopped_or_running(flink, regist
         assert m is not None, run.line
         assert restored[-1] < int(m.group(1)), (restored, run.line)
     _agrees(flink, registry, job, above=restored[-1])
+
+
+def _parallelism(flink: FlinkCluster, jm, job: str) -> dict[str, int]:
+    """``{vertex name: parallelism}`` of the job's running graph on ``jm``."""
+    return {v["name"]: v["parallelism"] for v in flink.rest(jm, f"/jobs/{job}")["vertices"]}
+
+
+def test_a_rescale_through_rest_survives_a_leader_kill(flink, registry) -> None:
+    """Issue 43 item 1: ``PUT /jobs/<id>/resource-requirements`` (FLIP-291, what the Kubernetes
+    operator's autoscaler sends) under the adaptive scheduler rescales the keyed vertex from 1
+    to 2; jobreg records it as a ``JobRescaled``, not a replace of the plan; the leader is
+    killed, and the new leader runs the job at 2 with the same requirements, checkpointing on.
+    Under the default scheduler Flink's JobMaster refuses the request, after the Dispatcher
+    stored the requirements (in jobreg as in Flink's own store); the job runs on at 1."""
+    job = _running_job(flink, "rescale")
+    leader = flink.leader()
+    names = {v["id"]: v["name"] for v in flink.rest(leader, f"/jobs/{job}")["vertices"]}
+    keyed = next(v for v, name in names.items() if "Source" not in name)
+    if flink.scheduler != "adaptive":  # Flink answers neither a GET nor a PUT
+        wanted = {v: {"parallelism": {"lowerBound": 1, "upperBound": 2 if v == keyed else 1}}
+                  for v in names}
+        for method, body in (("GET", None), ("PUT", wanted)):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                flink.rest(leader, f"/jobs/{job}/resource-requirements", method=method,
+                           body=body)
+            print(f"default scheduler: Flink answers {method} with {refused.value.code}")
+        # Flink's Dispatcher validated and stored the requirements before its JobMaster
+        # refused them (2.3.0's Dispatcher.updateJobResourceRequirements: the store's
+        # putJobResourceRequirements, then the JobMaster's update): jobreg holds what Flink's
+        # own store would, and the default scheduler reads none of it.
+        assert "JobRescaled/ACCEPTED" in _story(registry, job)
+        assert _parallelism(flink, leader, job)[names[keyed]] == 1
+        flink.cancel(leader, job)
+        return
+    wanted = flink.rest(leader, f"/jobs/{job}/resource-requirements")
+    wanted[keyed] = {"parallelism": {"lowerBound": 1, "upperBound": 2}}
+    flink.rest(leader, f"/jobs/{job}/resource-requirements", method="PUT", body=wanted)
+    flink.wait_for(f"{job} at parallelism 2 on {leader.name}",
+                   lambda: _parallelism(flink, leader, job)[names[keyed]] == 2
+                   and flink.job_status(leader, job) == "RUNNING", timeout=90)
+    recorded = {r.vertex_id: (r.lower_bound, r.upper_bound)
+                for r in registry.job(job).checkpoints.requirements}
+    assert recorded[keyed] == (1, 2), recorded
+    story = _story(registry, job)
+    assert "JobRescaled/ACCEPTED" in story, story
+    before = _newest_checkpoint(flink, registry, job)
+    run = kill_leader(flink, job)
+    print(run)
+    new = flink.leader()
+    assert flink.rest(new, f"/jobs/{job}/resource-requirements") == wanted
+    flink.wait_for(f"{job} at parallelism 2 on {new.name}",
+                   lambda: _parallelism(flink, new, job)[names[keyed]] == 2
+                   and flink.job_status(new, job) == "RUNNING", timeout=90)
+    print(f"after the kill: {new.name} runs {job} at {_parallelism(flink, new, job)}")
+    _agrees(flink, registry, job, above=before)
+    assert registry.job(job).checkpoints.requirements == \
+        tuple(sorted(registry.job(job).checkpoints.requirements, key=lambda r: r.vertex_id))
+    flink.cancel(new, job)
 
 
 def test_a_cancel_survives_a_kill_at_the_canceled_line(flink, registry) -> None:
