@@ -23,7 +23,8 @@ write = st.tuples(st.just("write"), st.sampled_from(["leader"] * 3 + list(CONTEN
                                    "adopt", "release", "release", "revoke", "recfail", "renew",
                                    "trigger", "trigger", "complete", "cpfail", "cpfail",
                                    "discard", "submit_many", "submit_many", "adopt_many",
-                                   "cpskip", "trigfail", "restart", "clean", "clean",
+                                   "cpskip", "trigfail", "restart", "rescale", "clean",
+                                   "clean",
                                    "publish", "publish", "unpublish"]),
                   job, st.sampled_from([False] * 7 + [True]),  # True: the transaction aborted
                   st.integers(1, 6))  # checkpoint id (small, so they collide)

@@ -43,6 +43,7 @@ from registry.events import (
     JobEvent,
     JobLockReleased,
     JobRecoveryFailed,
+    JobRescaled,
     JobRestarted,
     JobSubmitted,
     JobTerminated,
@@ -50,6 +51,7 @@ from registry.events import (
     LeadershipGranted,
     LeadershipRevoked,
     LeaseRenewed,
+    VertexParallelism,
     as_call,
     new_event_id,
 )
@@ -130,8 +132,9 @@ CHECKPOINT_KINDS = {"trigger": CheckpointTriggered, "complete": CheckpointComple
 
 # Failures that do not count (Flink's JOB_FAILOVER_REGION), in the trigger phase (id -1;
 # counted for an odd drawn id, FINALIZE_CHECKPOINT_FAILURE, not for an even one,
-# CHANNEL_STATE_SHARED_STREAM_EXCEPTION), and restarts.
-EXTRA_CHECKPOINT_KINDS = ("cpskip", "trigfail", "restart")
+# CHANNEL_STATE_SHARED_STREAM_EXCEPTION), restarts, and rescales (issue 43: the drawn id
+# picks the keyed vertex's parallelism, 1 to 4, so consecutive rescales often differ).
+EXTRA_CHECKPOINT_KINDS = ("cpskip", "trigfail", "restart", "rescale")
 
 
 def checkpoint_event(view, kind, cp: int, common: dict):
@@ -147,10 +150,15 @@ def checkpoint_event(view, kind, cp: int, common: dict):
         cp = UNKNOWN_CHECKPOINT
     elif kind == "restart":
         kind, cp = JobRestarted, view.checkpoints.last_completed
+    requirements: tuple = ()
+    if kind == "rescale":
+        requirements = (VertexParallelism("0" * 32, 1, 1),
+                        VertexParallelism("f" * 32, 1, 1 + cp % 4))
+        kind, cp = JobRescaled, UNKNOWN_CHECKPOINT
     try:
         state, _ = checkpoint_step(view.checkpoints, kind, cp, location=f"loc-{cp}",
                                    retained=view.retained_checkpoints,
-                                   failure_reason=failure_reason)
+                                   failure_reason=failure_reason, requirements=requirements)
     except CheckpointRuleViolation:  # the fold will refuse it; the client writes it anyway
         state = dataclasses.replace(view.checkpoints, seq=view.checkpoints.seq + 1)
     extra = {CheckpointCompleted: {"location": f"loc-{cp}"},
@@ -158,7 +166,8 @@ def checkpoint_event(view, kind, cp: int, common: dict):
                                 "failure_reason": failure_reason,
                                 "reason_counts": failure_reason_counts(failure_reason)},
              CheckpointDiscarded: {"reason": "declined"},
-             JobRestarted: {"reason": "over budget"}}.get(kind, {})
+             JobRestarted: {"reason": "over budget"},
+             JobRescaled: {"reason": "autoscaler"}}.get(kind, {})
     return kind(job_id=view.job_id, checkpoint_id=cp, state=state, **extra, **common)
 
 
