@@ -863,10 +863,6 @@ class Bridge:
         unknown job ``NotExist``, ended job ``AlreadyExists``."""
         wanted = [VertexParallelism(r["vertex"], r["lower"], r["upper"]) for r in requirements]
         lead = self._term()
-        view = self._leaders_view(job)
-        if not view.live:
-            raise BridgeError("AlreadyExists", f"job {job!r} is {view.status}: an ended job "
-                                               "is not rescaled")
         self._written(lead.term.rescale(job, wanted, reason="putJobResourceRequirements"))
         return {}
 

@@ -504,10 +504,7 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
     """
     cp = checkpoint_id
     if kind is JobRescaled:
-        if cp != UNKNOWN_CHECKPOINT:
-            raise CheckpointRuleViolation(
-                "bad_requirements", f"a rescale names checkpoint {cp}; it names none (-1)")
-        error = requirements_error(requirements)
+        error = rescale_error(cp, requirements)
         if error is not None:
             raise CheckpointRuleViolation("bad_requirements", error)
         return dataclasses.replace(state, seq=state.seq + 1,
@@ -577,6 +574,15 @@ def checkpoint_step(state: CheckpointState, kind: type[CheckpointEvent], checkpo
     return CheckpointState(seq, last, state.retained, tuple(sorted(pending)),
                            tuple(sorted(discarded)), tuple(sorted(counted)), unknown,
                            state.requirements), why
+
+
+def rescale_error(checkpoint_id: int, requirements: object) -> str | None:
+    """Why a ``JobRescaled`` naming ``checkpoint_id`` with ``requirements`` is refused
+    (``bad_requirements``; ``None``: it is not): it names no checkpoint, and its
+    requirements pass :func:`requirements_error`."""
+    if checkpoint_id != UNKNOWN_CHECKPOINT:
+        return f"a rescale names checkpoint {checkpoint_id}; it names none (-1)"
+    return requirements_error(requirements)
 
 
 def requirements_error(requirements: object) -> str | None:
@@ -1672,10 +1678,8 @@ class Delta:
                 raise _Verdict("checkpoint_id_not_increasing", f"checkpoint record {seq} of "
                                f"job {e.job_id!r} carries state {e.state}, which takes the "
                                f"job's checkpoint ids back from {cur}")
-            error = requirements_error(e.state.requirements)
-            if error is None and isinstance(e, JobRescaled) \
-                    and e.checkpoint_id != UNKNOWN_CHECKPOINT:
-                error = f"a rescale names checkpoint {e.checkpoint_id}; it names none (-1)"
+            error = rescale_error(e.checkpoint_id, e.state.requirements) \
+                if isinstance(e, JobRescaled) else requirements_error(e.state.requirements)
             if error is not None:
                 raise _Verdict("bad_requirements", error)
             self._jobs[e.job_id] = job._replace(checkpoints=e.state)
