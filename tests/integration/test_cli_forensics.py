@@ -73,7 +73,8 @@ def test_jobs_and_leader(incident) -> None:
                               "error": None, "graph": {"kind": "inline", "size": 7},
                               "max_checkpoint_failures": 0, "retained_checkpoints": 1,
                               "consecutive_failures": 0, "over_budget": False,
-                              "checkpoints": [], "reason": None, "dirty": False}
+                              "checkpoints": [], "requirements": [], "reason": None,
+                              "dirty": False}
     assert as_json(incident, "leader") == {
         "format": "jobreg.leader/1", "namespace": NS, "epoch": 3, "leader": "jm-3",
         "revoked": False, "last_offset": doc["last_offset"]}

@@ -115,6 +115,7 @@ class Cp:
     discarded: frozenset[int] = frozenset()
     counted: frozenset[int] = frozenset()
     unknown: int = 0  # counted failures without a checkpoint id (the trigger phase)
+    req: tuple[tuple[str, int, int], ...] = ()  # the newest rescale's (vertex, lower, upper)
 
     @property
     def newest(self) -> int:
@@ -127,7 +128,9 @@ class Cp:
         return cls(s.seq, s.last_completed,
                    tuple((c.checkpoint_id, c.location) for c in s.retained),
                    frozenset(s.pending), frozenset(s.discarded), frozenset(s.counted),
-                   s.unknown_failures)
+                   s.unknown_failures,
+                   tuple((r.vertex_id, r.lower_bound, r.upper_bound)
+                         for r in getattr(s, "requirements", ())))
 
 
 @dataclass
@@ -199,7 +202,7 @@ def _expected_keys(ns: str, ev: Any) -> tuple[str, ...] | None:
         return (f"{ns}/job/{job}",)
     if t in ("JobAdopted", "JobLockReleased", "JobRecoveryFailed"):
         return (f"{ns}/job/{job}/lock",)
-    if t.startswith("Checkpoint") or t == "JobRestarted":
+    if t.startswith("Checkpoint") or t in ("JobRestarted", "JobRescaled"):
         # its own key, or the job's one checkpoints key (older jobregs)
         return (f"{ns}/job/{job}/checkpoint/{ev.event_id}", f"{ns}/job/{job}/checkpoints")
     if t == "JobReasserted":
@@ -237,9 +240,21 @@ _COUNTED_BEFORE = {"UNSPECIFIED", "IO_EXCEPTION", "CHECKPOINT_ASYNC_EXCEPTION",
                    "CHECKPOINT_DECLINED", "CHECKPOINT_EXPIRED"}
 
 
+def _requirements_ok(req: tuple[tuple[str, int, int], ...]) -> bool:
+    """The README's shape of a job's resource requirements: at most 512 vertices, sorted by
+    id and each once, ids of 32 lower-case hex digits, bounds -1 or 1 to 32768, the lower not
+    above the upper when both are set."""
+    ids = [v for v, _, _ in req]
+    return (len(req) <= 512 and ids == sorted(set(ids))
+            and all(len(v) == 32 and set(v) <= set("0123456789abcdef") for v in ids)
+            and all(b == -1 or 1 <= b <= 32768 for _, lo, hi in req for b in (lo, hi))
+            and all(lo == -1 or hi == -1 or lo <= hi for _, lo, hi in req))
+
+
 def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
              reason: str = "UNSPECIFIED", version: int = 2,
-             recorded: bool | None = None, keep: bool = True) -> tuple[Cp, str | None]:
+             recorded: bool | None = None, keep: bool = True,
+             req: tuple[tuple[str, int, int], ...] = ()) -> tuple[Cp, str | None]:
     """Rule 6 as documented: the state after one event and why it was ignored. A failure's
     reason counts as its writer recorded (``recorded``), or by the old table if it did not.
     ``keep``: every id triggered stays known until a newer one completes (ids never go
@@ -247,11 +262,15 @@ def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
     seq = cur.seq + 1
     gone = cur.counted if keep else frozenset()  # counted ids that stop counting, as ended
     counts = recorded if recorded is not None else reason in _COUNTED_BEFORE
+    if kind == "JobRescaled":  # sets the requirements, nothing else; names no checkpoint
+        if cp != -1 or not _requirements_ok(req):
+            raise _Refused("bad_requirements")
+        return replace(cur, seq=seq, req=req), None
     if kind == "JobRestarted":
         if cp != cur.last:
             raise _Refused("restart_checkpoint_mismatch")
         return Cp(seq, cur.last, cur.retained, frozenset(), cur.discarded | cur.pending | gone,
-                  frozenset(), 0), None
+                  frozenset(), 0, cur.req), None
     if kind == "CheckpointFailed" and cp == -1:  # the trigger phase: no id
         if counts:
             return replace(cur, seq=seq, unknown=cur.unknown + 1), None
@@ -268,7 +287,8 @@ def _cp_step(cur: Cp, kind: str, cp: int, location: str, retained: int,
     if kind == "CheckpointCompleted":
         kept = (*cur.retained, (cp, location))[-max(retained, 1):]
         return Cp(seq, cp, kept, frozenset(p for p in cur.pending if p > cp),
-                  frozenset(d for d in cur.discarded | gone if d > cp), frozenset(), 0), None
+                  frozenset(d for d in cur.discarded | gone if d > cp), frozenset(), 0,
+                  cur.req), None
     if kind == "CheckpointFailed":
         if cp in cur.counted:
             return replace(cur, seq=seq), "already counted"
@@ -423,7 +443,7 @@ class NamespaceModel:
             if self.checkpoints_keyed \
                     and key == f"{self.ns}/job/{getattr(ev, 'job_id', '')}/checkpoints" \
                     and (ev.TYPE.startswith("Checkpoint") or ev.TYPE in (
-                        "JobRestarted", "JobReasserted")):
+                        "JobRestarted", "JobRescaled", "JobReasserted")):
                 self._fence(ev)
                 raise _Refused("wrong_key")  # checkpoint records have keys of their own
             if getattr(ev, "call_id", None) and ev.TYPE != "CallCommitted":
@@ -707,7 +727,7 @@ class NamespaceModel:
                 new = replace(job, status="RECOVERY_FAILED", owner=None, error=ev.error)
             elif t == "JobLockReleased":
                 new = replace(job, status="ACTIVE", owner=None, error=None)
-            elif t.startswith("Checkpoint") or t == "JobRestarted":
+            elif t.startswith("Checkpoint") or t in ("JobRestarted", "JobRescaled"):
                 carried = Cp.of(ev.state)
                 if carried.seq > job.cp.seq + 1:  # compaction removed the earlier records
                     cur = job.cp
@@ -715,6 +735,9 @@ class NamespaceModel:
                             carried.newest < cur.newest or carried.last < cur.last
                             or (t == "CheckpointTriggered" and ev.checkpoint_id <= cur.newest)):
                         raise _Refused("checkpoint_id_not_increasing")
+                    if not _requirements_ok(carried.req) or (
+                            t == "JobRescaled" and ev.checkpoint_id != -1):
+                        raise _Refused("bad_requirements")
                     new = replace(job, cp=carried)
                 elif carried.seq <= job.cp.seq:
                     raise _Refused("stale_checkpoint_seq")
@@ -724,10 +747,10 @@ class NamespaceModel:
                             getattr(ev, "retained", 0) or job.retained,
                             getattr(ev, "failure_reason", "UNSPECIFIED"),
                             ev.schema_version, getattr(ev, "reason_counts", None))
-                    cp, why = _cp_step(*args)
+                    cp, why = _cp_step(*args, req=carried.req)
                     if cp != carried and not self.ends_keyed:  # as an older jobreg did
                         try:
-                            older, older_why = _cp_step(*args, keep=False)
+                            older, older_why = _cp_step(*args, keep=False, req=carried.req)
                         except _Refused:
                             older, older_why = cp, why
                         if older == carried:
@@ -808,9 +831,8 @@ def _restated(job: MJob | None, state: Any) -> Cp:
     in sequence number (the leader's restatement carries one at least as high as any record
     the rules did not take)."""
     carried = Cp.of(state)
-    if job is None:
-        return carried
-    cur = job.cp
-    if carried.seq >= cur.seq:
-        return carried
-    return cur
+    if job is not None and carried.seq < job.cp.seq:
+        return job.cp
+    if not _requirements_ok(carried.req):
+        raise _Refused("bad_requirements")
+    return carried
