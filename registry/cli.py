@@ -1530,7 +1530,7 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None)
 @click.option("--jobs", type=click.IntRange(1, 2), default=None,
               help="Job names the ops use (default: the alphabet's, 2).")
 @click.option("--alphabet", type=click.Choice(["ci", "wide", "full", "ends", "calls",
-                                               "copies"]),
+                                               "copies", "checkpoints"]),
               default="ci", show_default=True,
               help="ci: CI's (raw records at the current epoch under the leader's name, one "
                    "per history); wide: raw records at every epoch under either name, one per "
@@ -1538,7 +1538,8 @@ def fuzz(cases: int, seed: int, targets: tuple[str, ...], seconds: float | None)
                    "keys and re-sends, for going deep with --below; calls: two jobs, calls, "
                    "junk over the newest call's commit, for going deep below a call; copies: "
                    "ends with a raw writer's verbatim copies of its own records, over a "
-                   "job's keys and under their own.")
+                   "job's keys and under their own; checkpoints: one job's checkpoint records "
+                   "and rescales under junk, two raw records, for going deep below a submit.")
 @click.option("--below", default=None, metavar="OPS_JSON",
               help="Only the histories that start with these ops (a JSON list, as a "
                    "reproducer prints them), e.g. an ended job, to go deeper there.")

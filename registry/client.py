@@ -111,6 +111,7 @@ from .fold import (
     plan_collection,
     plan_reassertions,
     requirements_error,
+    restated_states,
 )
 from .folded import FoldedLog
 from .forensics import BrokerSource, DumpSource, Forensics, TermSummary
@@ -1286,9 +1287,6 @@ class Term:
         token = object()  # this group, as the owner of the checkpoint states it planned
         try:
             with reg._log.lock:
-                group = self._assemble(group, token)
-                if not group:
-                    return
                 # Step 1: settle refused keys first (compaction safety), once for the group,
                 # from the image as now read. A job a group still in flight writes is left
                 # to the next group: the image does not hold that group's records yet, and
@@ -1297,6 +1295,13 @@ class Term:
                 pairs: list[tuple[str, Event]] = [
                     (k, e) for k, e in plan_reassertions(reg.image, self.epoch, self.contender)
                     if _subject(e) not in busy]
+                # The group's checkpoint calls, and the next groups' while this one is in
+                # flight, start from the state its restatements leave (fold rule 6: a
+                # floored one raises the seq).
+                group = self._assemble(group, token,
+                                       restated_states(reg.image, pairs, reg._codec))
+                if not group:
+                    return
                 spans: list[tuple[int, int]] = []
                 encoded: dict[str, tuple[bytes, Event]] = {}
                 for c in group:
@@ -1340,13 +1345,16 @@ class Term:
                 c.error = error_for_call(failure, tuple(i for _, ids in mine for i in ids))
 
 
-    def _assemble(self, group: list[PendingCall], token: object) -> list[PendingCall]:
+    def _assemble(self, group: list[PendingCall], token: object,
+                  restated: Mapping[str, object]) -> list[PendingCall]:
         """The calls of ``group`` that are sent, as they are sent: the write guard asked
         again now (a lease that ran out while a call waited for its group refuses it:
         nothing of it is sent), and each checkpoint call's state computed from the image
         as now read, the groups still in flight before it and the calls before it in the
         group (two checkpoint calls of one job in one group, or in overlapping groups, do
-        not refuse each other). A call refused here is answered here."""
+        not refuse each other). ``restated``: the states the group's restatements leave
+        (:func:`~registry.fold.restated_states`), which it writes before its calls. A call
+        refused here is answered here."""
         refusal: RegistryError | None = None
         if self._lease_guard is not None and any(c.guard for c in group):
             try:
@@ -1356,6 +1364,7 @@ class Term:
         codec = self.registry._codec
         # Groups in flight planned these states; the image holds them once they are decided.
         states: dict[str, object] = {job: state for job, (_, state) in self._planned.items()}
+        states.update(restated)
         sent: list[PendingCall] = []
         for c in group:
             if c.guard and refusal is not None:

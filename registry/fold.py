@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from . import rules
 from .events import (
@@ -57,6 +57,7 @@ __all__ = [
     "leader_information_error",
     "plan_collection",
     "plan_reassertions",
+    "restated_states",
     "replay",
     "requirements_error",
 ]
@@ -207,6 +208,31 @@ def _floored(image: Image, job: JobView, *, restated: bool = True) -> Checkpoint
     if not restated or floor is None or floor <= state.seq:
         return state
     return dataclasses.replace(state, seq=floor)
+
+
+def restated_states(image: Image, pairs: Sequence[tuple[str, Event]],
+                    codec: Codec | None = None) -> dict[str, CheckpointState]:
+    """The checkpoint state of each job whose state ``pairs`` (the leader's settling, as
+    :func:`plan_reassertions` planned it from ``image``) change, as the fold has it once
+    they landed: where a checkpoint record of that job planned from ``image`` for the same
+    write, or for one written while it is in flight, must start. A restatement whose ``seq``
+    the floor raised (``Image.checkpoint_floors``) would otherwise refuse it
+    ``stale_checkpoint_seq`` (the twentieth adversarial read's M2). The fold decides, on
+    records as they would land; pure."""
+    if not pairs:
+        return {}
+    codec = codec or default_codec()
+    start, stamp = image.provenance.last_offset + 1, image.provenance.log_time or 0
+    delta = Delta(image, codec)
+    for i, (key, event) in enumerate(pairs):
+        delta.replay(LogRecord(start + i, key.encode(), codec.encode(event), stamp))
+    after = delta.apply()
+    out: dict[str, CheckpointState] = {}
+    for job_id in {j for _, e in pairs if isinstance(j := getattr(e, "job_id", None), str)}:
+        before, view = image.jobs.get(job_id), after.jobs.get(job_id)
+        if before is not None and view is not None and view.checkpoints != before.checkpoints:
+            out[job_id] = view.checkpoints
+    return out
 
 
 def plan_reassertions(image: Image, epoch: int, writer: str) -> list[tuple[str, Event]]:

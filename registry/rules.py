@@ -408,6 +408,10 @@ def fencing_reason(epoch: int, leader: str | None, revoked: bool, writer_epoch: 
     return None
 
 
+_FENCED = frozenset({"no_leader", "stale_epoch", "future_epoch", "not_leader", "term_revoked"})
+"""Every reason :func:`fencing_reason` gives."""
+
+
 def fencing_detail(reason: str, epoch: int, leader: str | None, writer_epoch: int,
                    writer: str) -> str:
     """The sentence for people that goes with a fencing ``reason`` (both epochs, the leader)."""
@@ -619,6 +623,17 @@ def requirements_error(requirements: object) -> str | None:
             return (f"the lower bound {r.lower_bound} of vertex {v} is above its upper bound "
                     f"{r.upper_bound}")
     return None
+
+
+def _taken_whole(state: CheckpointState) -> CheckpointState:
+    """A checkpoint state a record carries whole (a reassertion's, a legacy end's), as the
+    fold takes it: refused ``bad_requirements`` if its requirements are ones no rescale could
+    write (rule 6; the twentieth adversarial read's L1: a terminal restatement's were taken
+    unchecked)."""
+    error = requirements_error(state.requirements)
+    if error is not None:
+        raise _Verdict("bad_requirements", error)
+    return state
 
 
 def _newest(kept: tuple[Decision, ...], new: list[Decision]) -> tuple[Decision, ...]:
@@ -848,12 +863,18 @@ class Delta:
         (refused, ignored, a duplicate, accepted and to be restated) may, once the cleaner
         removed the records before it, be read as carrying the state (the jump); the
         leader's restatement must then win on ``seq``, so it carries at least the highest
-        such one (``Image.checkpoint_floors``), kept while it is above the job's own."""
+        such one (``Image.checkpoint_floors``), kept while it is above the job's own. Not a
+        fenced one (rule 4: a stale or future epoch, another writer, no or a revoked term):
+        grants and revokes are never compacted, so it is refused in every compacted log, and
+        a floor from it would only raise the restatement above the records the leader plans
+        from the same view (after a failover, a deposed leader's late records are ordinary:
+        the twentieth adversarial read's M1 and M2)."""
         state = event.checkpoints if isinstance(event, JobReasserted) \
             else getattr(event, "state", None)
         floor = self._floors.get(job_id)
         if isinstance(state, CheckpointState) and (
                 decision.outcome != Outcome.ACCEPTED or self._restate) and (
+                decision.reason not in _FENCED) and (
                 floor is None or state.seq > floor):
             floor = self._floors[job_id] = state.seq
         if floor is not None:
@@ -994,7 +1015,20 @@ class Delta:
             del keys[at]
         keys.append((key, holds))
         holder, state = rec.holder, rec.state
-        if holds:
+        # While the state is due (junk superseded its holder, or it lay under the old one
+        # checkpoints key) and the log holds records of the job no state stands on, no record
+        # becomes the holder: the stretch goes on until the leader, having collected them,
+        # restates the state. A refusal rests on the record the state stood on when it
+        # landed, which the junk may have superseded: in a log cleaned past the junk the
+        # refused record reads as accepted and the records after it as refused, so a record
+        # taken after it must not end the stretch (the lag would no longer hold the cut back
+        # before the restatement, which wins there on seq; the twentieth adversarial read's
+        # H1: junk, a refused record, then the leader's next write, undone in the cleaned
+        # log and, once a new leader settled from that log, in every log).
+        blocked = self._checkpoints_keyed \
+            and f"{self._prefix}job/{job_id}/checkpoint/" in self._unsettled \
+            and any(not held for _, held in keys)
+        if holds and not blocked:
             holder, state = key, carried
         elif holder == key:
             holder, state = None, None
@@ -1459,6 +1493,8 @@ class Delta:
             if (graph, checkpoints) != (job.graph, job.checkpoints):
                 self._restate = True
             graph, checkpoints = job.graph, job.checkpoints
+        else:  # taken whole
+            checkpoints = _taken_whole(checkpoints)
         self._end(e.job_id, JobView(e.job_id, status, None, graph, checkpoints=checkpoints,
                                     reason=e.reason or None, dirty=True))
 
@@ -1553,7 +1589,7 @@ class Delta:
             # removed the end in a log cleaned past it, a checkpoint record the full fold
             # refused terminal_job may have been taken for a live job: this undoes it. The
             # eighth adversarial read, H2.)
-            checkpoints = e.checkpoints
+            checkpoints = _taken_whole(e.checkpoints)
             # A clean result never becomes dirty again (its graph and checkpoints were
             # deleted): a restatement planned before the cleanup restates it clean.
             dirty = e.dirty and (job is None or job.live or job.dirty)
@@ -1591,10 +1627,7 @@ class Delta:
         ``seq`` whose ids were not older was taken: tests/unit/test_stale_restatement_issue42.)"""
         carried, cur = e.checkpoints, job.checkpoints if job is not None else None
         if cur is None or carried.seq >= cur.seq:
-            error = requirements_error(carried.requirements)
-            if error is not None:
-                raise _Verdict("bad_requirements", error)
-            return carried
+            return _taken_whole(carried)
         self._restate = True
         return cur
 
@@ -1616,7 +1649,7 @@ class Delta:
                 # A dirty result's checkpoints are the job's when it ended, which its end
                 # (under an end key) carries no copy of: they stand where the checkpoints
                 # key holds them, restated there when a refused record lands on it.
-                self._jobs[e.job_id] = job._replace(checkpoints=e.checkpoints)
+                self._jobs[e.job_id] = job._replace(checkpoints=_taken_whole(e.checkpoints))
             elif aspect == "checkpoint" and job.dirty:
                 # (the same under a checkpoint record's key: restated there when the record
                 # that held them is gone; never older than the fold's)

@@ -262,6 +262,23 @@ ALPHABETS: dict[str, Alphabet] = {
                       junk_keys=("call", "birth", "end", "checkpoint"), stale_claims=True,
                       stale_checkpoints=False, duplicates=True, torn_calls=True, max_raw=2,
                       max_claims=2),
+    # Checkpoint records under junk, for the subtree below a submitted job (``--below``): one
+    # job, the checkpoint commands and rescales, a zombie's, junk over the record the state
+    # stands on, two raw records at the current epoch (a stale rescale, a trigger again, a
+    # restatement), re-sends. The twentieth adversarial read's H1 (junk, a refused record,
+    # then the leader's next write) needs six ops and two raw records.
+    "checkpoints": Alphabet("checkpoints", jobs=1,
+                            commands=("submit", "trigger", "complete", "restart", "rescale",
+                                      "cancel", "clean", "cpfail", "discard"),
+                            zombie_commands=("rescale", "trigger", "complete"),
+                            checkpoint_ids=(1, 2),
+                            raw_types=("garbage", "tombstone", "copy", "JobRescaled",
+                                       "JobReasserted", "CheckpointCompleted",
+                                       "CheckpointTriggered"),
+                            raw_epochs=("current",), raw_writers=("leader",), raw_keys=("own",),
+                            junk_keys=("birth", "end", "checkpoint"), stale_claims=True,
+                            stale_checkpoints=True, duplicates=True, torn_calls=False,
+                            max_raw=2, max_claims=2),
 }
 # The ``ends`` alphabet with verbatim copies over the keys that hold a job's parts (the
 # twelfth adversarial read's D1-D2: a duplicate by event id under another record's key), and
