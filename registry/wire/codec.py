@@ -88,7 +88,7 @@ class Codec:
     between threads (the caches are only ever filled with equal values).
     """
 
-    __slots__ = ("_catalog", "_readers", "_registry", "_subject_prefix", "_writers")
+    __slots__ = ("_catalog", "_plain", "_readers", "_registry", "_subject_prefix", "_writers")
 
     def __init__(
         self,
@@ -117,6 +117,7 @@ class Codec:
         self._registry = schema_registry
         self._subject_prefix = subject_prefix
         self._writers: dict[type, _Writer] = {}
+        self._plain: dict[type, _Writer | None] = {}
         self._readers: dict[int, _Reader] = {}
 
     @property
@@ -132,7 +133,8 @@ class Codec:
     # ------------------------------------------------------------------ encode
 
     def encode(self, event: Event) -> bytes:
-        """Encode ``event`` with the current schema of its type.
+        """Encode ``event`` with the current schema of its type (a record without resource
+        requirements: with the newest schema from before them, :meth:`_writer`).
 
         The envelope's ``schema_version`` is written as the version of the writer
         schema, whatever the dataclass says. Raises :class:`UnknownEventTypeError`
@@ -140,9 +142,7 @@ class Codec:
         :class:`CodecError` for an event that does not fit its schema (wrong field
         types, out-of-range ints) or a schema registry failure.
         """
-        writer = self._writers.get(type(event))
-        if writer is None:
-            writer = self._writer_for(event)
+        writer = self._writer(event)
         try:
             rec = writer.record(event)
             buf = io.BytesIO()
@@ -159,10 +159,40 @@ class Codec:
         with ``schema_version`` the writer schema's (a writer folding what it wrote need not
         decode it; ``tests/unit/test_codec.py`` checks the two agree for every event type)."""
         data = self.encode(event)
-        version = self._writers[type(event)].version
+        version = self._writer(event).version
         if event.schema_version != version:
             event = dataclasses.replace(event, schema_version=version)
         return data, event
+
+    def _writer(self, event: Event) -> _Writer:
+        # A record without resource requirements is written with the schema of its type from
+        # just before CheckpointState.requirements (issue 43), while the current one is the
+        # one that added them: a jobreg before it reads such a record as it always did (a
+        # rolling upgrade's old standby would otherwise quarantine every checkpoint record,
+        # cancel and terminate of a new leader, and could run a cancelled job again). Only a
+        # record that carries requirements (a rescaled job's) needs the newer schema. A
+        # later version of the type is written whole (it adds what the older one lacks).
+        cls = type(event)
+        if not _carries_requirements(event):
+            plain = self._plain[cls] if cls in self._plain else self._plain_writer_for(event)
+            if plain is not None:
+                return plain
+        writer = self._writers.get(cls)
+        return writer if writer is not None else self._writer_for(event)
+
+    def _plain_writer_for(self, event: Event) -> _Writer | None:
+        cls = type(event)
+        self._writer_for(event)  # the checks, and the current writer
+        entry = self._catalog.current(cls.TYPE)
+        plain = None
+        if _has_requirements(entry.schema):
+            before = [e for e in self._catalog.entries()
+                      if e.type == cls.TYPE and e.version == entry.version - 1]
+            if before and not _has_requirements(before[0].schema):
+                schema_id = before[0].id if self._registry is None else self._register(before[0])
+                plain = _Writer(cls, before[0], schema_id)
+        self._plain[cls] = plain
+        return plain
 
     def _writer_for(self, event: Event) -> _Writer:
         cls = type(event)
@@ -341,6 +371,27 @@ def default_codec() -> Codec:
                 _default = Codec()
             codec = _default
     return codec
+
+
+def _carries_requirements(event: Event) -> bool:
+    """Whether ``event`` holds resource requirements (a checkpoint state that has some)."""
+    for name in ("state", "checkpoints"):
+        state = getattr(event, name, None)
+        if state is not None and bool(getattr(state, "requirements", None)):
+            return True
+    return False
+
+
+def _has_requirements(schema: Any) -> bool:
+    """Whether a resolved schema has a ``CheckpointState`` with ``requirements``."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "record" and str(schema.get("name", "")).endswith(
+                "CheckpointState"):
+            return any(f.get("name") == "requirements" for f in schema.get("fields", ()))
+        return any(_has_requirements(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_requirements(v) for v in schema)
+    return False
 
 
 def encode(event: Event) -> bytes:

@@ -214,9 +214,24 @@ def submitted(graph: Any = None, **over: Any) -> JobSubmitted:
     )
 
 
+def writer_entry(event: Event, catalog: Catalog = CATALOG):
+    """The schema ``event`` is written with: its type's current one, but for a record without
+    resource requirements the newest from before ``CheckpointState.requirements`` (so a
+    jobreg before them reads it)."""
+    current = catalog.current(event.TYPE)
+    carries = any(getattr(getattr(event, n, None), "requirements", ())
+                  for n in ("state", "checkpoints"))
+    if carries or "requirements" not in json.dumps(current.schema):
+        return current
+    before = [e for e in catalog.entries()
+              if e.type == event.TYPE and e.version == current.version - 1]
+    return before[0] if before and "requirements" not in json.dumps(before[0].schema) \
+        else current
+
+
 def as_written(event: Event, catalog: Catalog = CATALOG) -> Event:
     """``event`` as a reader sees it: schema_version is the writer schema's version."""
-    return dataclasses.replace(event, schema_version=catalog.current_version(event.TYPE))
+    return dataclasses.replace(event, schema_version=writer_entry(event, catalog).version)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -334,8 +349,33 @@ def test_round_trip_every_event_type(type_name: str, data: st.DataObject) -> Non
     event = data.draw(events_of(EVENT_TYPES[type_name]))
     raw = CODEC.encode(event)
     assert raw[0] == 0
-    assert int.from_bytes(raw[1:5], "big") == CATALOG.writer_id(type_name)
+    assert int.from_bytes(raw[1:5], "big") == writer_entry(event).id
     assert CODEC.decode(raw) == as_written(event)
+
+
+def test_a_record_without_requirements_is_written_as_a_jobreg_before_them_reads_it() -> None:
+    """A rolling upgrade's old standby (a jobreg before CheckpointState.requirements) reads a
+    new leader's checkpoint records, cancels and terminates; only a rescaled job's records
+    need the newer schemas (the twentieth adversarial read's M3)."""
+    from registry.events import VertexParallelism
+
+    before = Catalog.from_dict({"schemas": [d for d in catalog_dict()["schemas"]
+                                            if d["id"] <= 39]})
+    old = Codec(before)
+    plain = CheckpointState(seq=1, pending=(1,))
+    rescaled = CheckpointState(seq=2, requirements=(VertexParallelism("0" * 32, 1, 2),))
+    common = dict(event_id="e", namespace="ns", epoch=1, writer="w", created_at=0)
+    for event in (CheckpointTriggered(job_id="a", checkpoint_id=1, state=plain, **common),
+                  JobCancelled(job_id="a", reason="user", **common),
+                  JobTerminated(job_id="a", state="FINISHED", checkpoints=plain, **common),
+                  JobReasserted(job_id="a", status="ACTIVE", owner_epoch=None, graph=None,
+                                checkpoints=plain, **common)):
+        assert old.decode(CODEC.encode(event)) == as_written(event)
+    for event in (CheckpointTriggered(job_id="a", checkpoint_id=3, state=rescaled, **common),
+                  JobRescaled(job_id="a", checkpoint_id=-1, state=rescaled, **common)):
+        with pytest.raises(UnknownSchemaError, match="newer jobreg"):
+            old.decode(CODEC.encode(event))
+        assert CODEC.decode(CODEC.encode(event)) == as_written(event)
 
 
 @settings(max_examples=200, deadline=None)
@@ -745,7 +785,7 @@ def test_v1_record_decodes_with_a_v2_reader_default_filled() -> None:
     type_name, rec = reader.decode_record(raw)
     assert type_name == "JobCancelled"
     assert rec["cancelled_by"] == "unknown"
-    assert rec["envelope"]["schema_version"] == NEXT_VERSION - 1
+    assert rec["envelope"]["schema_version"] == as_written(event).schema_version
 
 
 def test_v2_writer_fills_defaults_for_fields_the_dataclass_lacks() -> None:
@@ -792,8 +832,9 @@ def test_identical_writer_schema_decodes_without_resolution() -> None:
     CODEC.decode(raw)
     assert CODEC._readers[CATALOG.writer_id("JobSubmitted")].reader is None
     reader = codec_over(cancelled_v2())
-    reader.decode(CODEC.encode(JobCancelled(**envelope(), job_id="j")))
-    assert reader._readers[CATALOG.writer_id("JobCancelled")].reader is not None
+    cancel = JobCancelled(**envelope(), job_id="j")
+    reader.decode(CODEC.encode(cancel))
+    assert reader._readers[writer_entry(cancel).id].reader is not None
 
 
 # --------------------------------------------------------------------------- garbage
