@@ -738,6 +738,43 @@ def bench_flink_failover_cmd(runs: int, cancels: int | None, kafka: bool, lease:
     click.echo(format_flink_failover(figures, lease=lease))
 
 
+@bench.command("flink-ha")
+@click.option("--kills", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="SIGKILLs of the leading JobManager (each after a simulated task failure).")
+@click.option("--kafka", is_flag=True,
+              help="jobreg on one Apache Kafka node instead of the embedded broker.")
+@click.option("--lease", type=click.FloatRange(1.0, 60.0), default=5.0, show_default=True,
+              help="jobreg's leadership lease, seconds (high-availability.jobreg.lease).")
+@click.option("--scheduler", type=click.Choice(["both", "default", "adaptive"]),
+              default="both", show_default=True, help="The schedulers to run it under.")
+@click.option("--control", is_flag=True,
+              help="The control: the verifier keeps what it saw in a field, not in keyed "
+                   "state, so its checks must fail after the first restore (exits 1 unless "
+                   "every run found violations).")
+def bench_flink_ha_cmd(kills: int, kafka: bool, lease: float, scheduler: str,
+                       control: bool) -> None:
+    """Flink's own end-to-end HA test (test_ha_datastream.sh) on jobreg: a job that checks
+    its own exactly-once state (a sequence generator and a verifier, parallelism 4),
+    simulated task failures, the leading JobManager killed --kills times and started again
+    each time; the job's checks, the failover times and the registry's timeline of the job by
+    leader term. Exits 1 unless every run passed. Needs Java 17, javac and Maven."""
+    from registry.dev.bench_flink import FlinkBenchError
+    from registry.dev.bench_flink_ha import bench_flink_ha, format_flink_ha
+
+    schedulers = ("default", "adaptive") if scheduler == "both" else (scheduler,)
+    with registry_errors():
+        try:
+            runs = bench_flink_ha(kills=kills, kafka=kafka, lease=lease, schedulers=schedulers,
+                                  control=control,
+                                  progress=lambda msg: click.echo(f"... {msg}", err=True))
+        except FlinkBenchError as e:
+            raise CliError(str(e)) from e
+    click.echo(format_flink_ha(runs))
+    if not all((bool(r.violations) and r.error is None) if control else r.passed
+               for r in runs):
+        raise SystemExit(1)
+
+
 @bench.command("soak")
 @click.option("--writes", type=click.IntRange(1), default=100_000, show_default=True,
               help="Fenced writes on one namespace.")

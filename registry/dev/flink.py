@@ -745,19 +745,22 @@ class FlinkCluster:
         return jar
 
     def submit(self, jm: FlinkProcess, name: str = "failover", timeout: float = 120.0,
-               *, fail_file: pathlib.Path | None = None, records: int | None = None) -> str:
+               *, fail_file: pathlib.Path | None = None, records: int | None = None,
+               main: str = JOB_MAIN, args: tuple[str, ...] = ()) -> str:
         """Submit the test job to ``jm``'s REST endpoint (the job submits itself, from a JVM
         of its own, with ``createRemoteEnvironment`` and ``executeAsync``); its job id.
 
         With ``fail_file``, the job's counting task throws once each time that file appears
-        (it deletes it first): :meth:`fail_task` makes Flink restart the job."""
+        (it deletes it first): :meth:`fail_task` makes Flink restart the job. ``main``: another
+        job of the test jar (``org.jobreg.failover.HaVerifyJob``), ``args`` after the fail
+        file."""
         jar = self.job_jar()
         argv = [java_binary(), "-Xmx256m", *_JVM_OPTS, "-cp",
                 os.pathsep.join([str(jar), *map(str, self.classpath)]),
                 f"-Dlog4j2.configurationFile={self._client_log4j()}",
                 *([f"-Dfailover.records={records}"] if records is not None else []),
-                JOB_MAIN, "127.0.0.1", str(jm.rest_port), str(jar), name,
-                *([str(fail_file)] if fail_file is not None else [])]
+                main, "127.0.0.1", str(jm.rest_port), str(jar), name,
+                *([str(fail_file)] if fail_file is not None else []), *args]
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                                   text=True, timeout=timeout, check=False)
