@@ -1793,8 +1793,15 @@ class _OneLineUsage(click.Command):
               show_default=True, help="Seconds of the lease (renewed while the JVM is alive).")
 @click.option("--poll-ms", "poll_ms", type=click.IntRange(1, 60_000), default=100,
               show_default=True, help="How often watched leader information is re-read.")
+@click.option("--metrics-port", "metrics_port", default=None, metavar="PORT[-PORT]",
+              help="Serve jobreg's Prometheus metrics of this bridge at /metrics on the first "
+                   "free port of this one or range (Flink: high-availability.jobreg."
+                   "metrics-port).")
+@click.option("--metrics-host", "metrics_host", default="127.0.0.1", show_default=True,
+              help="The address the metrics are served on.")
 @pass_settings
-def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int) -> None:
+def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int,
+                 metrics_port: str | None, metrics_host: str) -> None:
     """Flink's high-availability services on jobreg, for one Flink process: JSON lines on
     stdin (requests) and stdout (answers, events), logs on stderr (protocol v1, README "The
     Flink bridge"). Ends with 0 at EOF on stdin, revoking a term it leads."""
@@ -1824,12 +1831,27 @@ def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int)
     logging.getLogger("registry").setLevel(logging.WARNING)
     from registry.client import Registry
 
+    served = None
+    collector = None
+    if metrics_port is not None:
+        from prometheus_client import CollectorRegistry
+
+        from registry.metrics import serve_first
+
+        collector = CollectorRegistry()
+        try:
+            served = serve_first(metrics_port, metrics_host, collector)
+        except ConfigError as e:
+            raise CliError(str(e), EXIT_USAGE) from None
+        # (the JVM forwards the bridge's stderr to its log)
+        print(f"INFO registry.flink_bridge: serving jobreg's metrics on "
+              f"http://{served.host}:{served.port}/metrics", file=sys.stderr, flush=True)
     with registry_errors():
         registry = Registry.connect(settings.bootstrap, settings.namespace,
                                     topic=settings.topic, timeout=min(settings.timeout,
                                                                       lease / 2),
                                     client_config=settings.client_config,
-                                    partitions=settings.partitions)
+                                    partitions=settings.partitions, metrics=collector)
 
     # Its own buffered stdout (flink_bridge.protocol_stdout): under PYTHONUNBUFFERED a
     # signal while the pipe is full would cut a line.
@@ -1854,6 +1876,8 @@ def flink_bridge(settings: Settings, contender: str, lease: float, poll_ms: int)
         bridge.close()
     finally:
         registry.close()
+        if served is not None:
+            served.stop()
     raise SystemExit(code)
 
 

@@ -349,3 +349,35 @@ def serve(port: int, host: str = "127.0.0.1",
         raise ConfigError(f"cannot serve metrics on {host}:{port}: "
                           f"{e.strerror or e}") from None
     return MetricsServer(server, thread)
+
+
+def port_range(value: str) -> tuple[int, int]:
+    """``"9464"`` or ``"9464-9470"`` (as Flink's own reporters take a port): the first and
+    last port, or :class:`~registry.errors.ConfigError` in one line."""
+    first, sep, last = value.strip().partition("-")
+    try:
+        lo, hi = int(first), int(last) if sep else int(first)
+    except ValueError:
+        raise ConfigError(f"a metrics port is a number or a range such as 9464-9470, "
+                          f"not {value!r}") from None
+    check_port(lo)
+    check_port(hi)
+    if hi < lo:
+        raise ConfigError(f"the metrics port range {value!r} ends below its start")
+    return lo, hi
+
+
+def serve_first(ports: str, host: str = "127.0.0.1",
+                registry: CollectorRegistry | None = None) -> MetricsServer:
+    """:func:`serve` on the first port of ``ports`` (:func:`port_range`) that can be listened
+    on: several processes of one host (two JobManagers' bridges) share one setting. Raises
+    :class:`~registry.errors.ConfigError` if none can."""
+    lo, hi = port_range(ports)
+    last: ConfigError | None = None
+    for port in range(lo, hi + 1):
+        try:
+            return serve(port, host, registry)
+        except ConfigError as e:
+            last = e
+    assert last is not None
+    raise ConfigError(f"cannot serve metrics on any port of {ports} at {host}: {last}")

@@ -7,9 +7,11 @@ deadline (``support.bridge_client.DEADLINE``) that only guards against a hung br
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -385,6 +387,68 @@ def test_a_bad_request_is_answered_invalid_in_one_line(bridges) -> None:
     assert len([line for line in b.stderr if "flink-bridge" in line]) >= 1
 
 
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive ports nothing listens on now (loopback)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            first = probe.getsockname()[1]
+        if first + count > 65535:
+            continue
+        try:
+            held = []
+            for port in range(first, first + count):
+                sock = socket.socket()
+                held.append(sock)
+                sock.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
+        finally:
+            for sock in held:
+                sock.close()
+    raise AssertionError("no free run of ports")
+
+
+def _scrape(port: int) -> dict[str, float]:
+    """``/metrics`` of the bridge: ``{series with labels: value}``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=DEADLINE) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def test_the_bridge_serves_jobregs_metrics_on_the_first_free_port_of_its_range(bridges) -> None:
+    """Issue 43, item 7: ``high-availability.jobreg.metrics-port`` (a range, so that two
+    JobManagers of one host share the setting) reaches the bridge as ``--metrics-port``, and
+    the bridge serves its client's metrics: leadership, the epoch, writes by outcome."""
+    first = _free_ports(3)
+    with socket.socket() as busy:  # the first port of the range is taken
+        busy.bind(("127.0.0.1", first))
+        busy.listen()
+        b = bridges("metrics", "jm-1", extra=("--metrics-port", f"{first}-{first + 2}"))
+        end = time.monotonic() + DEADLINE  # the line is on stderr, read by another thread
+        while not (served := [ln for ln in b.stderr if "serving jobreg's metrics" in ln]) \
+                and time.monotonic() < end:
+            time.sleep(0.05)
+        assert served and f":{first + 1}/metrics" in served[0], b.stderr
+    _lead(b)
+    assert b.ok("store_add", store="plans", name=JOB, pointer="file:///ha/plan-m") == \
+        {"version": 0}
+    got = _scrape(first + 1)
+    labels = 'namespace="metrics"'
+    leading = [v for k, v in got.items() if k.startswith("jobreg_leading{") and labels in k]
+    epoch = [v for k, v in got.items() if k.startswith("jobreg_epoch{") and labels in k]
+    accepted = sum(v for k, v in got.items() if k.startswith("jobreg_writes_total{")
+                   and labels in k and 'outcome="accepted"' in k)
+    assert leading == [1.0] and epoch == [1.0], got
+    assert accepted >= 2, got  # the claim and the plan's submit at least
+
+
 @pytest.mark.parametrize("args", [
     ["--namespace", "ok", "--contender", "c"],  # no --bootstrap
     ["--bootstrap", "127.0.0.1:1", "--contender", "c"],  # no --namespace
@@ -393,6 +457,12 @@ def test_a_bad_request_is_answered_invalid_in_one_line(bridges) -> None:
     ["--bootstrap", "127.0.0.1:1", "--namespace", "ok", "--contender", "c", "--lease", "x"],
     ["--bootstrap", "nope", "--namespace", "ok", "--contender", "c"],
     ["--bootstrap", "127.0.0.1:1", "--namespace", "ok", "--contender", "c", "--bogus"],
+    ["--bootstrap", "127.0.0.1:1", "--namespace", "ok", "--contender", "c",
+     "--metrics-port", "nine"],
+    ["--bootstrap", "127.0.0.1:1", "--namespace", "ok", "--contender", "c",
+     "--metrics-port", "9470-9464"],
+    ["--bootstrap", "127.0.0.1:1", "--namespace", "ok", "--contender", "c",
+     "--metrics-port", "70000"],
 ])
 def test_bad_arguments_are_one_line_and_exit_2(args) -> None:
     run = subprocess.run([sys.executable, "-m", "registry", "flink-bridge", *args],

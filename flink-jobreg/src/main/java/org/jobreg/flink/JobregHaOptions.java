@@ -57,6 +57,25 @@ public final class JobregHaOptions {
                             "A file of librdkafka properties passed to the bridge"
                                     + " (--command-config).");
 
+    /** Where the bridge serves jobreg's Prometheus metrics: a port, or a range for several. */
+    public static final ConfigOption<String> METRICS_PORT =
+            ConfigOptions.key("high-availability.jobreg.metrics-port")
+                    .stringType()
+                    .noDefaultValue()
+                    .withDescription(
+                            "The port, or a range such as 9464-9470 (the first free one is"
+                                    + " taken: several JobManagers on one host), on which the"
+                                    + " bridge serves jobreg's Prometheus metrics at /metrics"
+                                    + " (leadership, writes and their latency, refusals by"
+                                    + " reason). Not set: none are served.");
+
+    /** The address the bridge's metrics are served on. */
+    public static final ConfigOption<String> METRICS_HOST =
+            ConfigOptions.key("high-availability.jobreg.metrics-host")
+                    .stringType()
+                    .defaultValue("127.0.0.1")
+                    .withDescription("The address the bridge's metrics are served on.");
+
     private JobregHaOptions() {}
 
     /** The bridge's namespace: Flink's cluster id, sanitized as the bridge protocol says. */
@@ -116,6 +135,13 @@ public final class JobregHaOptions {
         if (commandConfig != null && !commandConfig.isBlank()) {
             command.add("--command-config");
             command.add(commandConfig);
+        }
+        String metricsPort = configuration.get(METRICS_PORT);
+        if (metricsPort != null && !metricsPort.isBlank()) {
+            command.add("--metrics-port");
+            command.add(metricsPort.trim());
+            command.add("--metrics-host");
+            command.add(configuration.get(METRICS_HOST));
         }
         return command;
     }
