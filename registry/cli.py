@@ -17,7 +17,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -943,8 +943,9 @@ def _why(d: Any) -> str | None:
     return said or None
 
 
-def _jobs_table(image: Any, include_terminal: bool) -> str:
-    from registry.render import table
+def _jobs_table(image: Any, include_terminal: bool,
+                checkpointed: Mapping[str, int] | None = None) -> str:
+    from registry.render import format_time, table
 
     views = sorted((v for v in image.jobs.values() if include_terminal or v.live),
                    key=lambda v: v.job_id)
@@ -952,8 +953,12 @@ def _jobs_table(image: Any, include_terminal: bool) -> str:
         ended = sum(1 for v in image.jobs.values() if not v.live)
         return "(no jobs)" if include_terminal or not ended else (
             f"(no live jobs; {ended} ended: --all shows them)")
-    headers = ["job", "status", "owner epoch", "checkpoint failures", "error"]
+    checkpointed = checkpointed or {}
+    headers = ["job", "status", "owner epoch", "last checkpoint", "checkpoint state at",
+               "checkpoint failures", "error"]
     rows = [[v.job_id, v.status + (" (cleanup pending)" if v.dirty else ""), v.owner_epoch,
+             v.checkpoints.last_completed if v.checkpoints.last_completed >= 0 else None,
+             format_time(checkpointed.get(v.job_id)),
              f"{v.checkpoints.consecutive_failures}/{v.max_checkpoint_failures}"
              + (" OVER BUDGET" if v.over_budget else ""), v.error] for v in views]
     if include_terminal:  # why each ended job ended
@@ -968,15 +973,37 @@ def _jobs_table(image: Any, include_terminal: bool) -> str:
               help="Include terminal jobs (cancelled, finished, failed).")
 @pass_settings
 def jobs(settings: Settings, include_terminal: bool) -> None:
-    """The namespace's jobs now: live ones, or every one with --all."""
-    from registry.render import state_json
+    """The namespace's jobs now: live ones, or every one with --all. For each, the last
+    completed checkpoint and when the record the job's checkpoint state stands on was
+    written (a live job whose checkpoint state stopped changing stands out)."""
+    from registry.render import format_time, state_json
 
+    checkpointed = _CheckpointTimes()
     with _reading(settings) as f:
-        image = f.replay()
+        image = f.replay(on_decision=checkpointed.note)
     state = state_json(image, include_terminal=include_terminal)
+    for job in state["jobs"]:
+        cp = image.jobs[job["job_id"]].checkpoints.last_completed
+        at = checkpointed.at.get(job["job_id"])
+        job.update(last_completed_checkpoint=cp if cp >= 0 else None,
+                   checkpoint_state_at=at, checkpoint_state_time=format_time(at))
     settings.emit("jobs", {"namespace": image.namespace, "last_offset": state["last_offset"],
                            "jobs": state["jobs"]},
-                  lambda: _jobs_table(image, include_terminal))
+                  lambda: _jobs_table(image, include_terminal, checkpointed.at))
+
+
+class _CheckpointTimes:
+    """Per job, the stamp of the newest accepted record under one of its checkpoint record
+    keys (the one its checkpoint state stands on, or one written after it: never collected
+    before a newer one holds the state, so present in every compacted log)."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, int] = {}
+
+    def note(self, d: Any) -> None:
+        if d.job_id is not None and d.accepted and d.timestamp is not None \
+                and d.timestamp >= 0 and d.key is not None and "/checkpoint/" in d.key:
+            self.at[d.job_id] = d.timestamp
 
 
 @main.command()

@@ -74,11 +74,37 @@ def test_jobs_and_leader(incident) -> None:
                               "max_checkpoint_failures": 0, "retained_checkpoints": 1,
                               "consecutive_failures": 0, "over_budget": False,
                               "checkpoints": [], "requirements": [], "reason": None,
-                              "dirty": False}
+                              "dirty": False, "last_completed_checkpoint": None,
+                              "checkpoint_state_at": None, "checkpoint_state_time": None}
     assert as_json(incident, "leader") == {
         "format": "jobreg.leader/1", "namespace": NS, "epoch": 3, "leader": "jm-3",
         "revoked": False, "last_offset": doc["last_offset"]}
     assert "epoch 3: jm-3 (leading)" in cli(incident, "leader")[1]
+
+
+def test_jobs_shows_each_jobs_last_checkpoint_and_when_its_state_was_written(broker) -> None:
+    """Issue 43, item 7: a job whose checkpoints stopped stands out in ``jobreg jobs``."""
+    topic = f"jobreg-cli-{new_event_id()[:8]}"
+    reg = Registry.connect(broker.bootstrap, NS, topic=topic)
+    try:
+        term = reg.claim_leadership("jm-1")
+        term.submit("job-c", InlineGraph(b"g"))
+        term.submit("job-d", InlineGraph(b"g"))
+        term.checkpoint_triggered("job-c", 1)
+        done = term.checkpoint_completed("job-c", 1, location="file:///cp/1")
+        stamp = next(d.timestamp for d in reg.timeline("job-c") if d.offset == done.offset)
+    finally:
+        reg.close()
+    marks = {"bootstrap": broker.bootstrap, "topic": topic}
+    by_id = {j["job_id"]: j for j in as_json(marks, "jobs")["jobs"]}
+    c, d = by_id["job-c"], by_id["job-d"]
+    assert c["last_completed_checkpoint"] == 1 and c["checkpoint_state_at"] == stamp
+    assert c["checkpoint_state_time"].endswith("Z")
+    assert (d["last_completed_checkpoint"], d["checkpoint_state_at"]) == (None, None)
+    code, out, _ = cli(marks, "jobs")
+    assert code == 0 and "last checkpoint" in out and "checkpoint state at" in out
+    row = next(line for line in out.splitlines() if line.startswith("job-c"))
+    assert " 1 " in row and c["checkpoint_state_time"] in row
 
 
 def test_terms_timeline_explain(incident) -> None:
