@@ -625,6 +625,13 @@ def requirements_error(requirements: object) -> str | None:
     return None
 
 
+def _rested_on(keys: list[tuple[str, bool]], at: int) -> bool:
+    """Whether a refusal rests on the record of ``keys[at]`` (rule 6's bookkeeping, in log
+    order): a record no state stands on lies after it before the next record whose state the
+    fold took (the newest record taken before a refused one is what its verdict rests on)."""
+    return at + 1 < len(keys) and not keys[at + 1][1]
+
+
 def _taken_whole(state: CheckpointState) -> CheckpointState:
     """A checkpoint state a record carries whole (a reassertion's, a legacy end's), as the
     fold takes it: refused ``bad_requirements`` if its requirements are ones no rescale could
@@ -1001,9 +1008,26 @@ class Delta:
         at = next((i for i, (k, _) in enumerate(keys) if k == key), None)
         if decision.outcome == Outcome.DUPLICATE and at is not None:
             return
+        holder, state = rec.holder, rec.state
+        # A record over one that a refusal rests on (the newest record the fold took before
+        # a refused one, which may be a holder since superseded): in a log cleaned past it
+        # that refused record reads as accepted, and the ones after it as refused. The state
+        # is due: the leader collects the refused records, then restates it, and the
+        # restatement wins on seq in every such log (the twenty-first read's F2: junk over a
+        # former holder, with nothing due, lost the completion that had superseded it).
+        if at is not None and key != holder and keys[at][1] and _rested_on(keys, at):
+            holder, state = None, None
         if getattr(event, "call_id", None) is not None:
-            # A call's member (a raw writer's: the client writes none) is never collected:
-            # its verdict may sink its call (rule 8). Taken at the commit, the state is due.
+            # A call's member (a raw writer's: the client writes none; under a checkpoint key
+            # always misplaced, refused wrong_key) is never collected: its verdict may sink
+            # its call (rule 8). But it supersedes what its key held, like any junk there (the
+            # twenty-first read's F1: over the holder it made nothing due, and a log cleaned
+            # past it lost the job's checkpoints).
+            if at is not None:
+                if key == holder:
+                    holder, state = None, None
+                del keys[at]
+                self._cp_records[job_id] = CheckpointRecords(holder, state, tuple(keys))
             self._note_checkpoints_due(job_id)
             return
         job = self._jobs.get(job_id)
@@ -1014,7 +1038,6 @@ class Delta:
         if at is not None:
             del keys[at]
         keys.append((key, holds))
-        holder, state = rec.holder, rec.state
         # While the state is due (junk superseded its holder, or it lay under the old one
         # checkpoints key) and the log holds records of the job no state stands on, no record
         # becomes the holder: the stretch goes on until the leader, having collected them,
@@ -1045,12 +1068,17 @@ class Delta:
                                     "(tombstone) over the record that holds the checkpoint "
                                     f"state of job {job_id!r}: due to be restated")
         if rec is not None:
+            at = next((i for i, (k, _) in enumerate(rec.keys) if k == key), None)
+            # (the leader removes the refused records before the one they rest on: a
+            # tombstone over that one first is junk to them, and the state is due, F2)
+            rested = at is not None and rec.keys[at][1] and _rested_on(list(rec.keys), at) \
+                and self._needs_checkpoints(job_id)
             keys = tuple(e for e in rec.keys if e[0] != key)
             if not keys and rec.holder in (None, key):
                 del self._cp_records[job_id]
             else:
-                self._cp_records[job_id] = rec._replace(keys=keys) if rec.holder != key \
-                    else CheckpointRecords(None, None, keys)
+                self._cp_records[job_id] = rec._replace(keys=keys) \
+                    if rec.holder != key and not rested else CheckpointRecords(None, None, keys)
         self._note_checkpoints_due(job_id)
         return Decision(record.offset, Outcome.COLLECTED, record.timestamp, key, None, None,
                         job_id, None, None, "collected", "a tombstone of a checkpoint record "

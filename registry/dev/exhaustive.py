@@ -192,9 +192,9 @@ class Alphabet:
     raw_epochs: tuple[str, ...] = ("current", "stale", "future")
     raw_writers: tuple[str, ...] = ("leader", "other")
     raw_keys: tuple[str, ...] = ("own", "wrong")
-    # garbage and tombstones also over the key that holds a job's birth, its end, or its
-    # checkpoint state
-    junk_keys: tuple[str, ...] = ("birth", "end", "checkpoint")
+    # garbage and tombstones also over the key that holds a job's birth, its end, its
+    # checkpoint state, or the newest record that held that state before ("former")
+    junk_keys: tuple[str, ...] = ("birth", "end", "checkpoint", "former")
     stale_claims: bool = True
     # raw checkpoint records also from a view without the job's checkpoint records (key
     # "stale" in the op: on the own key, seq and state as the submit left them), and a
@@ -243,7 +243,7 @@ ALPHABETS: dict[str, Alphabet] = {
                                 "CheckpointCompleted", "JobCleanedUp", "JobSubmitted",
                                 "JobAdopted"),
                      raw_epochs=("current",), raw_writers=("leader",), raw_keys=("own", "wrong"),
-                     junk_keys=("birth", "end", "checkpoint"), stale_claims=True,
+                     junk_keys=("birth", "end", "checkpoint", "former"), stale_claims=True,
                      stale_checkpoints=True, duplicates=True, torn_calls=False, max_raw=2,
                      max_claims=2),
     # Calls under junk, for the subtree below a committed call (``--below``): two jobs, the
@@ -276,9 +276,9 @@ ALPHABETS: dict[str, Alphabet] = {
                                        "JobReasserted", "CheckpointCompleted",
                                        "CheckpointTriggered"),
                             raw_epochs=("current",), raw_writers=("leader",), raw_keys=("own",),
-                            junk_keys=("birth", "end", "checkpoint"), stale_claims=True,
-                            stale_checkpoints=True, duplicates=True, torn_calls=False,
-                            max_raw=2, max_claims=2),
+                            junk_keys=("birth", "end", "checkpoint", "former"),
+                            stale_claims=True, stale_checkpoints=True, duplicates=True,
+                            torn_calls=False, max_raw=2, max_claims=2),
 }
 # The ``ends`` alphabet with verbatim copies over the keys that hold a job's parts (the
 # twelfth adversarial read's D1-D2: a duplicate by event id under another record's key), and
@@ -461,16 +461,21 @@ class _World:
         return max(old, key=lambda a: (a.term, a.name)) if old else None
 
     # -- the client's writes ----------------------------------------------------------------
-    def settle(self, who: _Actor) -> None:
-        """``Term.reassert()`` and the settling after a write: plan from the image, send,
-        at most twice (``Term._settle_once``), the collection (fold rule 6) around it: first
-        the records no state stands on of the jobs it restates, then every tombstone
-        :func:`registry.fold.plan_collection` plans, as ``Term.reassert()`` writes them (a
-        write collects the rest only once many are due, which leaves records longer, as a
-        settling that collected nothing)."""
+    def settle(self, who: _Actor, full: bool = True) -> None:
+        """``Term.reassert()`` (``full``) and the settling after a write: plan from the
+        image, send, at most twice (``Term._settle_once``), the collection (fold rule 6)
+        around it: first the records no state stands on of the jobs an unsettled key names,
+        then, only with ``full``, every tombstone :func:`registry.fold.plan_collection` plans,
+        as ``Term.reassert()`` writes them. The settling after a write (``Term._settle``)
+        does nothing while nothing is unsettled, and collects the rest only once
+        ``COLLECT_BATCH`` checkpoint records were written: until then a refused record stays
+        in the log (the twenty-first read's F2: a model whose every write collected it at
+        once never met junk over the record its refusal rests on)."""
         img = self.image
         if who.term is None or fencing_reason(img.epoch, img.leader, img.revoked,
                                               who.term, who.name) is not None:
+            return
+        if not full and not img.unsettled:
             return
         self.collect(plan_collection(img, first=True))
         for _ in range(2):
@@ -483,7 +488,8 @@ class _World:
                 break
             self.write(list(pairs))
             who.seen = len(self.log)
-        self.collect(plan_collection(self.image))
+        if full:
+            self.collect(plan_collection(self.image))
         who.seen = len(self.log)
 
     def collect(self, keys: list[str]) -> None:
@@ -524,7 +530,7 @@ class _World:
         pairs += [(record_key(e), e) for e in call]
         self.write(pairs)
         who.seen = len(self.log)
-        self.settle(who)
+        self.settle(who, full=False)  # Term._settle: the first collection only
         return True
 
 
@@ -642,6 +648,14 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             if rec is None or rec.holder is None:
                 return False
             key = rec.holder
+        elif key_rel == "former":  # over the newest record that held the state before the
+            # holder (one no tombstone removed yet: a refusal may rest on it; the twenty-first
+            # read's F2)
+            rec = img.checkpoint_records.get(job)
+            held = [k for k, h in (rec.keys if rec is not None else ()) if h and k != rec.holder]
+            if not held:
+                return False
+            key = held[-1]
         elif key_rel in ("birth", "end"):  # over the key that holds the job's birth (end)
             holder = img.jobs.get(job)
             held = None if holder is None else (holder.born_by if key_rel == "birth"

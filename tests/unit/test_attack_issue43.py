@@ -52,6 +52,7 @@ from registry.events import (
     UNKNOWN_CHECKPOINT,
     CheckpointState,
     InlineGraph,
+    JobAdopted,
     JobCancelled,
     JobReasserted,
     JobRescaled,
@@ -264,3 +265,113 @@ def test_m1_a_floored_restatement_of_a_current_term_writer_still_undoes_a_rescal
     world = _restatement_after_rescale(
         ("raw", "CheckpointTriggered", "current", "leader", "a", "own"))
     assert world.image.jobs["a"].checkpoints.requirements == R1
+
+
+# -- the twenty-first read (of the fixes above), F2 and F1 ------------------------------------
+
+F2 = {
+    # the leader's client alone, and one garbage: Flink asks for trigger 1 again, the client
+    # writes it with the next seq, the fold refuses it checkpoint_id_not_increasing
+    "client-trigger-again": [C, ("write", "submit", "a", 1), ("write", "trigger", "a", 1),
+                             ("write", "trigger", "a", 1), ("write", "complete", "a", 1),
+                             ("raw", "garbage", "-", "-", "a", "former", False)],
+    # a rescale planned from a view before the trigger (raw, current epoch): refused
+    # stale_checkpoint_seq, its requirements must never become the job's
+    "stale-rescale": [C, ("write", "submit", "a", 1), ("write", "trigger", "a", 1),
+                      ("raw", "JobRescaled", "current", "leader", "a", "stale", False),
+                      ("write", "complete", "a", 1),
+                      ("raw", "garbage", "-", "-", "a", "former", False)],
+}
+
+
+@pytest.mark.parametrize("case", sorted(F2))
+def test_f2_junk_over_a_former_holder_a_refusal_rests_on_makes_the_state_due(case: str) -> None:
+    """Junk over the record that held the state when a refused record landed, once a later
+    record became the holder: in a log cleaned past it the refused record read as accepted
+    and the completion as refused, and nothing was due (the client collects a refused record
+    at its next full collection only, every COLLECT_BATCH records). Now the state is due
+    (``rules._rested_on``): the leader collects the refused record, then restates. Also the
+    checker's model: its writes settle as ``Term._settle`` does (no full collection), and its
+    junk falls on a former holder too (``former``)."""
+    report = check_history(F2[case], "checkpoints")
+    answers = sorted(k for k in report.failures if k[0] in ("answer", "batch"))
+    assert not answers, [report.failures[k].detail for k in answers]
+    log = replay_history(F2[case], "checkpoints")
+    image = fold(log[:-1], NS)  # before the junk: nothing due
+    assert f"{NS}/job/a/checkpoint/" not in image.unsettled
+    assert f"{NS}/job/a/checkpoint/" in fold(log, NS).unsettled
+
+
+def test_f2_a_new_leader_settling_from_any_legal_cut_keeps_the_completion() -> None:
+    codec = default_codec()
+    log = replay_history(F2["client-trigger-again"], "checkpoints")
+    before = fold(log, NS)
+    assert before.jobs["a"].checkpoints.last_completed == 1
+    bound = min((next(i for i, r in enumerate(log) if r.offset == o)
+                 for o in before.unsettled.values()), default=len(log))
+    for cut in range(bound + 1):
+        idx = compacted_indices([r.key for r in log], [r.value is None for r in log], cut,
+                                len(log))
+        seen = [log[i] for i in idx]
+
+        def add(key: str, value: bytes | None, seen=seen) -> None:
+            seen.append(LogRecord(seen[-1].offset + 2, key.encode(), value,
+                                  2_000_000 + len(seen)))
+
+        grant = LeadershipGranted(event_id="g2", namespace=NS, epoch=2, writer="jm-2",
+                                  created_at=0, prev_epoch=1, layout=LAYOUT)
+        add(record_key(grant), codec.encode(grant))
+        for _ in range(2):  # Term._start, then Term.reassert()
+            for k in plan_collection(fold(seen, NS), first=True):
+                add(k, None)
+            for k, e in plan_reassertions(fold(seen, NS), 2, "jm-2"):
+                add(k, codec.encode(e))
+            for k in plan_collection(fold(seen, NS)):
+                add(k, None)
+        idx = compacted_indices([r.key for r in seen], [r.value is None for r in seen],
+                                len(seen), len(seen))  # and the cleaner past all of it
+        after = fold([seen[i] for i in idx], NS).jobs["a"].checkpoints
+        assert after.last_completed == 1, (cut, after)
+
+
+def _member_over_the_holder() -> _World:
+    """claim, submit, trigger 1, complete 1, then a call's member (a JobAdopted with a
+    ``call_id``: under a checkpoint key always misplaced, refused ``wrong_key``) over the
+    record the state stands on."""
+    world = _World.empty()
+    for op in [("claim", "jm-1", "current"), ("write", "submit", "a", 1),
+               ("write", "trigger", "a", 1), ("write", "complete", "a", 1)]:
+        _apply(world, op, ALPHABETS["full"])
+    img = world.image
+    holder = img.checkpoint_records["a"].holder
+    member = JobAdopted(job_id="a", call_id="c-1", **ex_common(img.epoch, img.leader))
+    world.write([(holder, member)], client=False)
+    return world
+
+
+def test_f1_a_call_member_over_the_holder_makes_the_state_due_and_is_never_collected() -> None:
+    """It supersedes the holder for the cleaner like any junk: the state is due (restated),
+    and the member, whose verdict may sink its call (rule 8), is not among the records the
+    leader removes."""
+    world = _member_over_the_holder()
+    img = world.image
+    assert [d.reason for d in world.made[-1]] == ["wrong_key"]
+    assert f"{NS}/job/a/checkpoint/" in img.unsettled
+    holder_key = world.log[-1].key.decode()
+    assert holder_key not in plan_collection(img) + plan_collection(img, first=True)
+    _settle_after(world)
+    after = world.image
+    assert not after.unsettled and after.jobs["a"].checkpoints.last_completed == 1
+    assert after.checkpoint_records["a"].holder not in (None, holder_key)
+
+
+def test_f1_no_log_cleaned_past_the_member_loses_the_checkpoint() -> None:
+    world = _member_over_the_holder()
+    _settle_after(world)
+    log = [r.log_record() for r in world.log]
+    full = fold(log, NS)
+    for cut in range(len(log) + 1):
+        idx = compacted_indices([r.key for r in log], [r.value is None for r in log], cut,
+                                len(log))
+        got = fold([log[i] for i in idx], NS).jobs["a"].checkpoints
+        assert got == full.jobs["a"].checkpoints, (cut, got)
