@@ -652,10 +652,10 @@ def _raw(world: _World, kind: str, epoch_rel: str, writer_rel: str, job: str,
             # holder (one no tombstone removed yet: a refusal may rest on it; the twenty-first
             # read's F2)
             rec = img.checkpoint_records.get(job)
-            held = [k for k, h in (rec.keys if rec is not None else ()) if h and k != rec.holder]
-            if not held:
+            former = [] if rec is None else [k for k, h in rec.keys if h and k != rec.holder]
+            if not former:
                 return False
-            key = held[-1]
+            key = former[-1]
         elif key_rel in ("birth", "end"):  # over the key that holds the job's birth (end)
             holder = img.jobs.get(job)
             held = None if holder is None else (holder.born_by if key_rel == "birth"
