@@ -85,6 +85,29 @@ def _history(refused: str) -> list[tuple]:
     return [*BEFORE, REFUSED[refused], ("write", "complete", "a", 1)]
 
 
+def _new_leader_settles(seen: list[LogRecord], *also: list[LogRecord]) -> None:
+    """A new leader (epoch 2, ``jm-2``) claims from ``seen`` (the log as it read it) and
+    settles as ``Term._start`` and then ``Term.reassert()`` do; each record it writes goes
+    to ``also`` (the full log) too."""
+    codec = default_codec()
+
+    def add(key: str, value: bytes | None) -> None:
+        for recs in (seen, *also):
+            recs.append(LogRecord(recs[-1].offset + 2, key.encode(), value,
+                                  2_000_000 + len(recs)))
+
+    grant = LeadershipGranted(event_id="g2", namespace=NS, epoch=2, writer="jm-2",
+                              created_at=0, prev_epoch=1, layout=LAYOUT)
+    add(record_key(grant), codec.encode(grant))
+    for _ in range(2):
+        for k in plan_collection(fold(seen, NS), first=True):
+            add(k, None)
+        for k, e in plan_reassertions(fold(seen, NS), 2, "jm-2"):
+            add(k, codec.encode(e))
+        for k in plan_collection(fold(seen, NS)):
+            add(k, None)
+
+
 @pytest.mark.parametrize("refused", sorted(REFUSED))
 def test_h1_every_compacted_log_keeps_the_leaders_write(refused: str) -> None:
     report = check_history(_history(refused), "full")
@@ -97,7 +120,6 @@ def test_h1_a_new_leader_settling_from_a_cleaned_log_loses_nothing(refused: str)
     """The old leader wrote the completion and settled; the cleaner ran to every cut it may
     make; a new leader claims and settles from what it read (as ``Term._start`` and the
     settling of its next write do). The full log keeps checkpoint 1 and no requirements."""
-    codec = default_codec()
     log = replay_history(_history(refused), "full")
     before = fold(log, NS)
     assert before.jobs["a"].checkpoints.last_completed == 1
@@ -109,22 +131,7 @@ def test_h1_a_new_leader_settling_from_a_cleaned_log_loses_nothing(refused: str)
         idx = compacted_indices([r.key for r in log], [r.value is None for r in log], cut,
                                 len(log))
         full, seen = list(log), [log[i] for i in idx]
-
-        def add(key: str, value: bytes | None, full=full, seen=seen) -> None:
-            for recs in (full, seen):
-                recs.append(LogRecord(recs[-1].offset + 2, key.encode(), value,
-                                      2_000_000 + len(recs)))
-
-        grant = LeadershipGranted(event_id="g2", namespace=NS, epoch=2, writer="jm-2",
-                                  created_at=0, prev_epoch=1, layout=LAYOUT)
-        add(record_key(grant), codec.encode(grant))
-        for _ in range(2):
-            for k in plan_collection(fold(seen, NS), first=True):
-                add(k, None)
-            for k, e in plan_reassertions(fold(seen, NS), 2, "jm-2"):
-                add(k, codec.encode(e))
-            for k in plan_collection(fold(seen, NS)):
-                add(k, None)
+        _new_leader_settles(seen, full)
         after = fold(full, NS).jobs["a"].checkpoints
         assert after.last_completed == 1 and after.requirements == (), (cut, after)
 
@@ -303,7 +310,6 @@ def test_f2_junk_over_a_former_holder_a_refusal_rests_on_makes_the_state_due(cas
 
 
 def test_f2_a_new_leader_settling_from_any_legal_cut_keeps_the_completion() -> None:
-    codec = default_codec()
     log = replay_history(F2["client-trigger-again"], "checkpoints")
     before = fold(log, NS)
     assert before.jobs["a"].checkpoints.last_completed == 1
@@ -313,21 +319,7 @@ def test_f2_a_new_leader_settling_from_any_legal_cut_keeps_the_completion() -> N
         idx = compacted_indices([r.key for r in log], [r.value is None for r in log], cut,
                                 len(log))
         seen = [log[i] for i in idx]
-
-        def add(key: str, value: bytes | None, seen=seen) -> None:
-            seen.append(LogRecord(seen[-1].offset + 2, key.encode(), value,
-                                  2_000_000 + len(seen)))
-
-        grant = LeadershipGranted(event_id="g2", namespace=NS, epoch=2, writer="jm-2",
-                                  created_at=0, prev_epoch=1, layout=LAYOUT)
-        add(record_key(grant), codec.encode(grant))
-        for _ in range(2):  # Term._start, then Term.reassert()
-            for k in plan_collection(fold(seen, NS), first=True):
-                add(k, None)
-            for k, e in plan_reassertions(fold(seen, NS), 2, "jm-2"):
-                add(k, codec.encode(e))
-            for k in plan_collection(fold(seen, NS)):
-                add(k, None)
+        _new_leader_settles(seen)
         idx = compacted_indices([r.key for r in seen], [r.value is None for r in seen],
                                 len(seen), len(seen))  # and the cleaner past all of it
         after = fold([seen[i] for i in idx], NS).jobs["a"].checkpoints
