@@ -1017,19 +1017,11 @@ class Delta:
         # former holder, with nothing due, lost the completion that had superseded it).
         if at is not None and key != holder and keys[at][1] and _rested_on(keys, at):
             holder, state = None, None
-        if getattr(event, "call_id", None) is not None:
-            # A call's member (a raw writer's: the client writes none; under a checkpoint key
-            # always misplaced, refused wrong_key) is never collected: its verdict may sink
-            # its call (rule 8). But it supersedes what its key held, like any junk there (the
-            # twenty-first read's F1: over the holder it made nothing due, and a log cleaned
-            # past it lost the job's checkpoints).
-            if at is not None:
-                if key == holder:
-                    holder, state = None, None
-                del keys[at]
-                self._cp_records[job_id] = CheckpointRecords(holder, state, tuple(keys))
-            self._note_checkpoints_due(job_id)
-            return
+        # (A call's member under a checkpoint key, a raw writer's, is junk like any misplaced
+        # record: refused wrong_key as it lands, it never joins its call, so nothing of rule 8
+        # rests on it, and the leader collects it. Until the twenty-first read's F1 it was
+        # passed over, so over the holder it made nothing due, and a log cleaned past it lost
+        # the job's checkpoints; the twenty-second's L1-L2: and it was never collected.)
         job = self._jobs.get(job_id)
         carried = event.checkpoints if isinstance(event, JobReasserted) \
             else getattr(event, "state", None)

@@ -50,6 +50,7 @@ from registry.dev.exhaustive import _common as ex_common
 from registry.events import (
     LAYOUT,
     UNKNOWN_CHECKPOINT,
+    CallCommitted,
     CheckpointState,
     InlineGraph,
     JobAdopted,
@@ -69,7 +70,7 @@ from registry.fold import (
     restated_states,
 )
 from registry.image import LogRecord, Outcome
-from registry.keys import end_key, job_key, record_key
+from registry.keys import call_key, end_key, job_key, lock_key, record_key
 from registry.wire import default_codec
 
 C = ("claim", "jm-1", "current", False)
@@ -341,20 +342,50 @@ def _member_over_the_holder() -> _World:
     return world
 
 
-def test_f1_a_call_member_over_the_holder_makes_the_state_due_and_is_never_collected() -> None:
-    """It supersedes the holder for the cleaner like any junk: the state is due (restated),
-    and the member, whose verdict may sink its call (rule 8), is not among the records the
-    leader removes."""
+def test_f1_a_call_member_over_the_holder_is_junk_there_and_collected() -> None:
+    """It supersedes the holder for the cleaner like any junk: the state is due, the leader
+    collects the member (refused wrong_key as it lands, it never joins its call: nothing of
+    rule 8 rests on it) and restates the state (the twenty-second read's L1: it was kept for
+    ever, even after the job's cleanup)."""
     world = _member_over_the_holder()
     img = world.image
     assert [d.reason for d in world.made[-1]] == ["wrong_key"]
     assert f"{NS}/job/a/checkpoint/" in img.unsettled
     holder_key = world.log[-1].key.decode()
-    assert holder_key not in plan_collection(img) + plan_collection(img, first=True)
+    assert holder_key in plan_collection(img, first=True)
     _settle_after(world)
     after = world.image
     assert not after.unsettled and after.jobs["a"].checkpoints.last_completed == 1
     assert after.checkpoint_records["a"].holder not in (None, holder_key)
+    for op in [("write", "cancel", "a", 1), ("write", "clean", "a", 1)]:
+        _apply(world, op, ALPHABETS["full"])
+    _settle_after(world)  # Term.reassert(): every tombstone plan_collection plans
+    log = [r.log_record() for r in world.log]
+    idx = compacted_indices([r.key for r in log], [r.value is None for r in log], len(log),
+                            len(log))
+    assert not fold(log, NS).jobs["a"].dirty
+    assert [log[i].key for i in idx if b"/checkpoint/" in log[i].key] == []
+
+
+def test_f1_a_member_under_a_checkpoint_key_does_not_sink_its_call() -> None:
+    """Why collecting it is safe: refused wrong_key as it lands, it never joins its call,
+    which is decided over its other members (here the adopt on the lock key, accepted)."""
+    world = _World.empty()
+    for op in [("claim", "jm-1", "current"), ("write", "submit", "a", 1),
+               ("write", "trigger", "a", 1), ("write", "complete", "a", 1)]:
+        _apply(world, op, ALPHABETS["full"])
+    img = world.image
+    common = ex_common(img.epoch, img.leader)
+    world.write([(img.checkpoint_records["a"].holder,
+                  JobAdopted(job_id="a", call_id="c-1", **common)),
+                 (lock_key(NS, "a"), JobAdopted(job_id="a", call_id="c-1",
+                                                **dict(common, event_id="y"))),
+                 (call_key(NS, "c-1"), CallCommitted(size=2, **dict(common, event_id="c-1")))],
+                client=False)
+    made = [d for ds in world.made[-3:] for d in ds]
+    assert [d.reason for d in made if d.key == img.checkpoint_records["a"].holder] == \
+        ["wrong_key"]
+    assert [d.outcome for d in made if d.key == lock_key(NS, "a")][-1] == Outcome.ACCEPTED
 
 
 def test_f1_no_log_cleaned_past_the_member_loses_the_checkpoint() -> None:
