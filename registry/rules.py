@@ -229,7 +229,7 @@ import contextlib
 import dataclasses
 import functools
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import immutables
@@ -625,7 +625,7 @@ def requirements_error(requirements: object) -> str | None:
     return None
 
 
-def _rested_on(keys: list[tuple[str, bool]], at: int) -> bool:
+def _rested_on(keys: Sequence[tuple[str, bool]], at: int) -> bool:
     """Whether a refusal rests on the record of ``keys[at]`` (rule 6's bookkeeping, in log
     order): a record no state stands on lies after it before the next record whose state the
     fold took (the newest record taken before a refused one is what its verdict rests on)."""
@@ -1063,7 +1063,7 @@ class Delta:
             at = next((i for i, (k, _) in enumerate(rec.keys) if k == key), None)
             # (the leader removes the refused records before the one they rest on: a
             # tombstone over that one first is junk to them, and the state is due, F2)
-            rested = at is not None and rec.keys[at][1] and _rested_on(list(rec.keys), at) \
+            rested = at is not None and rec.keys[at][1] and _rested_on(rec.keys, at) \
                 and self._needs_checkpoints(job_id)
             keys = tuple(e for e in rec.keys if e[0] != key)
             if not keys and rec.holder in (None, key):

@@ -142,7 +142,9 @@ class Codec:
         :class:`CodecError` for an event that does not fit its schema (wrong field
         types, out-of-range ints) or a schema registry failure.
         """
-        writer = self._writer(event)
+        return self._encode_with(self._writer(event), event)
+
+    def _encode_with(self, writer: _Writer, event: Event) -> bytes:
         try:
             rec = writer.record(event)
             buf = io.BytesIO()
@@ -158,8 +160,9 @@ class Codec:
         """:meth:`encode`, and the event as :meth:`decode` gives those bytes back: the same,
         with ``schema_version`` the writer schema's (a writer folding what it wrote need not
         decode it; ``tests/unit/test_codec.py`` checks the two agree for every event type)."""
-        data = self.encode(event)
-        version = self._writer(event).version
+        writer = self._writer(event)  # once: encode_as_read is on every write's path
+        data = self._encode_with(writer, event)
+        version = writer.version
         if event.schema_version != version:
             event = dataclasses.replace(event, schema_version=version)
         return data, event
